@@ -1,0 +1,1 @@
+"""Pure JAX/XLA kernels and the jax-triton bridge."""

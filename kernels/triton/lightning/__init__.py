@@ -1,0 +1,1 @@
+"""Lightning Attention in Triton."""
