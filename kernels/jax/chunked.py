@@ -1,0 +1,277 @@
+"""Block-parallel (Lightning Attention-2) chunked form in pure JAX: Lightning and GLA.
+
+Two passes, all big work in batched einsums:
+
+1. per chunk ``n`` (size C): the state contribution ``U_n = Σ_s decay(s→end) k_s v_sᵀ`` and the
+   chunk decay ``λ_n``, one batched einsum over all chunks; then the chunk recurrence
+   ``S_{n+1} = λ_n ⊙ S_n + U_n`` (a sequential ``lax.scan`` of elementwise work, or an
+   associative scan) giving the state entering every chunk;
+2. outputs for all chunks at once: ``o = scale·[(q ⊙ decay(start→t)) S_n + ((Q Kᵀ) ⊙ M) V]``.
+
+Lightning (one log decay γ_h per head) uses the exact mask ``M[t,s] = exp(γ(t−s))``. GLA
+(data-dependent ``g [B,T,H,D] ≤ 0``) keeps every exponent ≤ 0: cumulative sums are relative to
+the chunk start; inside a chunk, blocks of ``sub`` tokens use the key block's last position as
+reference (both factors ``exp(G_t − G_ref)`` and ``exp(G_ref − G_s)`` are ≤ 1), and the diagonal
+blocks are computed exactly, elementwise (fla's scheme).
+
+Gradients by autodiff; residuals are the chunk states (T/C · D·E per head) and per-chunk
+intermediates (O(T·C)), so memory is O(T). bf16/fp16 inputs: einsums on that dtype with fp32
+accumulation; fp32 inputs: ``Precision.HIGHEST`` (the GPU default would be TF32).
+Packed varlen: sequences are laid out chunk-aligned (each starts a new chunk, padding tokens
+are identities), states restart per sequence. ``cu_seqlens`` must be concrete.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ._common import (HIGHEST, check_inputs, concrete_cu, default_scale, expand_kv, flip_cu,
+                      gamma_array)
+
+F32 = jnp.float32
+
+
+def _cpu() -> bool:
+    return jax.default_backend() == "cpu"
+
+
+def _mm(spec, a, b, cdt):
+    """einsum with fp32 accumulation: low-precision operands in cdt, or fp32 at HIGHEST."""
+    if cdt == F32 or _cpu():
+        # XLA:CPU has no bf16 x bf16 -> f32 dot: round the operands to cdt, multiply in fp32
+        # (bf16/fp16 products are exact in fp32, so this is the same arithmetic)
+        a, b = a.astype(cdt).astype(F32), b.astype(cdt).astype(F32)
+        return jnp.einsum(spec, a, b, precision=HIGHEST)
+    return jnp.einsum(spec, a.astype(cdt), b.astype(cdt), preferred_element_type=F32)
+
+
+def _chunks(x, c):
+    """[B, Tp, ...] -> [B, NC, C, ...]."""
+    return x.reshape((x.shape[0], x.shape[1] // c, c) + x.shape[2:])
+
+
+# ----------------------------------------------------------------------------------------------
+# chunk-state recurrence
+# ----------------------------------------------------------------------------------------------
+
+def _state_scan(lam, u, h0, resets, scan):
+    """States entering each chunk. lam broadcastable to u [B, NC, H, D, E]; h0 [N, H, D, E].
+
+    Dense (resets None): S_0 = h0 (N = B). Varlen (B = 1): resets = (flag [NC], seq [NC]).
+    Returns (S_in [B, NC, H, D, E], S_out of the last chunk).
+    """
+    b, nc = u.shape[:2]
+    if resets is None and scan == "associative":
+        lam_b = jnp.broadcast_to(lam, (b, nc) + lam.shape[2:])
+
+        def comb(x, y):
+            return x[0] * y[0], y[0] * x[1] + y[1]
+
+        # S_out[n] = Λ(0..n) h0 + Σ ... ; inclusive scan over chunk elements (λ_n, U_n)
+        cum_lam, cum_u = lax.associative_scan(comb, (lam_b, u), axis=1)
+        s_out = cum_lam * h0[:, None] + cum_u
+        s_in = jnp.concatenate([h0[:, None], s_out[:, :-1]], axis=1)
+        return s_in, s_out[:, -1]
+
+    lam_t = jnp.moveaxis(jnp.broadcast_to(lam, (lam.shape[0], nc) + lam.shape[2:]), 1, 0)
+    u_t = jnp.moveaxis(u, 1, 0)
+    if resets is None:
+        def step(s, x):
+            lam_n, u_n = x
+            return lam_n * s + u_n, s
+
+        s_last, s_in = lax.scan(step, h0, (lam_t, u_t))
+    else:
+        flag, seq = resets
+
+        def step(s, x):
+            lam_n, u_n, f_n, q_n = x
+            s = jnp.where(f_n, h0[q_n][None], s)
+            return lam_n * s + u_n, s
+
+        s_last, s_in = lax.scan(step, jnp.zeros((b,) + u.shape[2:], F32),
+                                (lam_t, u_t, jnp.asarray(flag), jnp.asarray(seq)))
+    return jnp.moveaxis(s_in, 0, 1), s_last
+
+
+# ----------------------------------------------------------------------------------------------
+# Lightning: scalar log decay per head (per token when padding / varlen need identities)
+# ----------------------------------------------------------------------------------------------
+
+def _lightning_chunks(q, k, v, gamma, la, h0, scale, c, resets, scan):
+    """q [B, Tp, H, D] (Tp = NC·C), k/v expanded; gamma [H] (constant) or la [1|B, Tp, H]."""
+    b, tp, h, d = q.shape
+    cdt = q.dtype if q.dtype in (jnp.bfloat16, jnp.float16) else F32
+    qc, kc, vc = _chunks(q, c), _chunks(k, c), _chunks(v, c)  # [B, NC, C, H, *]
+    if la is None:
+        a = (gamma[None, None, None, :] * jnp.arange(1, c + 1, dtype=F32)[None, None, :, None])  # [1,1,C,H]
+    else:
+        a = jnp.cumsum(_chunks(la.astype(F32), c), axis=2)  # [Bx, NC, C, H]
+    a_last = a[:, :, -1:, :]                               # [Bx, NCx, 1, H]
+    k_w = jnp.exp(a_last - a)[..., None]                   # decay s -> chunk end, ≤ 1
+    u = _mm("bnchd,bnche->bnhde", kc * k_w, vc, cdt)       # [B, NC, H, D, E] fp32
+    lam = jnp.exp(a_last[:, :, 0, :])[..., None, None]     # [Bx, NCx, H, 1, 1]
+    s_in, s_last = _state_scan(lam, u, h0, resets, scan)
+    q_w = jnp.exp(a)[..., None]                            # decay chunk start -> t, ≤ 1
+    o = _mm("bnchd,bnhde->bnche", qc * q_w, s_in.astype(cdt) if cdt != F32 else s_in, cdt)
+    # intra-chunk: (Q Kᵀ ⊙ M) V, M[t, s] = exp(a_t − a_s) for s ≤ t
+    causal = jnp.tril(jnp.ones((c, c), bool))
+    diff = a[..., :, None, :] - a[..., None, :, :]         # [Bx, NCx, C(t), C(s), H]
+    mask = jnp.where(causal[..., None], jnp.exp(jnp.where(causal[..., None], diff, 0.0)), 0.0)
+    mask = jnp.moveaxis(mask, -1, 2)                       # [Bx, NCx, H, C, C]
+    scores = _mm("bnthd,bnshd->bnhts", qc, kc, cdt) * mask
+    o = o + _mm("bnhts,bnshe->bnthe", scores, vc, cdt)
+    o = (scale * o).reshape(b, tp, h, v.shape[-1])
+    return o, s_in, s_last, lam, u
+
+
+# ----------------------------------------------------------------------------------------------
+# GLA: per-(token, key-channel) log decay g ≤ 0
+# ----------------------------------------------------------------------------------------------
+
+def _gla_intra(qc, kc, gc, sub, cdt):
+    """Intra-chunk scores A[b, n, h, t, s] = Σ_d q_t k_s exp(G_t − G_s) (s ≤ t), all exponents ≤ 0."""
+    b, nc, c, h, d = qc.shape
+    ns = c // sub
+    qs = qc.reshape(b, nc, ns, sub, h, d).astype(F32)
+    ks = kc.reshape(b, nc, ns, sub, h, d).astype(F32)
+    gs = gc.reshape(b, nc, ns, sub, h, d)
+    # off-diagonal blocks (query block i > key block j): reference = last position of block j
+    ref = gs[:, :, :, -1]                                   # [B, NC, ns(j), H, D]
+    lower = jnp.tril(jnp.ones((ns, ns), bool), -1)          # i > j
+    dq = gs[:, :, :, None] - ref[:, :, None, :, None]       # [B, NC, i, j, sub, H, D]
+    dq = jnp.where(lower[:, :, None, None, None], dq, -jnp.inf)
+    q_t = qs[:, :, :, None] * jnp.exp(dq)                   # ≤ |q|
+    k_t = ks * jnp.exp(ref[:, :, :, None] - gs)             # ≤ |k|
+    off = _mm("bnijthd,bnjshd->bnhitjs", q_t, k_t, cdt)     # [B, NC, H, i, sub, j, sub]
+    # diagonal blocks, exactly
+    causal = jnp.tril(jnp.ones((sub, sub), bool))
+    gd = gs[:, :, :, :, None] - gs[:, :, :, None, :]        # [B, NC, ns, sub(t), sub(s), H, D]
+    gd = jnp.where(causal[:, :, None, None], gd, -jnp.inf)
+    diag = jnp.einsum("bnithd,bnishd,bnitshd->bnhits", qs, ks, jnp.exp(gd), precision=HIGHEST)
+    eye = jnp.eye(ns, dtype=F32)
+    full = off + eye[:, None, :, None] * diag[:, :, :, :, :, None, :]
+    return full.reshape(b, nc, h, c, c)
+
+
+def _gla_chunks(q, k, v, lg, h0, scale, c, sub, resets, scan):
+    b, tp, h, d = q.shape
+    cdt = q.dtype if q.dtype in (jnp.bfloat16, jnp.float16) else F32
+    qc, kc, vc = _chunks(q, c), _chunks(k, c), _chunks(v, c)
+    g = jnp.cumsum(_chunks(lg.astype(F32), c), axis=2)     # [B, NC, C, H, D], ≤ 0, falling
+    g_last = g[:, :, -1:]
+    u = _mm("bnchd,bnche->bnhde", kc * jnp.exp(g_last - g), vc, cdt)
+    lam = jnp.exp(g_last[:, :, 0])[..., None]              # [B, NC, H, D, 1]
+    s_in, s_last = _state_scan(lam, u, h0, resets, scan)
+    o = _mm("bnchd,bnhde->bnche", qc * jnp.exp(g), s_in.astype(cdt) if cdt != F32 else s_in, cdt)
+    scores = jax.checkpoint(partial(_gla_intra, sub=sub, cdt=cdt))(qc, kc, g)
+    o = o + _mm("bnhts,bnshe->bnthe", scores, vc, cdt)
+    o = (scale * o).reshape(b, tp, h, v.shape[-1])
+    return o, s_in, s_last, lam, u
+
+
+# ----------------------------------------------------------------------------------------------
+# layout: padding, reverse, varlen
+# ----------------------------------------------------------------------------------------------
+
+def _varlen_layout(cu, t, c):
+    """Chunk-aligned layout of packed sequences (all numpy, static)."""
+    lens = np.diff(cu)
+    nch = -(-lens // c)
+    coff = np.concatenate([[0], np.cumsum(nch)])
+    tp = int(coff[-1]) * c
+    src = np.full(max(tp, c), t, np.int64)                # padding reads the zero row at index t
+    dst = np.empty(t, np.int64)
+    for i, (bos, n) in enumerate(zip(cu[:-1], lens)):
+        p0 = coff[i] * c
+        src[p0 : p0 + n] = np.arange(bos, bos + n)
+        dst[bos : bos + n] = np.arange(p0, p0 + n)
+    nc = max(int(coff[-1]), 1)
+    flag = np.zeros(nc, bool)
+    seq = np.zeros(nc, np.int64)
+    for i in range(len(lens)):
+        if nch[i]:
+            flag[coff[i]] = True
+            seq[coff[i] : coff[i + 1]] = i
+    last = np.where(nch > 0, coff[1:] - 1, -1)
+    return src, dst, flag, seq, last
+
+
+def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None, reverse=False,
+                      cu_seqlens=None, chunk: int = 64, sub: int = 16, scan: str = "sequential"):
+    """Chunked linear attention: Lightning when ``g`` is None (decay ``g_gamma`` [H] or none), GLA
+    when ``g [B,T,H,D]`` is given (``g_gamma`` adds to it). Returns (o in q's dtype, final state fp32).
+    """
+    b, t, h, d = q.shape
+    e = v.shape[3]
+    n = check_inputs(q, k, v, initial_state, cu_seqlens, gates=(("g", g, d),))
+    if scan not in ("sequential", "associative"):
+        raise ValueError(f"scan must be 'sequential' or 'associative', got {scan!r}")
+    scale = float(default_scale(scale, d))
+    k, v = expand_kv(k, h), expand_kv(v, h)
+    gamma = gamma_array(g_gamma, h)
+    gla = g is not None
+    c = max(1, min(chunk, t))
+    if gla:
+        sub = max(1, min(sub, c))
+        c = -(-c // sub) * sub                              # a whole number of sub-blocks
+    h0 = jnp.zeros((n, h, d, e), F32) if initial_state is None else initial_state.astype(F32)
+    cdt = q.dtype
+    lg = None
+    if gla:
+        lg = g.astype(F32) if gamma is None else g.astype(F32) + gamma[None, None, :, None]
+
+    toks = [q, k, v, lg]
+    if reverse:
+        toks = [None if x is None else jnp.flip(x, axis=1) for x in toks]
+    varlen = cu_seqlens is not None
+    if varlen:
+        cu = concrete_cu(cu_seqlens, "impl='chunked'")
+        if reverse:
+            cu = flip_cu(cu, t)
+            h0 = jnp.flip(h0, axis=0)
+        src, dst, flag, seq, last = _varlen_layout(cu, t, c)
+        take = lambda x: None if x is None else jnp.concatenate(  # noqa: E731
+            [x, jnp.zeros((1, 1) + x.shape[2:], x.dtype)], axis=1)[:, src]
+        toks = [take(x) for x in toks]
+        real = np.zeros(len(src), np.float32)
+        real[dst] = 1.0
+        resets = (flag, seq)
+    else:
+        pad = -t % c
+        if pad:
+            toks = [None if x is None else jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)) for x in toks]
+        real = np.concatenate([np.ones(t, np.float32), np.zeros(pad, np.float32)])
+        resets = None
+    q_, k_, v_, lg_ = toks
+    if gla:
+        o, s_in, s_last, lam, u = _gla_chunks(q_, k_, v_, lg_, h0, scale, c, sub, resets, scan)
+    else:
+        la = None
+        if gamma is None:
+            gamma_c = jnp.zeros((h,), F32)
+        else:
+            gamma_c = gamma
+        if (varlen or not real.all()) and gamma is not None:
+            la = jnp.asarray(real)[None, :, None] * gamma[None, None, :]  # identities on padding
+        o, s_in, s_last, lam, u = _lightning_chunks(q_, k_, v_, gamma_c, la, h0, scale, c, resets, scan)
+    if varlen:
+        o = o[:, dst]
+        nc = s_in.shape[1]
+        lam_b = jnp.broadcast_to(lam, (1, nc) + lam.shape[2:])
+        li = np.maximum(last, 0)
+        fin = lam_b[0, li] * s_in[0, li] + u[0, li]
+        final = jnp.where(jnp.asarray(last >= 0)[:, None, None, None], fin, h0)
+        if reverse:
+            final = jnp.flip(final, axis=0)
+    else:
+        o = o[:, :t]
+        final = s_last
+    if reverse:
+        o = jnp.flip(o, axis=1)
+    return o.astype(cdt), final.astype(F32)

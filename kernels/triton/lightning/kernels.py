@@ -1,0 +1,210 @@
+"""Triton kernels of Lightning Attention (chunked, Lightning Attention-2 form).
+
+One generic chunk pass does all the work. For an ordered sequence of tokens it runs the
+recurrence ``S_p = exp(γ)·S_{p−1} + k_scale·b_p c_pᵀ`` (state ``S ∈ R^{KD×VD}``, fp32, kept in
+registers for the whole sequence) and writes ``out_p = out_scale·S_pᵀ a_p``, chunk by chunk:
+inside a chunk of BT tokens the quadratic form on tensor cores, across chunks the state.
+A program owns one (sequence, head) and one BV-wide slice of the VD columns, so nothing but the
+inputs and the outputs touches device memory (no per-chunk states).
+
+The four uses (forward op in time direction R):
+  forward  a=q  b=k  c=v   out=o   state S  [D,E], init S_0,     direction R
+  dq       a=dO b=v  c=k   out=dq  state Sᵀ [E,D], init S_0ᵀ,    direction R
+  dk       a=v  b=dO c=q   out=dk  state Pᵀ [E,D], init dS_Tᵀ,   direction not R, k_scale=scale
+  dv       a=k  b=q  c=dO  out=dv  state P  [D,E], init dS_T,    direction not R, k_scale=scale,
+                                                     final state ·exp(γ) = dS_0
+with P_j = Σ_{t≥j} λ^{t−j} scale q_t dO_tᵀ + λ^{T−1−j} dS_T, dk_j = P_j v_j, dv_j = P_jᵀ k_j.
+The backward's initial state enters one decay step "late" (λ^{T−1−j}, not λ^{T−j}):
+BWD_STATE shifts the exponent of the first chunk by one instead of dividing by λ.
+
+All tensors are contiguous ``[B, T, heads, dim]``; strides are derived from the shapes, so the
+same kernels launch from torch and from jax-triton.
+"""
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@triton.jit
+def _chunk_pass(
+    a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr,
+    T, H, A_H, B_H, C_H,
+    out_scale, k_scale,
+    i_v, i_nh,
+    KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, H0_TRANS: tl.constexpr,
+    STORE_HT: tl.constexpr, BWD_STATE: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    i_n = i_nh // H
+    i_h = i_nh % H
+    if IS_VARLEN:
+        bos = tl.load(cu_ptr + i_n).to(tl.int64)
+        eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    else:
+        bos = i_n.to(tl.int64) * T
+        eos = bos + T
+    seq_len = (eos - bos).to(tl.int32)
+    gam = tl.load(g_ptr + i_h).to(tl.float32)
+
+    o_t = tl.arange(0, BT)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < KD
+    m_v = o_v < VD
+    # processing-order position of each row of a chunk (rows are loaded in ascending address order)
+    if REVERSE:
+        p = BT - 1 - o_t
+    else:
+        p = o_t
+    pf = p.to(tl.float32)
+    diff = pf[:, None] - pf[None, :]
+    # intra-chunk decay mask, loop invariant: exp(γ·(p_r − p_s)) for p_s ≤ p_r
+    m_intra = tl.where(diff >= 0, tl.exp(gam * tl.maximum(diff, 0.0)), 0.0)
+
+    a_row = A_H * KD
+    b_row = B_H * KD
+    c_row = C_H * VD
+    o_row = H * VD
+    a_base = a_ptr + bos * a_row + (i_h // (H // A_H)) * KD
+    b_base = b_ptr + bos * b_row + (i_h // (H // B_H)) * KD
+    c_base = c_ptr + bos * c_row + (i_h // (H // C_H)) * VD
+    o_base = o_ptr + bos * o_row + i_h * VD
+
+    state_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD)
+    if H0_TRANS:
+        s_idx = o_k[:, None] + o_v[None, :] * KD
+    else:
+        s_idx = o_k[:, None] * VD + o_v[None, :]
+    m_s = m_k[:, None] & m_v[None, :]
+    if HAS_H0:
+        S = tl.load(h0_ptr + state_off + s_idx, mask=m_s, other=0.0).to(tl.float32)
+    else:
+        S = tl.zeros([BK, BV], dtype=tl.float32)
+
+    dt = a_ptr.dtype.element_ty
+    n_chunks = tl.cdiv(seq_len, BT)
+    for i_c in range(0, n_chunks):
+        if REVERSE:
+            t0 = seq_len - (i_c + 1) * BT
+        else:
+            t0 = i_c * BT
+        n_valid = tl.minimum(seq_len - i_c * BT, BT)
+        rows = t0 + o_t
+        valid = p < n_valid
+        a = tl.load(a_base + rows[:, None] * a_row + o_k[None, :], mask=valid[:, None] & m_k[None, :], other=0.0)
+        b = tl.load(b_base + rows[:, None] * b_row + o_k[None, :], mask=valid[:, None] & m_k[None, :], other=0.0)
+        c = tl.load(c_base + rows[:, None] * c_row + o_v[None, :], mask=valid[:, None] & m_v[None, :], other=0.0)
+        if BWD_STATE:
+            shift = tl.where(i_c > 0, 1.0, 0.0)
+        else:
+            shift = 1.0
+        # intra-chunk quadratic part
+        s = tl.dot(a, tl.trans(b), input_precision=DOT_PREC)
+        s = s * m_intra * (out_scale * k_scale)
+        acc = tl.dot(s.to(dt), c, input_precision=DOT_PREC)
+        # carried state, decayed p+1 steps
+        qd = tl.exp(gam * (pf + shift))
+        acc += tl.dot((a * qd[:, None]).to(dt), S.to(dt), input_precision=DOT_PREC) * out_scale
+        tl.store(o_base + rows[:, None] * o_row + o_v[None, :], acc.to(o_ptr.dtype.element_ty),
+                 mask=valid[:, None] & m_v[None, :])
+        # state update
+        kd = tl.where(valid, tl.exp(gam * tl.maximum(n_valid - 1 - pf, 0.0)), 0.0)
+        bw = (b * kd[:, None]).to(dt)
+        S = S * tl.exp(gam * (n_valid - 1 + shift)) + tl.dot(tl.trans(bw), c, input_precision=DOT_PREC) * k_scale
+    if STORE_HT:
+        if BWD_STATE:
+            S = S * tl.exp(gam * tl.where(n_chunks > 0, 1.0, 0.0))
+        tl.store(ht_ptr + state_off + s_idx, S, mask=m_s)
+
+
+def _fwd_configs():
+    if INTERPRET:
+        return [triton.Config({"BT": 32, "BV": 32}, num_warps=4, num_stages=1)]
+    cfgs = []
+    for bt, bv, w, s in [
+        (64, 64, 4, 2), (64, 64, 4, 3), (64, 64, 8, 2), (64, 64, 8, 3),
+        (64, 128, 8, 2), (64, 128, 8, 3), (64, 128, 4, 2), (64, 32, 4, 2), (64, 32, 4, 3),
+        (128, 64, 8, 2),
+    ]:
+        cfgs.append(triton.Config({"BT": bt, "BV": bv}, num_warps=w, num_stages=s))
+    return cfgs
+
+
+def _bwd_configs():
+    if INTERPRET:
+        return [triton.Config({"BT": 32, "BV": 32}, num_warps=4, num_stages=1)]
+    cfgs = []
+    for bt, bv, w, s in [
+        (64, 64, 4, 2), (64, 64, 8, 2), (64, 64, 4, 3),
+        (64, 128, 8, 2), (64, 32, 4, 2), (128, 64, 8, 2),
+    ]:
+        cfgs.append(triton.Config({"BT": bt, "BV": bv}, num_warps=w, num_stages=s))
+    return cfgs
+
+
+def _prune(configs, named_args, **kwargs):
+    """Drop configs whose BV is wider than the widest split dimension (pointless duplicates)."""
+    widest = max(named_args["KD"], named_args["VD"]) if "dq" in named_args else named_args["VD"]
+    keep = [c for c in configs if c.kwargs["BV"] <= max(32, triton.next_power_of_2(widest))]
+    return keep or configs[:1]
+
+
+@triton.jit
+def lightning_fwd_kernel(
+    q, k, v, o, h0, ht, g, cu,
+    T, H, HKV, scale, T_BUCKET,
+    KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+):
+    i_v = tl.program_id(0)
+    i_nh = tl.program_id(1)
+    _chunk_pass(q, k, v, o, h0, ht, g, cu, T, H, H, HKV, HKV, scale, 1.0, i_v, i_nh,
+                KD, VD, BK, BV, BT, REVERSE, HAS_H0, False, STORE_HT, False, IS_VARLEN, DOT_PREC)
+
+
+@triton.jit
+def lightning_bwd_kernel(
+    q, k, v, do, dq, dk, dv, h0, dht, dh0, g, cu,
+    T, H, HKV, scale, T_BUCKET,
+    KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr, BVD: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+):
+    """Three independent passes in one launch; axis 2 picks dq, dk or dv.
+
+    KD = D (q/k head dim), VD = E (v head dim); BKD/BVD their padded powers of two.
+    """
+    i_v = tl.program_id(0)
+    i_nh = tl.program_id(1)
+    role = tl.program_id(2)
+    if role == 0:
+        if i_v * BV < KD:
+            _chunk_pass(do, v, k, dq, h0, h0, g, cu, T, H, H, HKV, HKV, scale, 1.0, i_v, i_nh,
+                        VD, KD, BVD, BV, BT, REVERSE, HAS_H0, True, False, False, IS_VARLEN, DOT_PREC)
+    elif role == 1:
+        if i_v * BV < KD:
+            _chunk_pass(v, do, q, dk, dht, dht, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
+                        VD, KD, BVD, BV, BT, not REVERSE, HAS_DHT, True, False, True, IS_VARLEN, DOT_PREC)
+    else:
+        if i_v * BV < VD:
+            _chunk_pass(k, q, do, dv, dht, dh0, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
+                        KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC)
+
+
+# Autotuned launchers on a GPU; under the interpreter autotune cannot run ("0 active drivers"),
+# so the wrappers launch the plain kernels with the single fixed config of _fwd_configs().
+if INTERPRET:
+    lightning_fwd = lightning_bwd = None
+else:
+    _prune_by = {"early_config_prune": _prune}
+    lightning_fwd = triton.autotune(configs=_fwd_configs(), key=["KD", "VD", "T_BUCKET"],
+                                    prune_configs_by=_prune_by)(lightning_fwd_kernel)
+    lightning_bwd = triton.autotune(configs=_bwd_configs(), key=["KD", "VD", "T_BUCKET"],
+                                    prune_configs_by=_prune_by)(lightning_bwd_kernel)

@@ -1,0 +1,173 @@
+"""Registry entries for the bundled kernels and the FlashAttention baselines.
+
+Each loader imports its kernel lazily and returns the family's uniform signature (see
+``lattnbench.registry``). Adding a bundled kernel means adding one entry here.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from lattnbench.registry import KernelEntry
+
+LINEAR_FEATURES = frozenset({"initial_state", "reverse", "varlen", "gqa", "dv", "any_dim"})
+#: quadratic references stop here (B·H·T² scores, fp64: 2^31 scores ≈ 16 GiB)
+QUADRATIC_LIMIT = 2**28
+
+
+# ---- lightning -------------------------------------------------------------------------------
+
+def _lightning_naive_torch() -> Callable:
+    from lattnbench.kernels.naive.torch_ref import lightning_naive
+
+    def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+        return lightning_naive(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens)
+    return fn
+
+
+def _lightning_triton() -> Callable:
+    from lattnbench.kernels.triton.lightning import lightning_attn_triton
+
+    def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+        return lightning_attn_triton(q, k, v, gamma=gamma, scale=scale, initial_state=initial_state,
+                                     output_final_state=True, reverse=reverse, cu_seqlens=cu_seqlens)
+    return fn
+
+
+def _jax_lightning(impl: str) -> Callable[[], Callable]:
+    def loader() -> Callable:
+        from lattnbench.kernels.jax import recurrent
+
+        def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+            return recurrent(q, k, v, g_gamma=gamma, softmax_scale=scale, initial_state=initial_state,
+                             reverse=reverse, cu_seqlens=cu_seqlens, impl=impl)
+        return fn
+    return loader
+
+
+# ---- gla -------------------------------------------------------------------------------------
+
+def _gla_naive_torch() -> Callable:
+    from lattnbench.kernels.naive.torch_ref import recurrent_naive
+
+    def fn(q, k, v, g, scale, initial_state, reverse, cu_seqlens):
+        return recurrent_naive(q, k, v, g=g, scale=scale, initial_state=initial_state,
+                               reverse=reverse, cu_seqlens=cu_seqlens)
+    return fn
+
+
+def _jax_gla(impl: str) -> Callable[[], Callable]:
+    def loader() -> Callable:
+        from lattnbench.kernels.jax import recurrent_gla
+
+        def fn(q, k, v, g, scale, initial_state, reverse, cu_seqlens):
+            return recurrent_gla(q, k, v, g=g, softmax_scale=scale, initial_state=initial_state,
+                                 reverse=reverse, cu_seqlens=cu_seqlens, impl=impl)
+        return fn
+    return loader
+
+
+# ---- softmax baselines (causal) --------------------------------------------------------------
+
+def _softmax_naive_torch() -> Callable:
+    from lattnbench.kernels.naive.torch_ref import softmax_naive
+
+    def fn(q, k, v, scale):
+        return softmax_naive(q, k, v, scale, causal=True)
+    return fn
+
+
+def _sdpa(backend: str) -> Callable[[], Callable]:
+    """PyTorch SDPA pinned to one backend (FlashAttention-2, cuDNN, memory-efficient)."""
+    def loader() -> Callable:
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        chosen = getattr(SDPBackend, backend)
+        attend = torch.nn.functional.scaled_dot_product_attention
+
+        def fn(q, k, v, scale):
+            gqa = k.shape[2] != q.shape[2]
+            with sdpa_kernel(chosen):
+                o = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                           is_causal=True, scale=scale, enable_gqa=gqa)
+            return o.transpose(1, 2)
+        return fn
+    return loader
+
+
+def _jax_dpa(implementation: str) -> Callable[[], Callable]:
+    def loader() -> Callable:
+        import jax
+
+        def fn(q, k, v, scale):
+            return jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=True,
+                                                implementation=implementation)
+        return fn
+    return loader
+
+
+def entries() -> list[KernelEntry]:
+    """Every bundled kernel, in the order ``lattnbench list`` shows them."""
+    half = ("bf16", "fp16")
+    return [
+        KernelEntry("lightning/naive-torch", "lightning", "torch", _lightning_naive_torch,
+                    dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=QUADRATIC_LIMIT,
+                    description="quadratic form ((QKᵀ)⊙M)V in PyTorch; the fp64 reference"),
+        KernelEntry("lightning/naive-jax", "lightning", "jax", lambda: _naive_jax("lightning"),
+                    dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=QUADRATIC_LIMIT,
+                    description="quadratic form in JAX"),
+        KernelEntry("lightning/triton", "lightning", "torch", _lightning_triton, requires=("triton",),
+                    interpreted_on_cpu=True,
+                    description="bundled fused chunked Triton kernel (Lightning Attention-2), own backward"),
+        KernelEntry("lightning/jax-triton", "lightning", "jax", _jax_lightning("triton"), devices=("cuda",),
+                    requires=("jax_triton", "triton"),
+                    features=LINEAR_FEATURES - {"varlen"},
+                    description="the bundled Triton kernel called from JAX through jax-triton, custom VJP"),
+        KernelEntry("lightning/jax-chunked", "lightning", "jax", _jax_lightning("chunked"),
+                    description="block-parallel Lightning-2 form in pure JAX/XLA"),
+        KernelEntry("lightning/jax-recurrent", "lightning", "jax", _jax_lightning("recurrent"),
+                    description="lax.scan recurrence with a checkpointing custom VJP"),
+        KernelEntry("gla/naive-torch", "gla", "torch", _gla_naive_torch,
+                    dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=2**22,
+                    description="token-by-token GLA recurrence in PyTorch; the fp64 reference"),
+        KernelEntry("gla/naive-jax", "gla", "jax", lambda: _naive_jax("gla"),
+                    dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=2**22,
+                    description="token-by-token GLA recurrence in JAX"),
+        KernelEntry("gla/jax-chunked", "gla", "jax", _jax_gla("chunked"),
+                    description="chunked GLA in pure JAX/XLA"),
+        KernelEntry("gla/jax-recurrent", "gla", "jax", _jax_gla("recurrent"),
+                    description="lax.scan GLA recurrence with a checkpointing custom VJP"),
+        KernelEntry("softmax/naive-torch", "softmax", "torch", _softmax_naive_torch,
+                    dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=2**31,
+                    features=frozenset({"gqa", "dv", "any_dim"}),
+                    description="causal softmax attention materialising the scores"),
+        KernelEntry("softmax/sdpa-flash", "softmax", "torch", _sdpa("FLASH_ATTENTION"), devices=("cuda",),
+                    dtypes=half, features=frozenset({"gqa", "any_dim"}),
+                    description="FlashAttention-2 through torch SDPA"),
+        KernelEntry("softmax/sdpa-cudnn", "softmax", "torch", _sdpa("CUDNN_ATTENTION"), devices=("cuda",),
+                    dtypes=half, features=frozenset({"any_dim"}),
+                    description="cuDNN attention through torch SDPA"),
+        KernelEntry("softmax/sdpa-efficient", "softmax", "torch", _sdpa("EFFICIENT_ATTENTION"),
+                    devices=("cuda",), features=frozenset({"gqa", "dv", "any_dim"}),
+                    description="memory-efficient (xformers-style) attention through torch SDPA"),
+        KernelEntry("softmax/jax-cudnn", "softmax", "jax", _jax_dpa("cudnn"), devices=("cuda",),
+                    dtypes=half, features=frozenset({"gqa", "any_dim"}),
+                    description="jax.nn.dot_product_attention, cuDNN implementation"),
+        KernelEntry("softmax/jax-xla", "softmax", "jax", _jax_dpa("xla"),
+                    dtypes=("fp32", "bf16", "fp16"), features=frozenset({"gqa", "any_dim"}),
+                    max_scores=2**31,
+                    description="jax.nn.dot_product_attention, XLA implementation"),
+    ]
+
+
+def _naive_jax(family: str) -> Callable:
+    from lattnbench.kernels.jax import naive
+
+    if family == "lightning":
+        def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+            return naive.lightning_naive(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens)
+    else:
+        def fn(q, k, v, g, scale, initial_state, reverse, cu_seqlens):
+            return naive.recurrent_naive(q, k, v, g=g, scale=scale, initial_state=initial_state,
+                                         reverse=reverse, cu_seqlens=cu_seqlens)
+    return fn

@@ -1,0 +1,37 @@
+"""The ``lattnbench`` command line: one Typer app; each command lives in ``lattnbench.commands``.
+
+Only Typer and the command modules are imported at start-up; torch and jax load lazily inside
+the commands that need them, so ``lattnbench --help`` is instant.
+"""
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="lattnbench",
+    help="How fast, how much memory, and is it right: benchmark and check linear-attention kernels "
+    "(Lightning Attention, GLA) against FlashAttention and fp64 references.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+#: command modules, in the order ``--help`` lists them; each defines ``register(app)``
+COMMAND_MODULES = ("speed", "memory", "check_grad", "run", "gate", "report", "plot", "list_cmd", "env_cmd")
+
+for _name in COMMAND_MODULES:
+    try:
+        _module = importlib.import_module(f"lattnbench.commands.{_name}")
+    except ModuleNotFoundError as _exc:  # a command module not written yet
+        if _exc.name != f"lattnbench.commands.{_name}":
+            raise
+        continue
+    _module.register(app)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,98 @@
+"""The sweep axes shared by ``speed``, ``memory`` and ``check-grad``: options, defaults, parsing."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+
+from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, parse_choices, parse_range
+
+RANGE_HELP = "range grammar: 512..32768 (doubling), 512..4096:x2, 1000..4000:+1000, 512,1000,4096"
+
+N = Annotated[str | None, typer.Option("--n", "-n", help=f"Sequence lengths; {RANGE_HELP}.", show_default=False)]
+BATCH = Annotated[str | None, typer.Option("--batch", "-b", help="Batch sizes (range grammar).", show_default=False)]
+HEADS = Annotated[str | None, typer.Option("--heads", help="Query heads (range grammar).", show_default=False)]
+KV_HEADS = Annotated[str | None, typer.Option(
+    "--kv-heads", help="KV heads for GQA (default: = heads); heads must be a multiple.", show_default=False)]
+DIM = Annotated[str | None, typer.Option("--dim", "-d", help="q/k head dim D (range grammar).", show_default=False)]
+DIM_V = Annotated[str | None, typer.Option("--dim-v", help="v head dim E (default: = D).", show_default=False)]
+DTYPE = Annotated[str | None, typer.Option("--dtype", help=f"Comma list of {', '.join(DTYPES)}.", show_default=False)]
+KERNELS = Annotated[list[str] | None, typer.Option(
+    "--kernels", "-k", help="Kernel names or globs, e.g. 'lightning/*,softmax/sdpa-flash' (default: the "
+    "available non-reference kernels). See `lattnbench list`.", show_default=False)]
+PLUGIN = Annotated[list[str] | None, typer.Option(
+    "--kernel", help="Add your own kernel: package.module:function (see README, Plugins).", show_default=False)]
+MODE = Annotated[str, typer.Option("--mode", "-m", help=f"Comma list of {', '.join(MODES)}.")]
+DEVICE = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cuda or cpu.")]
+OUT = Annotated[str | None, typer.Option(
+    "--out", "-o", help="Results JSON path (default: results/<machine>/<command>-<time>.json).", show_default=False)]
+JSON = Annotated[bool, typer.Option("--json", help="Print the results document on stdout; progress goes to stderr.")]
+DECAY = Annotated[str, typer.Option("--decay", help=f"Per-head decay: {', '.join(DECAYS)}.")]
+RESUME = Annotated[bool, typer.Option("--resume", help="Skip points already in --out.")]
+SEED = Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")]
+
+
+@dataclass
+class Defaults:
+    """Per-command, per-device defaults (GPU: the seed README's shape; CPU: small and quick)."""
+
+    n: str
+    batch: str
+    heads: str
+    dim: str
+    dtype: str
+
+
+GPU_DEFAULTS = Defaults(n="512..32768", batch="4", heads="32", dim="128", dtype="bf16")
+CPU_DEFAULTS = Defaults(n="256..1024", batch="1", heads="4", dim="64", dtype="fp32")
+CHECK_GPU = Defaults(n="256,1000", batch="2", heads="4", dim="64", dtype="fp32,bf16")
+CHECK_CPU = Defaults(n="64,100", batch="2", heads="4", dim="32", dtype="fp32")
+
+
+def cases(defaults: Defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay: str,
+          initial_state: tuple[bool, ...] = (False,), reverse: bool = False,
+          varlen: str | None = None) -> list[Case]:
+    """Every case of the sweep, shape-major then n; raises SpecError on bad input."""
+    ns = parse_range(n or defaults.n, "--n")
+    bs = parse_range(batch or defaults.batch, "--batch")
+    hs = parse_range(heads or defaults.heads, "--heads")
+    ds = parse_range(dim or defaults.dim, "--dim")
+    dvs = parse_range(dim_v, "--dim-v") if dim_v else None
+    kvs = parse_range(kv_heads, "--kv-heads") if kv_heads else None
+    dts = parse_choices(dtype or defaults.dtype, DTYPES, "dtype")
+    if decay not in DECAYS:
+        raise SpecError(f"unknown decay {decay!r}: choose from {', '.join(DECAYS)}")
+    out: list[Case] = []
+    for dt in dts:
+        for b in bs:
+            for h in hs:
+                for hk in kvs or [h]:
+                    if h % hk:
+                        raise SpecError(f"--heads {h} is not a multiple of --kv-heads {hk}")
+                    for d in ds:
+                        for e in dvs or [d]:
+                            for h0 in initial_state:
+                                for t in ns:
+                                    out.append(Case(b, t, h, hk, d, e, dt, decay, initial_state=h0,
+                                                    reverse=reverse))
+    if varlen:
+        lengths = tuple(parse_lengths(varlen))
+        out = [c.with_(batch=1, seqlen=sum(lengths), varlen=lengths) for c in out
+               if c.seqlen == out[0].seqlen]
+    return out
+
+
+def parse_lengths(text: str) -> list[int]:
+    """``--varlen 60,1,37``: packed sequence lengths, in order (not sorted, repeats allowed)."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise SpecError(f"bad --varlen {text!r}: give sequence lengths such as 60,1,37") from None
+    if not values or any(v <= 0 for v in values):
+        raise SpecError(f"bad --varlen {text!r}: lengths must be positive")
+    return values
+
+
+def modes(text: str) -> list[str]:
+    return parse_choices(text, MODES, "mode")

@@ -1,0 +1,61 @@
+"""``lattnbench check-grad``: outputs and gradients of every kernel against the fp64 reference."""
+from __future__ import annotations
+
+import typer
+
+from lattnbench.commands import axes
+from lattnbench.commands.sweep import finish, guarded, open_writer, pick_kernels, run_points, setup
+from lattnbench.commands.tables import check_tables
+
+EXAMPLE = """Examples:
+
+  lattnbench check-grad                               # every available kernel, small shapes
+
+  lattnbench check-grad -k lightning/triton --dtype bf16 --n 1000 --dim 96 --dim-v 48
+
+  lattnbench check-grad -k 'lightning/*' --varlen 60,1,37 --reverse
+"""
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("check-grad", epilog=EXAMPLE)
+    def check_grad(
+        n: axes.N = None, batch: axes.BATCH = None, heads: axes.HEADS = None, kv_heads: axes.KV_HEADS = None,
+        dim: axes.DIM = None, dim_v: axes.DIM_V = None, dtype: axes.DTYPE = None,
+        kernels: axes.KERNELS = None, kernel: axes.PLUGIN = None,
+        device: axes.DEVICE = "auto", out: axes.OUT = None, json_: axes.JSON = False,
+        decay: axes.DECAY = "random", seed: axes.SEED = 0,
+        initial_state: str = typer.Option("both", help="Run with an initial state: off, on or both."),
+        reverse: bool = typer.Option(False, "--reverse", help="Run the recurrence backwards in time."),
+        varlen: str | None = typer.Option(None, help="Packed sequences (batch 1), e.g. 60,1,37."),
+    ) -> None:
+        """Error ratios of o, final state, dq, dk, dv, dh0 (and dg) against the fp64 reference.
+
+        err = RMS(x − ref)/RMS(ref), reference in fp64 from the same dtype-rounded inputs, random
+        cotangents for o and the final state. PASS/FAIL per tensor from one tolerance table per
+        dtype (README, "Tolerances"). Softmax kernels are checked against the naive softmax.
+        Exit 1 when anything fails.
+        """
+        from lattnbench.env import collect
+        from lattnbench.verify import check
+
+        dev, reg = setup(device, kernel)
+        defaults = axes.CHECK_GPU if dev == "cuda" else axes.CHECK_CPU
+        h0 = {"off": (False,), "on": (True,), "both": (False, True)}.get(initial_state)
+        if h0 is None:
+            from lattnbench.commands.common import die
+            die(f"bad --initial-state {initial_state!r}: choose off, on or both")
+        cases = guarded(lambda: axes.cases(defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay,
+                                           initial_state=h0, reverse=reverse, varlen=varlen))
+        chosen = guarded(lambda: pick_kernels(reg, kernels, dev))
+        if not kernels and dev == "cpu":  # the interpreter checks Triton kernels for correctness
+            chosen = [e for e in reg if not e.reference and e.available(dev) is None]
+        writer = open_writer(out, "check-grad", collect(), resume=False)
+
+        def point(entry, case):
+            if entry.family == "softmax" and case.initial_state:
+                return  # softmax attention has no state: the h0 variant does not apply
+            writer.add(check(entry, case, dev, seed))
+
+        run_points("check-grad", chosen, cases, point)
+        finish(writer, json_, check_tables)

@@ -1,0 +1,33 @@
+"""``lattnbench memory``: peak memory above the inputs, fwd and fwd+bwd."""
+from __future__ import annotations
+
+import typer
+
+from lattnbench.commands import axes
+from lattnbench.commands.speed import _run
+
+EXAMPLE = """Examples:
+
+  lattnbench memory --n 512..32768 --batch 4 --heads 32 --dim 128 --dtype bf16 --kernels 'softmax/*'
+
+  lattnbench memory -k 'lightning/*' --mode fwdbwd
+"""
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(epilog=EXAMPLE)
+    def memory(
+        n: axes.N = None, batch: axes.BATCH = None, heads: axes.HEADS = None, kv_heads: axes.KV_HEADS = None,
+        dim: axes.DIM = None, dim_v: axes.DIM_V = None, dtype: axes.DTYPE = None,
+        kernels: axes.KERNELS = None, kernel: axes.PLUGIN = None, mode: axes.MODE = "fwd,fwdbwd",
+        device: axes.DEVICE = "auto", out: axes.OUT = None, json_: axes.JSON = False,
+        decay: axes.DECAY = "alibi", resume: axes.RESUME = False,
+    ) -> None:
+        """Peak memory above the live inputs, in MB, for fwd (no autograd graph) and fwd+bwd.
+
+        torch: torch.cuda.max_memory_allocated after resetting the peak once the inputs exist
+        (CUDA only; the CPU allocator keeps no peak, so torch kernels on CPU are 'unsupported').
+        JAX: XLA's compiled memory analysis (temporaries + outputs). Each row records its method.
+        """
+        _run("memory", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
+             json_, decay, resume, 0.0)

@@ -1,0 +1,39 @@
+"""``lattnbench plot``: time, memory and speed-up against n, as PNG or SVG."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from lattnbench.commands.common import die, err
+
+
+def plot(
+    results: Annotated[Path, typer.Argument(help="A results JSON file.", show_default=False)],
+    out: Annotated[Optional[Path], typer.Option(
+        help="Image to write (.png, .svg, .pdf; default: RESULTS with .png). With --kind all: "
+        "OUT-speed.png, OUT-memory.png, OUT-speedup.png.")] = None,
+    kind: Annotated[str, typer.Option(help="speed, memory, speedup or all.")] = "speed",
+    reference: Annotated[Optional[str], typer.Option(
+        help="Kernel for the speed-up plot (default: the first softmax kernel, "
+        "softmax/sdpa-flash when timed).")] = None,
+) -> None:
+    """Plot a results file: log-log time or memory against n, or speed-up against a reference."""
+    from lattnbench.plot import PlotError
+    from lattnbench.plot import plot as render
+    from lattnbench.report import ReportError, ResultsError, load_docs
+
+    try:
+        (doc,) = load_docs([results])
+        written, skipped = render(doc, results, out, kind, reference)
+    except (ResultsError, ReportError, PlotError) as exc:
+        die(str(exc))
+    for note in skipped:
+        err.print(f"skipped {note}", highlight=False)
+    for path in written:
+        typer.echo(str(path))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plot")(plot)

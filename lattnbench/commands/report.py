@@ -1,0 +1,70 @@
+"""``lattnbench report``: markdown tables from results files, into a README block or a file."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from lattnbench.commands.common import die, err
+
+
+def report(
+    results: Annotated[list[Path], typer.Argument(help="Results JSON files (one section each).",
+                                                  show_default=False)],
+    readme: Annotated[Optional[Path], typer.Option(
+        help="Replace the block between <!-- lattnbench:NAME --> and <!-- /lattnbench:NAME --> "
+        "in this file; everything else stays byte-identical.")] = None,
+    name: Annotated[Optional[str], typer.Option(
+        help="Block NAME for --readme (default: the first file's suite name).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Write the markdown to this file.")] = None,
+    reference: Annotated[Optional[str], typer.Option(
+        help="Kernel the speed-up columns compare against (default: the first softmax kernel, "
+        "softmax/sdpa-flash when timed).")] = None,
+    plots: Annotated[Optional[Path], typer.Option(
+        help="Directory of plots (from `lattnbench plot`) to link, relative to the README/--out.")] = None,
+) -> None:
+    """Markdown speed / memory / agreement tables in the lightning_attn README's shape.
+
+    Without --readme or --out the markdown goes to stdout. Same input, same bytes.
+    """
+    from lattnbench.report import ReportError, ResultsError, load_docs, plot_links, render, replace_block
+
+    try:
+        docs = load_docs(results)
+        links: list[str] = []
+        if plots is not None:
+            if not plots.is_dir():
+                die(f"--plots {plots}: not a directory")
+            target = readme or out
+            base = target.parent if target is not None else Path.cwd()
+            links = plot_links(plots, base, [Path(p).stem for p in results])
+            if not links:
+                err.print(f"warning: no PNG or SVG plots in {plots}", highlight=False)
+        markdown = render(docs, reference=reference, plots=links)
+        if readme is not None:
+            block = name or str(docs[0].get("suite") or Path(results[0]).stem)
+            try:
+                with open(readme, encoding="utf-8", newline="") as f:
+                    text = f.read()
+            except OSError as exc:
+                die(f"{readme}: cannot read ({exc.strerror})")
+            new = replace_block(text, block, markdown, where=str(readme))
+            if new != text:
+                with open(readme, "w", encoding="utf-8", newline="") as f:
+                    f.write(new)
+            err.print(f"{readme}: block '{block}' {'updated' if new != text else 'unchanged'}",
+                      highlight=False)
+        if out is not None:
+            try:
+                out.write_text(markdown, encoding="utf-8")
+            except OSError as exc:
+                die(f"{out}: cannot write ({exc.strerror})")
+        if readme is None and out is None:
+            typer.echo(markdown, nl=False)
+    except (ResultsError, ReportError) as exc:
+        die(str(exc))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report)

@@ -1,0 +1,89 @@
+"""The environment block every results file carries: machine, driver, versions, commit, time."""
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata as md
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+PACKAGES = ("lattnbench", "torch", "triton", "jax", "jaxlib", "jax-triton", "numpy",
+            "fla-core", "lightning-attn", "flash-attn", "ejkernel")
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return md.version(pkg)
+    except md.PackageNotFoundError:
+        return None
+
+
+def _run(cmd: list[str], cwd: str | None = None) -> str | None:
+    try:
+        out = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def commit() -> str | None:
+    """The project's git commit (with ``-dirty`` when the tree has changes), if in a checkout."""
+    here = str(Path(__file__).resolve().parent)
+    sha = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here)
+    if sha and _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here):
+        sha += "-dirty"
+    return sha
+
+
+def gpu_info() -> dict:
+    """GPU name, count, memory, driver and CUDA runtime, via torch when it sees a GPU."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+    props = torch.cuda.get_device_properties(0)
+    driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return {"gpu": props.name, "gpu_count": torch.cuda.device_count(),
+            "gpu_memory_gb": round(props.total_memory / 1e9, 1), "sm_count": props.multi_processor_count,
+            "driver": driver.splitlines()[0] if driver else None, "cuda": torch.version.cuda}
+
+
+def collect(with_gpu: bool = True) -> dict:
+    """The env block: host, CPU, GPU (when asked and present), package versions, commit, time."""
+    env = {
+        "time": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "commit": commit(),
+        "versions": {p: _version(p) for p in PACKAGES},
+        "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
+    }
+    if with_gpu:
+        env.update(gpu_info())
+    return env
+
+
+def machine_name(env: dict) -> str:
+    """Folder name under results/: ``h200`` for an NVIDIA H200, ``cpu`` without a GPU."""
+    gpu = env.get("gpu")
+    if not gpu:
+        return "cpu"
+    m = re.search(r"([A-Z]+\d+[A-Za-z]*)", gpu.replace("NVIDIA", ""))
+    return (m.group(1) if m else re.sub(r"\W+", "-", gpu)).lower()

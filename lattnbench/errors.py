@@ -1,0 +1,9 @@
+"""Exceptions the measurement code raises to mark a point's status rather than crash a sweep."""
+
+
+class Unsupported(RuntimeError):
+    """The measurement cannot be made here (recorded as ``unsupported`` with this message)."""
+
+
+class PointTimeout(RuntimeError):
+    """A point ran past its time limit (recorded as ``timeout``)."""

@@ -1,0 +1,252 @@
+"""Compare a run against a baseline and say whether it regressed (CI's exit code).
+
+Speed is judged by the ratio kernel_time / reference_time measured in the *same* run, so a
+slower CI machine, a different clock or a busy neighbour cancels out; the reference defaults
+to the first softmax kernel timed in both files (softmax/sdpa-flash when present).
+
+Significance rule (why: a 10% threshold alone flags noise on short kernels, and samples
+alone flag 0.3% shifts on long ones). For a point timed in both runs, with
+``change = (k_cur/r_cur) / (k_base/r_base) - 1`` from the medians:
+
+* if all four rows carry ``samples_ms`` (>= 5 finite each), a percentile bootstrap: each of
+  the four sample sets is resampled independently (they are unpaired measurements), the
+  median of each replicate taken, and the 95% interval of ``log(change + 1)`` formed from
+  1000 replicates (seeded from the point's key, so the verdict is reproducible). The change
+  is significant when the interval excludes 0;
+* otherwise, if p20/p80 are present, the ratio's p20–p80 ranges (k.p20/r.p80 .. k.p80/r.p20)
+  of the two runs must not overlap;
+* otherwise (no spread recorded) the threshold alone decides.
+
+Verdicts: ``REGRESSION`` change > threshold and significant; ``~`` change > threshold but not
+significant (reported, not failing); ``faster`` the mirror image for improvements; ``FAIL``
+an err_ratio row with status fail, a NaN/Inf, or a value above its tol (always, baseline or
+not); ``LOST`` a point ok in the baseline and now missing or not ok (fail, error, oom,
+timeout, unsupported, unavailable: a runner that lost a package must be re-baselined on
+purpose). REGRESSION, FAIL and LOST fail the gate. Peak memory is gated only by LOST;
+interpreted (Triton-on-CPU) timings only by LOST.
+"""
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from lattnbench.report import agreement_passes, is_speed, pick_reference, shape_label
+from lattnbench.results import row_key
+
+BOOTSTRAP = 1000
+CONFIDENCE = 0.95
+MIN_SAMPLES = 5
+FAILING = ("REGRESSION", "FAIL", "LOST")
+METHOD = (f"percentile bootstrap ({BOOTSTRAP} replicates, {CONFIDENCE:.0%} interval excludes 0) "
+          "on medians of samples_ms; else non-overlapping p20-p80 ratio ranges; else threshold alone")
+
+
+class GateError(ValueError):
+    """Bad input to the gate (threshold, reference): one line, exit 2."""
+
+
+@dataclass
+class Point:
+    """One line of the verdict table (and of ``--json``)."""
+
+    kernel: str
+    case: str
+    n: int
+    mode: str
+    metric: str
+    baseline: float | str | None
+    current: float | str | None
+    change: float | None = None
+    interval: tuple[float, float] | None = None
+    significant: bool | None = None
+    verdict: str = "ok"
+    reason: str = ""
+    key: dict = field(default_factory=dict)
+
+
+def parse_threshold(text: str) -> float:
+    """``10%`` or ``0.1`` -> 0.1; negative, non-numeric or a bare ``10`` is an error."""
+    t = str(text).strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise GateError(f"bad threshold {text!r}: write a percentage like 10% or a fraction like 0.1") from None
+    if not math.isfinite(v) or v < 0:
+        raise GateError(f"bad threshold {text!r}: it must be a non-negative percentage like 10%")
+    if not t.endswith("%") and v >= 1:
+        raise GateError(f"ambiguous threshold {text!r}: write {t}% for a percentage (0.1 = 10%)")
+    return v
+
+
+def _point_key(row: dict) -> tuple:
+    return row_key(row)[1:]  # every identity field but the kernel
+
+
+def _samples(row: dict):
+    import numpy as np
+
+    s = row.get("samples_ms")
+    if not isinstance(s, list):
+        return None
+    a = np.array([x for x in s if isinstance(x, (int, float))], dtype=float)
+    a = a[np.isfinite(a) & (a > 0)]
+    return a if a.size >= MIN_SAMPLES else None
+
+
+def significance(k_cur: dict, r_cur: dict, k_base: dict, r_base: dict,
+                 seed: int) -> tuple[tuple[float, float] | None, bool]:
+    """(interval of the change, significant?) by the rule in the module docstring."""
+    import numpy as np
+
+    sets = [_samples(r) for r in (k_cur, r_cur, k_base, r_base)]
+    if all(s is not None for s in sets):
+        rng = np.random.default_rng(seed)
+        meds = [np.median(s[rng.integers(0, s.size, size=(BOOTSTRAP, s.size))], axis=1) for s in sets]
+        log_change = np.log(meds[0]) - np.log(meds[1]) - np.log(meds[2]) + np.log(meds[3])
+        tail = (1 - CONFIDENCE) / 2 * 100
+        lo, hi = np.percentile(log_change, [tail, 100 - tail])
+        return (math.expm1(lo), math.expm1(hi)), bool(lo > 0 or hi < 0)
+    spreads = [(r.get("p20"), r.get("p80")) for r in (k_cur, r_cur, k_base, r_base)]
+    if all(isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b > 0
+           for a, b in spreads):
+        (kc20, kc80), (rc20, rc80), (kb20, kb80), (rb20, rb80) = spreads
+        cur_lo, cur_hi = kc20 / rc80, kc80 / rc20
+        base_lo, base_hi = kb20 / rb80, kb80 / rb20
+        return None, bool(cur_lo > base_hi or cur_hi < base_lo)
+    return None, True
+
+
+def _order(row: dict) -> tuple:
+    """Kernel, then metric, mode, shape and n ascending: the order a reader scans."""
+    from lattnbench.report import MODE_ORDER, TENSOR_ORDER, shape_key
+
+    mode, tensor = row.get("mode"), row.get("tensor")
+    return (row["kernel"], ("time_ms", "peak_mb", "err_ratio").index(row["metric"])
+            if row["metric"] in ("time_ms", "peak_mb", "err_ratio") else 9,
+            MODE_ORDER.index(mode) if mode in MODE_ORDER else 9, shape_key(row),
+            row.get("seqlen") if isinstance(row.get("seqlen"), int) else 0,
+            TENSOR_ORDER.index(tensor) if tensor in TENSOR_ORDER else 9, json.dumps(row_key(row)))
+
+
+def _ratio(k: dict | None, r: dict | None) -> float | None:
+    from lattnbench.report import value
+
+    kv, rv = value(k), value(r)
+    return kv / rv if kv is not None and rv else None
+
+
+def _status(row: dict | None) -> str:
+    return "missing" if row is None else str(row.get("status"))
+
+
+def _err_value(row: dict | None) -> float | str | None:
+    if row is None:
+        return "missing"
+    v = row.get("median", row.get("err"))
+    return float(v) if isinstance(v, (int, float)) else _status(row)
+
+
+def resolve_reference(current: Sequence[dict], baseline: Sequence[dict], requested: str | None) -> str | None:
+    """The requested reference (timed in both files) or the default one timed in both."""
+    cur = {r["kernel"] for r in current if is_speed(r)}
+    base = {r["kernel"] for r in baseline if is_speed(r)}
+    if requested is not None:
+        missing = [name for name, ks in (("current", cur), ("baseline", base)) if requested not in ks]
+        if missing:
+            known = ", ".join(sorted(cur & base)) or "none"
+            raise GateError(f"unknown reference kernel {requested!r}: not timed in the "
+                            f"{' and '.join(missing)} file (timed in both: {known})")
+        return requested
+    ref = pick_reference([r for r in current if r["kernel"] in base])
+    if ref is None and cur & base:
+        raise GateError("no softmax kernel is timed in both files: pass --reference KERNEL")
+    return ref
+
+
+def compare(current: Sequence[dict], baseline: Sequence[dict], threshold: float,
+            reference: str | None = None) -> tuple[list[Point], str | None]:
+    """Every point's verdict, in a stable order, and the reference used."""
+    ref = resolve_reference(current, baseline, reference)
+    cur = {row_key(r): r for r in current}
+    base = {row_key(r): r for r in baseline}
+    ref_cur = {_point_key(r): r for r in current if r["kernel"] == ref}
+    ref_base = {_point_key(r): r for r in baseline if r["kernel"] == ref}
+    points = []
+    merged = {**base, **cur}
+    for key in sorted(merged, key=lambda k: _order(merged[k])):
+        c, b = cur.get(key), base.get(key)
+        row = merged[key]
+        metric = {"time_ms": "time", "peak_mb": "memory"}.get(row["metric"], f"err {row.get('tensor')}")
+        p = Point(row["kernel"], shape_label(row) + f" {row.get('device')}", row["seqlen"], row["mode"], metric,
+                  None, None, key={f: row.get(f) for f in ("kernel", "seqlen", "mode", "metric", "tensor")})
+        lost = b is not None and b.get("status") == "ok" and (c is None or c.get("status") != "ok")
+        if row["metric"] == "err_ratio":
+            p.baseline, p.current = _err_value(b), _err_value(c)
+            if c is not None and (c.get("status") == "fail" or (c.get("status") == "ok" and not agreement_passes(c))):
+                p.verdict, p.reason = "FAIL", f"err above tol {c.get('tol')} or not finite"
+            elif lost:
+                p.verdict, p.reason = "LOST", f"ok in the baseline, {_status(c)} now"
+            elif b is None:
+                p.verdict = "new"
+            points.append(p)
+            continue
+        if lost:
+            p.baseline, p.current = "ok", _status(c)
+            p.verdict, p.reason = "LOST", f"ok in the baseline, {_status(c)} now"
+            points.append(p)
+            continue
+        if not is_speed(row) or row["kernel"] == ref:
+            continue  # memory and interpreted timings gate by status only; ref/ref is 1
+        if b is None:
+            p.current, p.verdict = _ratio(c, ref_cur.get(_point_key(c))) or _status(c), "new"
+            points.append(p)
+            continue
+        if c is None or c.get("status") != "ok":
+            p.baseline, p.current, p.verdict = _status(b), _status(c), "ok"
+            p.reason = "not ok in either run"
+            points.append(p)
+            continue
+        rc, rb = ref_cur.get(_point_key(c)), ref_base.get(_point_key(b))
+        p.baseline, p.current = _ratio(b, rb), _ratio(c, rc)
+        if p.baseline is None or p.current is None:
+            p.baseline = p.baseline if p.baseline is not None else f"ref {_status(rb)}"
+            p.current = p.current if p.current is not None else f"ref {_status(rc)}"
+            p.verdict, p.reason = "no ref", f"{ref} not ok at this point in both runs"
+            points.append(p)
+            continue
+        assert rc is not None and rb is not None
+        p.change = p.current / p.baseline - 1
+        seed = zlib.crc32(json.dumps(key).encode())
+        p.interval, p.significant = significance(c, rc, b, rb, seed)
+        if p.change > threshold:
+            p.verdict = "REGRESSION" if p.significant else "~"
+        elif (1 + p.change) * (1 + threshold) < 1:
+            p.verdict = "faster" if p.significant else "~"
+        points.append(p)
+    return points, ref
+
+
+def failed(points: Sequence[Point]) -> bool:
+    return any(p.verdict in FAILING for p in points)
+
+
+def to_json(points: Sequence[Point], **meta) -> str:
+    """The machine-readable verdict: NaN/Inf become null so the output stays standard JSON."""
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        return v
+
+    counts: dict[str, int] = {}
+    for p in points:
+        counts[p.verdict] = counts.get(p.verdict, 0) + 1
+    doc = {**meta, "ok": not failed(points), "method": METHOD, "counts": dict(sorted(counts.items())),
+           "points": [asdict(p) for p in points]}
+    return json.dumps(clean(doc), indent=1, allow_nan=False)

@@ -1,0 +1,139 @@
+"""JAX adapter: jitted fwd / fwd+grad / grad-alone callables, grads, compiled memory analysis.
+
+Decay, packed lengths, scale and direction are closed over as constants (they are not
+trained and must be static for the kernels' shapes); the differentiable inputs are arguments.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from lattnbench.errors import Unsupported  # noqa: E402
+from lattnbench.inputs import constants, numpy_inputs, shapes  # noqa: E402,F401
+from lattnbench.registry import KernelEntry  # noqa: E402
+from lattnbench.spec import Case  # noqa: E402
+
+DTYPES = {"fp64": jnp.float64, "fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
+FP32_TENSORS = ("h0", "dS", "g")
+GRAD_NAMES = {"q": "dq", "k": "dk", "v": "dv", "h0": "dh0", "g": "dg"}
+
+
+def jax_device(device: str):
+    kind = "gpu" if device.startswith("cuda") else "cpu"
+    try:
+        return jax.devices(kind)[0]
+    except RuntimeError:
+        raise Unsupported(f"JAX has no {kind} backend here") from None
+
+
+class JaxProblem:
+    """One kernel on one case, inputs placed once on the JAX device."""
+
+    def __init__(self, entry: KernelEntry, case: Case, device: str, seed: int = 0,
+                 arrays: dict[str, np.ndarray] | None = None) -> None:
+        self.entry, self.case, self.family = entry, case, entry.family
+        self.dev = jax_device(device)
+        if case.dtype == "fp64" and not jax.config.jax_enable_x64:
+            raise Unsupported("fp64 in JAX needs JAX_ENABLE_X64=1")
+        self.fn = entry.load()
+        self.const = constants(case, entry, seed)
+        self.arrays = self._build(arrays, seed)
+        self.diff = [n for n in ("q", "k", "v", "h0", "g") if n in self.arrays]
+        self._f = self._closure()
+        self._fwd = jax.jit(self._f)
+        self._fb = jax.jit(self._fwd_and_grad)
+
+    def _build(self, arrays, seed) -> dict[str, jax.Array]:
+        dtype = DTYPES[self.case.dtype]
+        out = {}
+        if arrays is None:  # draw on the device
+            key = jax.random.PRNGKey(seed)
+            for i, (name, shape) in enumerate(shapes(self.case, self.family).items()):
+                want = jnp.float32 if name in FP32_TENSORS else dtype
+                with jax.default_device(self.dev):
+                    x = jax.random.normal(jax.random.fold_in(key, i), shape, jnp.float32)
+                    if name == "g":
+                        x = jax.nn.log_sigmoid(x) / 8
+                    out[name] = x.astype(want)
+        else:
+            for name, x in arrays.items():
+                want = jnp.float32 if name in FP32_TENSORS else dtype
+                out[name] = jax.device_put(jnp.asarray(x, dtype=want), self.dev)
+        return out
+
+    def _closure(self) -> Callable:
+        fn, c, case, fam = self.fn, self.const, self.case, self.family
+        names = self.diff
+        gamma = None if c.gamma is None else jnp.asarray(c.gamma)
+        cu = c.cu_seqlens
+
+        def f(*xs):
+            t = dict(zip(names, xs))
+            if fam == "softmax":
+                return (fn(t["q"], t["k"], t["v"], c.scale),)
+            decay = t["g"] if fam == "gla" else gamma
+            o, state = fn(t["q"], t["k"], t["v"], decay, c.scale, t.get("h0"), case.reverse, cu)
+            return (o,) if state is None else (o, state)
+        return f
+
+    def _args(self):
+        return [self.arrays[n] for n in self.diff]
+
+    def _cots(self, outs):
+        cots = [self.arrays["do"].astype(outs[0].dtype)]
+        if len(outs) > 1:
+            cots.append(self.arrays["dS"].astype(outs[1].dtype))
+        return tuple(cots)
+
+    def _fwd_and_grad(self, args, do, ds):
+        outs, pullback = jax.vjp(self._f, *args)
+        cots = (do.astype(outs[0].dtype),) + ((ds.astype(outs[1].dtype),) if len(outs) > 1 else ())
+        return outs, pullback(cots)
+
+    def fwd(self):
+        return self._fwd(*self._args())
+
+    def fwdbwd(self):
+        return self._fb(self._args(), self.arrays["do"], self.arrays.get("dS", self.arrays["do"]))
+
+    def bwd_callable(self) -> Callable[[], object]:
+        """Backward alone: residuals computed once (jitted forward), then only the pullback runs."""
+        outs, pullback = jax.jit(lambda *a: jax.vjp(self._f, *a))(*self._args())
+        cots = self._cots(outs)
+        apply = jax.jit(lambda p, c: p(c))
+        return lambda: apply(pullback, cots)
+
+    def sync(self, result=None) -> None:
+        if result is not None:
+            jax.block_until_ready(result)
+
+    def results(self) -> dict[str, jax.Array | None]:
+        outs, grads = self.fwdbwd()
+        got = {"o": outs[0]}
+        if self.family != "softmax":
+            got["final_state"] = outs[1] if len(outs) > 1 else None
+        got.update({GRAD_NAMES[n]: g for n, g in zip(self.diff, grads)})
+        return got
+
+    def peak_mb(self, mode: str) -> tuple[float, str]:
+        """XLA's compiled memory analysis: temporaries + outputs (arguments excluded), in MB."""
+        if mode == "fwd":
+            lowered = self._fwd.lower(*self._args())
+        else:
+            lowered = self._fb.lower(self._args(), self.arrays["do"], self.arrays.get("dS", self.arrays["do"]))
+        stats = lowered.compile().memory_analysis()
+        if stats is None:
+            raise Unsupported("this JAX backend gives no memory analysis")
+        peak = stats.temp_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
+        return peak / 2**20, "xla.memory_analysis(temp+output)"
+
+
+def is_oom(exc: BaseException) -> bool:
+    text = str(exc)
+    return "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()

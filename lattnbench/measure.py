@@ -1,0 +1,219 @@
+"""The sweep engine: run kernels over cases, one isolated point at a time, rows as they finish.
+
+Every point is guarded: a missing package, an unsupported case, running out of memory, a
+compile error or NaNs in the output become a row with a status and a reason, and the sweep
+goes on. Rows reach the ``ResultsWriter`` as soon as they exist, so nothing measured is lost.
+"""
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from lattnbench.errors import PointTimeout, Unsupported
+from lattnbench.registry import KernelEntry
+from lattnbench.results import row_key
+from lattnbench.spec import Case
+
+FAILED = ("error", "fail", "timeout")
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; ``cuda``/``cpu`` checked."""
+    import torch
+
+    device = device.lower()
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise Unsupported("--device cuda was asked for, but no CUDA GPU is visible")
+    if device not in ("cuda", "cpu"):
+        raise Unsupported(f"unknown device {device!r}: choose auto, cuda or cpu")
+    return device
+
+
+def make_problem(entry: KernelEntry, case: Case, device: str, seed: int = 0, arrays=None):
+    """The framework adapter's problem object for one kernel and case (imports lazily)."""
+    if entry.framework == "torch":
+        from lattnbench.torch_fw import TorchProblem
+        return TorchProblem(entry, case, device, seed, arrays)
+    from lattnbench.jax_fw import JaxProblem
+    return JaxProblem(entry, case, device, seed, arrays)
+
+
+def base_row(entry: KernelEntry, case: Case, device: str, mode: str, metric: str) -> dict:
+    return {"kernel": entry.name, "family": entry.family, "framework": entry.framework,
+            "device": device, **case.fields(), "mode": mode, "metric": metric}
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    msg = text[0] if text else ""
+    return f"{type(exc).__name__}: {msg}"[:300]
+
+
+def classify(exc: BaseException, entry: KernelEntry) -> tuple[str, str]:
+    """(status, reason) for an exception raised while measuring a point."""
+    if isinstance(exc, Unsupported):
+        return "unsupported", str(exc)
+    if isinstance(exc, PointTimeout):
+        return "timeout", str(exc)
+    oom = False
+    if entry.framework == "torch":
+        from lattnbench.torch_fw import is_oom
+        oom = is_oom(exc)
+    else:
+        from lattnbench.jax_fw import is_oom
+        oom = is_oom(exc)
+    return ("oom", one_line(exc)) if oom else ("error", one_line(exc))
+
+
+def _finite(result) -> bool:
+    """True when every array in a (nested) result is free of NaN/Inf."""
+    import numpy as np
+
+    stack = [result]
+    while stack:
+        x = stack.pop()
+        if x is None:
+            continue
+        if isinstance(x, (tuple, list)):
+            stack.extend(x)
+        elif hasattr(x, "detach"):
+            import torch
+            if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+                return False
+        elif hasattr(x, "dtype") and hasattr(x, "shape"):
+            if not np.isfinite(np.asarray(x, dtype=np.float32)).all():
+                return False
+    return True
+
+
+def _cleanup(device: str) -> None:
+    gc.collect()
+    if device == "cuda":
+        import torch
+        torch.cuda.empty_cache()
+
+
+@dataclass
+class Sweeper:
+    """Runs speed / memory points and hands each finished row to ``emit``."""
+
+    device: str
+    emit: Callable[[list[dict]], None]
+    ceilings: dict
+    budget_s: float = 0.5
+    skip: frozenset = frozenset()
+
+    def _gate(self, entry: KernelEntry, case: Case, modes: Iterable[str], metric: str) -> list[dict] | None:
+        """Rows for points that cannot run (unavailable / unsupported), or None to go ahead."""
+        reason = entry.available(self.device)
+        status = "unavailable"
+        if reason is None:
+            reason, status = entry.supports(case, self.device), "unsupported"
+        if reason is None:
+            return None
+        return [{**base_row(entry, case, self.device, m, metric), "status": status, "reason": reason}
+                for m in modes]
+
+    def _todo(self, entry, case, modes, metric) -> list[str]:
+        return [m for m in modes if row_key(base_row(entry, case, self.device, m, metric)) not in self.skip]
+
+    def speed(self, entry: KernelEntry, case: Case, modes: Iterable[str]) -> list[dict]:
+        from lattnbench.roofline import floor_ms
+        from lattnbench.timing import measure
+
+        modes = self._todo(entry, case, modes, "time_ms")
+        if not modes:
+            return []
+        rows = self._gate(entry, case, modes, "time_ms")
+        if rows is not None:
+            self.emit(rows)
+            return rows
+        rows, problem = [], None
+        interpreted = self.device == "cpu" and entry.interpreted_on_cpu
+        try:
+            problem = make_problem(entry, case, self.device)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a row
+            status, reason = classify(exc, entry)
+            rows = [{**base_row(entry, case, self.device, m, "time_ms"), "status": status, "reason": reason}
+                    for m in modes]
+            self.emit(rows)
+            return rows
+        flush = None
+        if self.device == "cuda":
+            from lattnbench.torch_fw import l2_flusher
+            flush = l2_flusher(self.device)
+        for mode in modes:
+            row = base_row(entry, case, self.device, mode, "time_ms")
+            try:
+                if not _finite(problem.fwd() if mode == "fwd" else problem.fwdbwd()):
+                    raise _NonFinite()
+                run = {"fwd": problem.fwd, "fwdbwd": problem.fwdbwd}.get(mode) or problem.bwd_callable()
+                t = measure(run, problem.sync, flush=flush, budget_s=self.budget_s,
+                            cuda_events=self.device == "cuda" and entry.framework == "torch",
+                            min_reps=3 if interpreted else 5)
+                floor = floor_ms(case, entry.family, mode, self.ceilings)
+                row.update(median=t.median, p20=t.quantile(0.2), p80=t.quantile(0.8),
+                           samples=len(t.samples_ms), samples_ms=[round(x, 5) for x in t.samples_ms],
+                           warmup_calls=t.warmup_calls, first_call_s=round(t.first_call_s, 3),
+                           timer=t.method, interpreted=interpreted, status="ok", reason=None)
+                if floor is not None:
+                    row["floor_ms"] = floor
+                    row["pct_floor"] = 100.0 * floor / t.median
+            except _NonFinite:
+                row.update(status="fail", reason="NaN/Inf in the output")
+            except Exception as exc:  # noqa: BLE001
+                status, reason = classify(exc, entry)
+                row.update(status=status, reason=reason)
+            rows.append(row)
+            self.emit([row])
+        del problem
+        _cleanup(self.device)
+        return rows
+
+    def memory(self, entry: KernelEntry, case: Case, modes: Iterable[str]) -> list[dict]:
+        modes = self._todo(entry, case, modes, "peak_mb")
+        if not modes:
+            return []
+        rows = self._gate(entry, case, modes, "peak_mb")
+        if rows is not None:
+            self.emit(rows)
+            return rows
+        rows = []
+        for mode in modes:  # a fresh problem per mode: nothing of one mode's graph lingers
+            row = base_row(entry, case, self.device, mode, "peak_mb")
+            problem = None
+            try:
+                problem = make_problem(entry, case, self.device)
+                peak, method = problem.peak_mb(mode)
+                row.update(median=peak, p20=peak, p80=peak, samples=1, memory_method=method,
+                           status="ok", reason=None)
+            except Exception as exc:  # noqa: BLE001
+                status, reason = classify(exc, entry)
+                row.update(status=status, reason=reason)
+            del problem
+            _cleanup(self.device)
+            rows.append(row)
+            self.emit([row])
+        return rows
+
+
+class _NonFinite(Exception):
+    pass
+
+
+def summarize(rows: list[dict]) -> dict[str, int]:
+    """Count rows by status, for the closing line and the exit code."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    return counts
+
+
+def any_failed(rows: list[dict]) -> bool:
+    return any(r["status"] in FAILED for r in rows) or any(
+        r.get("metric") == "err_ratio" and isinstance(r.get("median"), float) and math.isnan(r["median"])
+        for r in rows)

@@ -1,0 +1,164 @@
+"""Plots of a results file: time, peak memory and speed-up against sequence length n.
+
+Log-log axes because the question is the slope (linear attention O(n) against softmax O(n²))
+and where the curves cross. One colour per kernel, one marker and line style per mode, one
+panel per shape group. Built on ``matplotlib.figure.Figure`` with the Agg canvas, never pyplot:
+no global state, no display needed, safe on CI. Nothing here imports torch or jax.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from lattnbench.report import (MODE_ORDER, gpu_name, is_speed, kernel_sort_key, pick_reference,
+                               shape_key, shape_label, value)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+KINDS = ("speed", "memory", "speedup")
+SUFFIXES = (".png", ".svg", ".pdf")
+MARKERS = {"fwd": "o", "bwd": "s", "fwdbwd": "^"}
+STYLES = {"fwd": "-", "bwd": "--", "fwdbwd": ":"}
+_YLABEL = {"speed": "time per call (ms, median)", "memory": "peak memory above inputs (MB)",
+           "speedup": "speed-up vs {ref} (×, >1 faster)"}
+
+
+class PlotError(ValueError):
+    """Nothing to plot, or a bad option: one line, shown as is."""
+
+
+def _n_label(n: int) -> str:
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def _rows_for(doc: dict, kind: str) -> list[dict]:
+    if kind == "memory":
+        return [r for r in doc["rows"] if r.get("metric") == "peak_mb"]
+    return [r for r in doc["rows"] if is_speed(r)]
+
+
+def figure(doc: dict, kind: str, reference: str | None = None) -> "Figure":
+    """One figure of ``kind`` for ``doc``: a panel per shape group, a line per (kernel, mode).
+
+    Data lines carry gid ``"series"`` (the reference line at 1× in speed-up plots ``"reference"``)
+    so tests and callers can tell them from decorations.
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    if kind not in KINDS:
+        raise PlotError(f"unknown plot kind {kind!r}: choose from {', '.join(KINDS)}, all")
+    rows = _rows_for(doc, kind)
+    ref = pick_reference(doc["rows"], reference) if kind == "speedup" or reference else None
+    if kind == "speedup" and ref is None:
+        raise PlotError("no softmax kernel was timed: pass --reference KERNEL for a speed-up plot")
+    if not any(value(r) is not None for r in rows):
+        raise PlotError(f"no ok {'peak_mb' if kind == 'memory' else 'time_ms'} points to plot")
+    families = {r["kernel"]: r.get("family", "") for r in doc["rows"]}
+    kernels = sorted({r["kernel"] for r in rows}, key=lambda k: kernel_sort_key(k, families))
+    colors = {k: f"C{i % 10}" for i, k in enumerate(kernels)}
+    groups = sorted({shape_key(r) for r in rows})
+    ncols = min(2, len(groups))
+    nrows = -(-len(groups) // ncols)
+    fig = Figure(figsize=(7.5 * ncols, 5.2 * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    used: set[tuple[str, str]] = set()
+    for ax, skey in zip(axes, groups):
+        g = [r for r in rows if shape_key(r) == skey]
+        cells = {(r["kernel"], r["mode"], r["seqlen"]): r for r in g}
+        ns = sorted({r["seqlen"] for r in g})
+        modes = sorted({r["mode"] for r in g}, key=lambda m: (MODE_ORDER.index(m) if m in MODE_ORDER else 9, m))
+        for k in kernels:
+            if kind == "speedup" and k == ref:
+                continue
+            for m in modes:
+                pts = []
+                for n in ns:
+                    v = value(cells.get((k, m, n)))
+                    if kind == "speedup":
+                        base = value(cells.get((ref, m, n)))
+                        v = base / v if base is not None and v else None
+                    if v is not None:
+                        pts.append((n, v, cells[(k, m, n)]))
+                if not pts:
+                    continue
+                used.add((k, m))
+                x = [p[0] for p in pts]
+                ax.plot(x, [p[1] for p in pts], color=colors[k], marker=MARKERS.get(m, "D"),
+                        linestyle=STYLES.get(m, "-."), markersize=5, label=f"{k} {m}", gid="series")
+                if kind == "speed" and all(isinstance(p[2].get("p20"), (int, float)) for p in pts):
+                    ax.fill_between(x, [p[2]["p20"] for p in pts], [p[2]["p80"] for p in pts],
+                                    color=colors[k], alpha=0.15, linewidth=0)
+        if kind == "speedup":
+            ax.axhline(1.0, color="0.4", linewidth=1, linestyle="-", gid="reference")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.xaxis.set_major_locator(FixedLocator(ns))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(ns, [_n_label(n) for n in ns])
+        ax.set_xlabel("sequence length n (tokens)")
+        ax.set_ylabel(_YLABEL[kind].format(ref=ref))
+        ax.set_title(shape_label(g[0]) + f" · {g[0].get('device')}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        k_handles = [Line2D([], [], color=colors[k], label=k) for k in kernels
+                     if any(km[0] == k for km in used)]
+        m_handles = [Line2D([], [], color="0.2", marker=MARKERS.get(m, "D"), linestyle=STYLES.get(m, "-."),
+                            label=m) for m in modes if any(km[1] == m for km in used)]
+        if kind == "speedup":
+            m_handles.append(Line2D([], [], color="0.4", label=f"{ref} (1×)"))
+        first = ax.legend(handles=k_handles, title="kernel", loc="upper left", fontsize=8)
+        ax.add_artist(first)
+        ax.legend(handles=m_handles, title="mode", loc="lower right", fontsize=8)
+    for ax in axes[len(groups):]:
+        ax.set_visible(False)
+    what = {"speed": "Time", "memory": "Peak memory", "speedup": "Speed-up"}[kind]
+    fig.suptitle(f"{what} vs n — {doc.get('suite')} on {gpu_name(doc.get('env') or {}, doc['rows'])}")
+    return fig
+
+
+def save(fig: "Figure", path: Path) -> None:
+    """Write without timestamps so that re-plotting the same file gives the same bytes."""
+    import matplotlib
+
+    meta = {"Date": None} if path.suffix.lower() in (".svg", ".pdf") else {}
+    with matplotlib.rc_context({"svg.hashsalt": "lattnbench"}):
+        fig.savefig(path, dpi=120, metadata=meta)
+
+
+def outputs(results: Path, out: Path | None, kind: str) -> list[tuple[str, Path]]:
+    """(kind, path) pairs: FILE for one kind, FILE-speed.png etc. for ``all``."""
+    out = out or results.with_suffix(".png")
+    if out.suffix.lower() not in SUFFIXES:
+        raise PlotError(f"--out {out}: use a {', '.join(SUFFIXES)} file name")
+    if kind == "all":
+        return [(k, out.with_name(f"{out.stem}-{k}{out.suffix}")) for k in KINDS]
+    if kind not in KINDS:
+        raise PlotError(f"unknown plot kind {kind!r}: choose from {', '.join(KINDS)}, all")
+    return [(kind, out)]
+
+
+def plot(doc: dict, results: Path, out: Path | None, kind: str,
+         reference: str | None = None) -> tuple[list[Path], list[str]]:
+    """Render and write; for ``all`` a kind without data is skipped with a note, not an error."""
+    written, skipped = [], []
+    targets = outputs(results, out, kind)
+    for k, path in targets:
+        try:
+            fig = figure(doc, k, reference)
+        except PlotError as exc:
+            if kind != "all":
+                raise
+            skipped.append(f"{k}: {exc}")
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save(fig, path)
+        written.append(path)
+    if not written:
+        raise PlotError("nothing to plot: " + "; ".join(skipped))
+    return written, skipped
+
+
+__all__: Sequence[str] = ("PlotError", "figure", "plot", "outputs", "KINDS")

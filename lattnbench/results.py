@@ -1,0 +1,140 @@
+"""The results file: schema ``lattnbench.results/1``, written as a sweep goes, read back safely.
+
+One JSON document per run: ``{"schema", "suite", "env", "ceilings", "rows": [...]}`` with flat
+rows (DESIGN.md "Results schema"). The writer rewrites the file atomically after every point,
+so a run killed at any moment (even SIGKILL) leaves a complete, readable file of what
+finished. No framework imports here: report, plot and gate read results without torch or jax.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "lattnbench.results/1"
+STATUSES = ("ok", "fail", "oom", "unsupported", "unavailable", "error", "timeout")
+METRICS = ("time_ms", "peak_mb", "err_ratio")
+REQUIRED = ("kernel", "family", "framework", "device", "batch", "seqlen", "heads", "kv_heads",
+            "dim_qk", "dim_v", "dtype", "mode", "metric", "status")
+#: the fields that identify a point (a row without its measured values)
+KEY_FIELDS = ("kernel", "device", "batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v",
+              "dtype", "mode", "metric", "tensor", "varlen", "initial_state", "reverse", "decay")
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read or written: one line naming the file and the problem."""
+
+
+def row_key(row: dict) -> tuple:
+    """Hashable identity of a point, for --resume, gate and de-duplication."""
+    return tuple(json.dumps(row.get(f), sort_keys=True) for f in KEY_FIELDS)
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/Inf: store them as strings so the file stays standard JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def _restore(value: Any) -> Any:
+    return float(value) if value in ("nan", "inf", "-inf") else value
+
+
+class ResultsWriter:
+    """Accumulates rows and rewrites the whole file atomically after each ``add``."""
+
+    def __init__(self, path: str | Path, suite: str, env: dict, ceilings: dict | None = None,
+                 resume: bool = False) -> None:
+        self.path = Path(path)
+        self.doc: dict[str, Any] = {"schema": SCHEMA, "suite": suite, "env": env,
+                                    "ceilings": ceilings or {}, "rows": []}
+        if resume and self.path.exists():
+            old = load(self.path)
+            self.doc["rows"] = old["rows"]
+            self.doc["ceilings"] = self.doc["ceilings"] or old.get("ceilings", {})
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ResultsError(f"cannot create {self.path.parent}: {exc.strerror}") from None
+        self._flush()
+
+    @property
+    def rows(self) -> list[dict]:
+        return self.doc["rows"]
+
+    def done_keys(self) -> set[tuple]:
+        return {row_key(r) for r in self.rows}
+
+    def set_ceilings(self, ceilings: dict) -> None:
+        self.doc["ceilings"] = ceilings
+        self._flush()
+
+    def add(self, rows: dict | Iterable[dict]) -> None:
+        new = [rows] if isinstance(rows, dict) else list(rows)
+        self.doc["rows"].extend({k: _clean(v) for k, v in r.items()} for r in new)
+        self._flush()
+
+    def _flush(self) -> None:
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".lattnbench-", suffix=".json", dir=self.path.parent)
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.doc, f, indent=1)
+                f.write("\n")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            raise ResultsError(f"cannot write {self.path}: {exc.strerror}") from None
+
+
+def load(path: str | Path) -> dict:
+    """Read and validate a results file; ResultsError with one line on anything wrong."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such results file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot read ({exc})") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ResultsError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise ResultsError(f"{path}: not a lattnbench results file (schema {found!r}, want {SCHEMA!r})")
+    rows = doc.get("rows")
+    if not isinstance(rows, list):
+        raise ResultsError(f"{path}: 'rows' must be a list")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ResultsError(f"{path}: row {i} is not an object")
+        missing = [f for f in REQUIRED if f not in row]
+        if missing:
+            raise ResultsError(f"{path}: row {i} lacks {', '.join(missing)}")
+        for k in ("median", "p20", "p80", "err", "tol"):
+            if k in row:
+                row[k] = _restore(row[k])
+    doc.setdefault("env", {})
+    doc.setdefault("ceilings", {})
+    doc.setdefault("suite", path.stem)
+    return doc
+
+
+def to_frame(doc_or_rows: dict | list[dict]):
+    """Rows as a pandas DataFrame (pandas imported lazily)."""
+    import pandas as pd
+
+    rows = doc_or_rows["rows"] if isinstance(doc_or_rows, dict) else doc_or_rows
+    return pd.DataFrame(rows)
+
+
+def write_csv(doc: dict, path: str | Path) -> None:
+    """The CSV view of a results document (one line per row)."""
+    frame = to_frame(doc)
+    if "samples_ms" in frame.columns:
+        frame = frame.drop(columns=["samples_ms"])
+    frame.to_csv(path, index=False)

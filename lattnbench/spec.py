@@ -1,0 +1,187 @@
+"""What to measure: the range grammar, one benchmark ``Case``, and the ``Sweep`` of cases.
+
+Pure Python (no framework imports) so that parsing a command line or a suite is instant.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+DTYPES = ("fp32", "bf16", "fp16", "fp64")
+MODES = ("fwd", "bwd", "fwdbwd")
+DECAYS = ("alibi", "lightning", "zero", "random")
+MAX_POINTS = 4096  # a range longer than this is a typo, not a sweep
+_INT = r"(\d+)([kKmM]?)"
+
+
+class SpecError(ValueError):
+    """A user error in a range, a case or a suite: the message is one line, shown as is."""
+
+
+def _int(num: str, suffix: str) -> int:
+    mult = {"": 1, "k": 1024, "m": 1024 * 1024}[suffix.lower()]
+    return int(num) * mult
+
+
+def _one_range(item: str, what: str) -> list[int]:
+    m = re.fullmatch(rf"{_INT}(?:\.\.{_INT}(?::(x|\+)(\d+))?)?", item)
+    if not m:
+        raise SpecError(
+            f"bad {what} range {item!r}: use 512, 512..32768 (doubling), 512..4096:x2, "
+            "1000..4000:+1000 or a comma list such as 512,1000,4096")
+    start = _int(m[1], m[2])
+    if m[3] is None:
+        values = [start]
+    else:
+        stop = _int(m[3], m[4])
+        op, step = (m[5] or "x"), int(m[6] or 2)
+        if stop < start:
+            raise SpecError(f"bad {what} range {item!r}: the end ({stop}) is below the start ({start})")
+        if start == 0 and op == "x":
+            raise SpecError(f"bad {what} range {item!r}: a doubling range cannot start at 0")
+        if (op == "x" and step < 2) or (op == "+" and step < 1):
+            raise SpecError(f"bad {what} range {item!r}: the step must be x2 or more, or +1 or more")
+        count = (stop - start) // step + 1 if op == "+" else 1
+        if op == "x":
+            v = start
+            while v * step <= stop:
+                v, count = v * step, count + 1
+        if count > MAX_POINTS:
+            raise SpecError(f"bad {what} range {item!r}: {count} points is more than {MAX_POINTS}")
+        values, v = [], start
+        while v <= stop:
+            values.append(v)
+            v = v * step if op == "x" else v + step
+    if any(x <= 0 for x in values):
+        raise SpecError(f"bad {what} range {item!r}: values must be positive")
+    return values
+
+
+def parse_range(text: str | int, what: str = "value") -> list[int]:
+    """Parse the range grammar into a sorted, de-duplicated list of positive ints.
+
+    ``512..32768`` doubles (inclusive), ``512..4096:x2``, ``1000..4000:+1000``, ``512,1000,4096``,
+    single values; ``k`` means 1024 (``32k``). Anything else raises SpecError.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        text = str(text)
+    if not isinstance(text, str) or not text.strip():
+        raise SpecError(f"empty {what} range")
+    values: set[int] = set()
+    for item in text.replace(" ", "").split(","):
+        if not item:
+            raise SpecError(f"bad {what} range {text!r}: empty item in the comma list")
+        values.update(_one_range(item, what))
+        if len(values) > MAX_POINTS:
+            raise SpecError(f"bad {what} range {text!r}: more than {MAX_POINTS} points")
+    return sorted(values)
+
+
+def parse_choices(text: str | Sequence[str], allowed: Sequence[str], what: str) -> list[str]:
+    """A comma list (or list) of names, each one of ``allowed``; order kept, duplicates dropped."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    out: list[str] = []
+    for raw in items:
+        name = raw.strip().lower()
+        if name not in allowed:
+            raise SpecError(f"unknown {what} {raw.strip()!r}: choose from {', '.join(allowed)}")
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise SpecError(f"no {what} given")
+    return out
+
+
+@dataclass(frozen=True)
+class Case:
+    """One problem shape: q [batch, seqlen, heads, dim_qk], k/v with kv_heads, v with dim_v."""
+
+    batch: int
+    seqlen: int
+    heads: int
+    kv_heads: int
+    dim_qk: int
+    dim_v: int
+    dtype: str = "bf16"
+    decay: str = "alibi"
+    varlen: tuple[int, ...] | None = None  # packed sequence lengths (batch must be 1)
+    initial_state: bool = False
+    reverse: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v"):
+            if getattr(self, name) <= 0:
+                raise SpecError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.heads % self.kv_heads:
+            raise SpecError(f"heads ({self.heads}) must be a multiple of kv heads ({self.kv_heads})")
+        if self.dtype not in DTYPES:
+            raise SpecError(f"unknown dtype {self.dtype!r}: choose from {', '.join(DTYPES)}")
+        if self.decay not in DECAYS:
+            raise SpecError(f"unknown decay {self.decay!r}: choose from {', '.join(DECAYS)}")
+        if self.varlen is not None:
+            if self.batch != 1:
+                raise SpecError("varlen cases need batch 1 (sequences are packed)")
+            if sum(self.varlen) != self.seqlen or any(n <= 0 for n in self.varlen):
+                raise SpecError(f"varlen lengths {self.varlen} must be positive and sum to seqlen {self.seqlen}")
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.varlen) if self.varlen else self.batch
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seqlen
+
+    def label(self) -> str:
+        """Short human label, e.g. ``B4 T32768 H32 D128 bf16``."""
+        kv = f"/{self.kv_heads}" if self.kv_heads != self.heads else ""
+        dims = f"D{self.dim_qk}" if self.dim_qk == self.dim_v else f"D{self.dim_qk}E{self.dim_v}"
+        extra = "".join([" varlen" if self.varlen else "", " h0" if self.initial_state else "",
+                         " rev" if self.reverse else ""])
+        return f"B{self.batch} T{self.seqlen} H{self.heads}{kv} {dims} {self.dtype}{extra}"
+
+    def fields(self) -> dict:
+        """The columns a results row carries for this case (schema names)."""
+        d = asdict(self)
+        d["varlen"] = list(self.varlen) if self.varlen else None
+        return d
+
+    def with_(self, **kw) -> "Case":
+        return replace(self, **kw)
+
+
+@dataclass
+class Sweep:
+    """The cartesian product of axes; ``kv_heads``/``dim_v`` of None follow heads / dim_qk."""
+
+    seqlen: list[int]
+    batch: list[int] = field(default_factory=lambda: [1])
+    heads: list[int] = field(default_factory=lambda: [4])
+    kv_heads: list[int] | None = None
+    dim_qk: list[int] = field(default_factory=lambda: [64])
+    dim_v: list[int] | None = None
+    dtype: list[str] = field(default_factory=lambda: ["fp32"])
+    decay: str = "alibi"
+    initial_state: bool = False
+    reverse: bool = False
+
+    def cases(self) -> Iterator[Case]:
+        for dtype, b, h, d in itertools.product(self.dtype, self.batch, self.heads, self.dim_qk):
+            for hk in self.kv_heads or [h]:
+                for e in self.dim_v or [d]:
+                    for n in self.seqlen:
+                        yield Case(b, n, h, hk, d, e, dtype, self.decay,
+                                   initial_state=self.initial_state, reverse=self.reverse)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.cases())
+
+
+def expand(values: Iterable[str | int], what: str) -> list[int]:
+    """Parse several range strings (Typer list options) into one sorted list."""
+    out: set[int] = set()
+    for v in values:
+        out.update(parse_range(v, what))
+    return sorted(out)

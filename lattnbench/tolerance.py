@@ -1,0 +1,40 @@
+"""The one tolerance table and the error measure every agreement check uses.
+
+err = RMS(x − ref) / RMS(ref), reference in fp64 from the same dtype-rounded inputs.
+The bounds are set from what each dtype's rounding allows (output rounding plus low-precision
+matmul operands), never loosened to make a kernel pass. NaN or Inf always fails.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: largest accepted err_ratio per input dtype
+TOLERANCE: dict[str, float] = {
+    "fp64": 1e-9,
+    "fp32": 1e-5,   # needs IEEE fp32 matmuls: TF32 lands near 3e-4 and fails, as it should
+    "fp16": 2e-3,
+    "bf16": 1.5e-2,
+}
+
+
+def to_numpy64(x) -> np.ndarray:
+    """Any torch / JAX / numpy array as a float64 numpy array (host copy)."""
+    if hasattr(x, "detach"):  # torch
+        return x.detach().to("cpu").double().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def err_ratio(x, ref) -> float:
+    """RMS(x − ref) / RMS(ref); inf when x has NaN/Inf or the shapes differ."""
+    a, b = to_numpy64(x), to_numpy64(ref)
+    if a.shape != b.shape or not np.isfinite(a).all():
+        return math.inf
+    denom = math.sqrt(float(np.mean(b * b))) or 1.0
+    return math.sqrt(float(np.mean((a - b) ** 2))) / denom
+
+
+def passes(err: float, dtype: str) -> bool:
+    """True when err is finite and within the table's bound for dtype."""
+    return math.isfinite(err) and err <= TOLERANCE[dtype]

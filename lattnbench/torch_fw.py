@@ -1,0 +1,122 @@
+"""PyTorch adapter: inputs on the device, fwd / fwd+bwd / bwd-alone callables, grads, peak memory."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from lattnbench.errors import Unsupported
+from lattnbench.inputs import constants, numpy_inputs, shapes
+from lattnbench.registry import KernelEntry
+from lattnbench.spec import Case
+
+DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+#: tensors that stay fp32 whatever the case dtype (state, its cotangent, GLA gates)
+FP32_TENSORS = ("h0", "dS", "g")
+GRAD_NAMES = {"q": "dq", "k": "dk", "v": "dv", "h0": "dh0", "g": "dg"}
+
+
+class TorchProblem:
+    """One kernel on one case, inputs built once; every call reuses them."""
+
+    def __init__(self, entry: KernelEntry, case: Case, device: str, seed: int = 0,
+                 arrays: dict[str, np.ndarray] | None = None) -> None:
+        self.entry, self.case, self.family = entry, case, entry.family
+        self.device = torch.device(device)
+        self.fn = entry.load()
+        self.const = constants(case, entry, seed)
+        self.tensors = self._build(arrays, seed)
+        self.gamma = torch.as_tensor(self.const.gamma, device=self.device)
+        self.cu = (None if self.const.cu_seqlens is None
+                   else torch.as_tensor(self.const.cu_seqlens, device=self.device))
+        self.diff = [n for n in ("q", "k", "v", "h0", "g") if n in self.tensors]
+
+    def _build(self, arrays, seed) -> dict[str, torch.Tensor]:
+        dtype = DTYPES[self.case.dtype]
+        out = {}
+        if arrays is None:  # draw on the device: no host round trip for gigabyte inputs
+            gen = torch.Generator(device=self.device).manual_seed(seed)
+            for name, shape in shapes(self.case, self.family).items():
+                want = torch.float32 if name in FP32_TENSORS else dtype
+                x = torch.randn(shape, generator=gen, device=self.device, dtype=torch.float32)
+                if name == "g":
+                    x = torch.nn.functional.logsigmoid(x) / 8
+                out[name] = x.to(want)
+        else:
+            for name, x in arrays.items():
+                want = torch.float32 if name in FP32_TENSORS else dtype
+                out[name] = torch.from_numpy(x).to(self.device, want)
+        return out
+
+    # -- calls ---------------------------------------------------------------------------------
+    def _call(self, t: dict[str, torch.Tensor]):
+        if self.family == "softmax":
+            return (self.fn(t["q"], t["k"], t["v"], self.const.scale),)
+        decay = t["g"] if self.family == "gla" else self.gamma
+        o, state = self.fn(t["q"], t["k"], t["v"], decay, self.const.scale, t.get("h0"),
+                           self.case.reverse, self.cu)
+        return (o,) if state is None else (o, state)
+
+    def fwd(self):
+        with torch.no_grad():
+            return self._call(self.tensors)
+
+    def _graph(self):
+        leaves = {n: (x.detach().requires_grad_(True) if n in self.diff else x) for n, x in self.tensors.items()}
+        outs = self._call(leaves)
+        cots = [self.tensors["do"].to(outs[0].dtype)] + ([self.tensors["dS"]] if len(outs) > 1 else [])
+        return outs, [leaves[n] for n in self.diff], cots
+
+    def fwdbwd(self):
+        outs, leaves, cots = self._graph()
+        grads = torch.autograd.grad(outs, leaves, cots, allow_unused=True)
+        return outs, grads
+
+    def bwd_callable(self) -> Callable[[], object]:
+        """Backward alone: the graph is built once, untimed; each call re-runs only the backward."""
+        outs, leaves, cots = self._graph()
+        return lambda: torch.autograd.grad(outs, leaves, cots, retain_graph=True, allow_unused=True)
+
+    def sync(self, _result=None) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # -- check-grad ----------------------------------------------------------------------------
+    def results(self) -> dict[str, torch.Tensor | None]:
+        """Outputs and gradients by tensor name (o, final_state, dq, dk, dv, dh0, dg)."""
+        outs, grads = self.fwdbwd()
+        got: dict[str, torch.Tensor | None] = {"o": outs[0]}
+        if self.family != "softmax":
+            got["final_state"] = outs[1] if len(outs) > 1 else None
+        got.update({GRAD_NAMES[n]: g for n, g in zip(self.diff, grads)})
+        return got
+
+    # -- memory --------------------------------------------------------------------------------
+    def peak_mb(self, mode: str) -> tuple[float, str]:
+        """Peak bytes allocated above the live inputs during one call of ``mode``, in MB."""
+        if self.device.type != "cuda":
+            raise Unsupported("torch peak memory needs a CUDA device (the CPU allocator keeps no peak)")
+        run = self.fwd if mode == "fwd" else self.fwdbwd
+        run()  # warm: autotuning and compilation allocate too
+        self.sync()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        base = torch.cuda.memory_allocated(self.device)
+        result = run()
+        self.sync()
+        peak = torch.cuda.max_memory_allocated(self.device) - base
+        del result
+        return peak / 2**20, "torch.cuda.max_memory_allocated"
+
+
+def is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def l2_flusher(device: str) -> Callable[[], None] | None:
+    """Zero a buffer larger than L2 before each repetition so no run reads a warm cache."""
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    buf = torch.empty(256 * 2**20, dtype=torch.int8, device=device)
+    return buf.zero_

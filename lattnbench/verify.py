@@ -1,0 +1,105 @@
+"""Agreement (check-grad): a kernel's outputs and gradients against an fp64 reference.
+
+The kernel and the reference see the very same inputs: fresh random arrays, rounded to the
+case dtype, then upcast to fp64 for the reference. Cotangents for o and S_T are random too,
+so every gradient path (including the one through the final state) is exercised.
+Long sequences use the fp64 chunked reference (itself tested against the quadratic one).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from lattnbench.inputs import constants, numpy_inputs
+from lattnbench.measure import base_row, classify, make_problem
+from lattnbench.registry import KernelEntry
+from lattnbench.spec import Case
+from lattnbench.tolerance import TOLERANCE, err_ratio
+
+#: beyond this many B·H·T² scores the quadratic fp64 reference hands over to the chunked one
+QUADRATIC_REF_LIMIT = 2**26
+GRAD_OF = {"q": "dq", "k": "dk", "v": "dv", "h0": "dh0", "g": "dg"}
+
+
+def reference(family: str, case: Case, arrays: dict[str, np.ndarray], entry: KernelEntry,
+              with_state_grad: bool, device: str = "cpu") -> dict[str, np.ndarray]:
+    """fp64 outputs and gradients of the contract on the case-dtype-rounded inputs."""
+    import torch
+
+    from lattnbench.kernels.naive import torch_ref
+    from lattnbench.torch_fw import DTYPES, FP32_TENSORS
+
+    low = DTYPES[case.dtype]
+    dev = torch.device(device)
+    t = {}
+    for name, x in arrays.items():
+        rounded = torch.from_numpy(x).to(torch.float32 if name in FP32_TENSORS else low)
+        t[name] = rounded.to(dev, torch.float64)
+    const = constants(case, entry)
+    diff = [n for n in ("q", "k", "v", "h0", "g") if n in t]
+    for n in diff:
+        t[n].requires_grad_(True)
+    if family == "softmax":
+        outs = (torch_ref.softmax_naive(t["q"], t["k"], t["v"], const.scale),)
+    else:
+        cu = None if const.cu_seqlens is None else [int(c) for c in const.cu_seqlens]
+        gamma = torch.from_numpy(const.gamma).to(dev, torch.float64)
+        if family == "gla":
+            o, s = torch_ref.recurrent_naive(t["q"], t["k"], t["v"], g=t["g"], g_gamma=None, scale=const.scale,
+                                             initial_state=t.get("h0"), reverse=case.reverse, cu_seqlens=cu)
+        else:
+            quadratic = case.batch * case.heads * case.seqlen**2 <= QUADRATIC_REF_LIMIT
+            impl = torch_ref.lightning_naive if quadratic else torch_ref.lightning_chunked
+            o, s = impl(t["q"], t["k"], t["v"], gamma, const.scale, t.get("h0"), case.reverse, cu)
+        outs = (o, s)
+    cots = [t["do"]] + ([t["dS"]] if family != "softmax" and with_state_grad else [])
+    grads = torch.autograd.grad(outs[: len(cots)], [t[n] for n in diff], cots, allow_unused=True)
+    got = {"o": outs[0]}
+    if family != "softmax":
+        got["final_state"] = outs[1]
+    got.update({GRAD_OF[n]: g for n, g in zip(diff, grads)})
+    return {k: v.detach().cpu().numpy() for k, v in got.items() if v is not None}
+
+
+def check(entry: KernelEntry, case: Case, device: str, seed: int = 0) -> list[dict]:
+    """err_ratio rows, one per tensor, each with its tolerance and PASS (ok) / FAIL (fail)."""
+    tol = TOLERANCE[case.dtype]
+
+    def row(tensor: str, **kw) -> dict:
+        return {**base_row(entry, case, device, "fwdbwd", "err_ratio"), "tensor": tensor, "tol": tol, **kw}
+
+    expected = ["o", "dq", "dk", "dv"]
+    if entry.family != "softmax":
+        expected[1:1] = ["final_state"]
+        if case.initial_state:
+            expected.append("dh0")
+        if entry.family == "gla":
+            expected.append("dg")
+    reason = entry.available(device)
+    status = "unavailable"
+    if reason is None:
+        reason, status = entry.supports(case, device), "unsupported"
+    if reason is not None:
+        return [row(t, status=status, reason=reason) for t in expected]
+    arrays = numpy_inputs(case, entry.family, seed)
+    try:
+        got = make_problem(entry, case, device, seed, arrays).results()
+    except Exception as exc:  # noqa: BLE001 - a crashing kernel is a finding, recorded
+        status, reason = classify(exc, entry)
+        return [row(t, status=status, reason=reason) for t in expected]
+    with_state = got.get("final_state") is not None
+    ref_device = device if device == "cuda" else "cpu"
+    ref = reference(entry.family, case, arrays, entry, with_state, ref_device)
+    rows = []
+    for name in expected:
+        if name == "final_state" and not with_state:
+            rows.append(row(name, status="unsupported", reason="kernel returns no final state"))
+            continue
+        value = got.get(name)
+        if value is None:
+            rows.append(row(name, status="fail", reason="kernel returned no gradient", median=float("nan")))
+            continue
+        err = err_ratio(value, ref[name])
+        ok = err <= tol
+        rows.append(row(name, median=err, err=err, status="ok" if ok else "fail",
+                        reason=None if ok else f"err {err:.3g} > tol {tol:g}"))
+    return rows
