@@ -71,7 +71,7 @@ def check_tables(rows: list[dict]) -> list[Table]:
     """One row per (kernel, case), one column per tensor: err ratio and PASS / FAIL."""
     tensors = list(dict.fromkeys(r["tensor"] for r in rows if r["metric"] == "err_ratio"))
     table = Table(title="check-grad — err = RMS(x − ref)/RMS(ref) against fp64", title_justify="left")
-    table.add_column("kernel")
+    table.add_column("kernel", no_wrap=True)
     table.add_column("case")
     for t in tensors:
         table.add_column(t, justify="right")
@@ -91,7 +91,7 @@ def check_tables(rows: list[dict]) -> list[Table]:
             verdicts.add(r["status"])
             if r["status"] in ("ok", "fail") and isinstance(r.get("median"), float):
                 style = "green" if r["status"] == "ok" else "bold red"
-                row_cells.append(f"[{style}]{r['median']:.2e}[/]")
+                row_cells.append(f"[{style}]{r['median']:.1e}[/]")
             else:
                 row_cells.append(_cell(r, ""))
         bad = verdicts & {"fail", "error", "oom", "timeout"}
@@ -99,7 +99,7 @@ def check_tables(rows: list[dict]) -> list[Table]:
         table.add_row(kernel, label, *row_cells, verdict)
     tables = [table]
     reasons = {(r["kernel"], r["status"], r["reason"]) for r in rows
-               if r["status"] not in ("ok",) and r.get("reason")}
+               if r["status"] not in ("ok", "fail") and r.get("reason")}
     if reasons:
         note = Table.grid(padding=(0, 1))
         for k, s, why in sorted(reasons):

@@ -1,0 +1,111 @@
+"""The CLI end to end (in-process): exit codes, one-line errors, a wrong kernel caught."""
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from lattnbench.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def plugins(monkeypatch, request):
+    monkeypatch.syspath_prepend(str(request.path.parent))
+
+
+def test_help_lists_every_command():
+    res = invoke("--help")
+    assert res.exit_code == 0
+    for cmd in ("speed", "memory", "check-grad", "list", "env", "report", "plot", "gate"):
+        assert cmd in res.output
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["speed", "--n", "4096..512"], "below the start"),
+    (["speed", "--n", "abc"], "bad --n range"),
+    (["speed", "--n", "0"], "positive"),
+    (["speed", "--dtype", "fp8"], "unknown dtype 'fp8'"),
+    (["speed", "--kernels", "lightning/trition"], "did you mean lightning/triton"),
+    (["speed", "--heads", "6", "--kv-heads", "4"], "not a multiple"),
+    (["speed", "--mode", "sideways"], "unknown mode"),
+    (["memory", "--device", "tpu"], "unknown device"),
+    (["check-grad", "--varlen", "3,x"], "bad --varlen"),
+    (["check-grad", "--initial-state", "maybe"], "bad --initial-state"),
+    (["speed", "--kernel", "nocolon"], "package.module:function"),
+])
+def test_usage_errors_exit_2_with_one_line(args, needle, tmp_path):
+    res = invoke(*args, "--out", str(tmp_path / "r.json"))
+    assert res.exit_code == 2, res.output
+    assert needle in res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_unwritable_output_is_a_usage_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    res = invoke("speed", "-k", "lightning/naive-torch", "--n", "32", "--out", str(blocker / "r.json"))
+    assert res.exit_code == 2 and "cannot" in res.output
+
+
+def test_list_json_has_the_documented_fields():
+    res = invoke("list", "--json", "--device", "cpu")
+    items = json.loads(res.output)
+    assert res.exit_code == 0 and items
+    for it in items:
+        assert {"name", "family", "framework", "available", "reason"} <= set(it)
+        assert (it["reason"] is None) == it["available"]
+    sdpa = next(i for i in items if i["name"] == "softmax/sdpa-flash")
+    assert not sdpa["available"] and "cuda" in sdpa["reason"]
+
+
+def test_env_json():
+    block = json.loads(invoke("env", "--json").output)
+    assert block["versions"]["torch"] and block["cpu_count"] >= 1 and "commit" in block
+
+
+def test_wrong_kernel_fails_check_grad_with_exit_1(plugins, tmp_path):
+    out = tmp_path / "cg.json"
+    res = invoke("check-grad", "--kernel", "fake_kernels:no_decay", "-k", "plugin/no-decay",
+                 "--n", "40", "--out", str(out))
+    assert res.exit_code == 1
+    rows = json.loads(out.read_text())["rows"]
+    assert rows and all(r["status"] == "fail" for r in rows)
+    assert {r["tensor"] for r in rows} >= {"o", "final_state", "dq", "dk", "dv", "dh0"}
+
+
+def test_faithful_kernel_passes_check_grad(plugins, tmp_path):
+    out = tmp_path / "cg.json"
+    res = invoke("check-grad", "--kernel", "fake_kernels:faithful", "-k", "plugin/faithful",
+                 "--n", "40", "--varlen", "17,1,22", "--reverse", "--kv-heads", "2", "--dim-v", "24",
+                 "--out", str(out))
+    assert res.exit_code == 0, res.output
+    rows = json.loads(out.read_text())["rows"]
+    assert rows and all(r["status"] == "ok" and r["median"] <= r["tol"] for r in rows)
+    assert all(r["varlen"] == [17, 1, 22] and r["reverse"] for r in rows)
+
+
+def test_speed_json_writes_results_and_stdout(tmp_path):
+    out = tmp_path / "s.json"
+    res = runner.invoke(app, ["speed", "-k", "lightning/naive-torch", "--n", "32,48", "--mode", "fwd,bwd",
+                              "--budget", "0.01", "--json", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc == json.loads(out.read_text())
+    assert len(doc["rows"]) == 4 and all(r["status"] == "ok" and r["median"] > 0 for r in doc["rows"])
+    assert all(r["p20"] <= r["median"] <= r["p80"] for r in doc["rows"])
+    assert (tmp_path / "s.csv").exists()
+
+
+def test_unsupported_points_are_recorded_not_fatal(tmp_path):
+    out = tmp_path / "m.json"
+    res = invoke("memory", "-k", "lightning/naive-torch,softmax/sdpa-flash", "--n", "32", "--out", str(out))
+    assert res.exit_code == 0
+    rows = json.loads(out.read_text())["rows"]
+    status = {(r["kernel"], r["status"]) for r in rows}
+    assert ("softmax/sdpa-flash", "unavailable") in status
+    assert ("lightning/naive-torch", "unsupported") in status  # CPU torch keeps no peak

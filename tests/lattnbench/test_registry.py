@@ -1,0 +1,61 @@
+"""The registry: names, selection by glob, suggestions, availability and support reasons."""
+import pytest
+
+from lattnbench.registry import default_registry, load_plugin
+from lattnbench.spec import Case, SpecError
+
+STABLE_NAMES = ["lightning/naive-torch", "lightning/naive-jax", "lightning/triton", "lightning/jax-triton",
+                "lightning/jax-chunked", "lightning/jax-recurrent", "gla/naive-torch", "gla/naive-jax",
+                "gla/jax-chunked", "gla/jax-recurrent", "softmax/naive-torch", "softmax/sdpa-flash",
+                "softmax/sdpa-cudnn", "softmax/sdpa-efficient", "softmax/flash-attn", "softmax/jax-cudnn",
+                "softmax/jax-xla", "lightning/fla-chunk", "lightning/opennlplab"]
+
+
+def test_stable_names_are_registered():
+    names = {e.name for e in default_registry()}
+    assert set(STABLE_NAMES) <= names
+
+
+def test_glob_selection_and_order():
+    reg = default_registry()
+    soft = reg.select(["softmax/*"])
+    assert soft and all(e.family == "softmax" for e in soft)
+    both = reg.select(["softmax/jax-xla,lightning/triton"])
+    assert [e.name for e in both] == ["lightning/triton", "softmax/jax-xla"]  # registry order
+
+
+def test_unknown_kernel_suggests_close_names():
+    with pytest.raises(SpecError, match="did you mean lightning/triton"):
+        default_registry().select(["lightning/trition"])
+    with pytest.raises(SpecError, match="lattnbench list"):
+        default_registry().select(["zzz"])
+
+
+def test_availability_reasons():
+    reg = default_registry()
+    assert "cuda only" in reg["softmax/sdpa-flash"].available("cpu")
+    assert reg["lightning/naive-torch"].available("cpu") is None
+    fla = reg["lightning/fla-chunk"]
+    assert fla.available("cpu") is not None
+
+
+def test_support_reasons():
+    reg = default_registry()
+    case = Case(1, 64, 4, 4, 32, 32, "fp32", initial_state=True)
+    assert reg["lightning/triton"].supports(case, "cpu") is None
+    assert "initial_state" in reg["lightning/opennlplab"].supports(case, "cuda")
+    assert "dtype fp32" in reg["softmax/sdpa-flash"].supports(case, "cuda")
+    assert "interpreter" in reg["lightning/triton"].supports(case.with_(dtype="bf16"), "cpu")
+    big = Case(4, 32768, 32, 32, 128, 128, "fp32")
+    assert "quadratic" in reg["lightning/naive-torch"].supports(big, "cuda")
+    odd = Case(1, 64, 4, 4, 48, 48, "bf16")
+    assert "power" in reg["lightning/opennlplab"].supports(odd, "cuda")
+
+
+def test_plugin_loading_errors():
+    with pytest.raises(SpecError, match="package.module:function"):
+        load_plugin("nocolon")
+    with pytest.raises(SpecError, match="cannot import"):
+        load_plugin("no_such_module_xyz:f")
+    with pytest.raises(SpecError, match="has no function"):
+        load_plugin("math:no_such_function")

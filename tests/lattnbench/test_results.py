@@ -1,0 +1,73 @@
+"""The results file: round trip, atomic incremental writes, resume keys, clear errors."""
+import json
+import math
+import random
+
+import pytest
+
+from lattnbench.results import SCHEMA, ResultsError, ResultsWriter, load, row_key, to_frame, write_csv
+
+
+def make_row(rng, **kw):
+    row = {"kernel": rng.choice(["lightning/triton", "softmax/sdpa-flash"]), "family": "lightning",
+           "framework": "torch", "device": "cuda", "batch": 4, "seqlen": rng.choice([512, 1024]),
+           "heads": 32, "kv_heads": 32, "dim_qk": 128, "dim_v": 128, "dtype": "bf16", "mode": "fwd",
+           "metric": "time_ms", "median": rng.uniform(0.1, 9), "p20": 0.1, "p80": 9.0, "samples": 10,
+           "status": "ok", "reason": None}
+    row.update(kw)
+    return row
+
+
+def test_round_trip_keeps_every_row_and_special_floats(tmp_path):
+    rng = random.Random()
+    path = tmp_path / "r.json"
+    w = ResultsWriter(path, "suite-x", {"gpu": "H200"}, {"copy_gbps": 4200.0})
+    rows = [make_row(rng) for _ in range(5)] + [make_row(rng, metric="err_ratio", median=math.nan, tensor="dq")]
+    for r in rows:
+        w.add(r)
+        assert len(load(path)["rows"]) == rows.index(r) + 1  # written as it goes
+    doc = load(path)
+    assert doc["schema"] == SCHEMA and doc["suite"] == "suite-x" and doc["env"] == {"gpu": "H200"}
+    assert [r["median"] for r in doc["rows"][:5]] == [r["median"] for r in rows[:5]]
+    assert math.isnan(doc["rows"][-1]["median"])
+    json.loads(path.read_text())  # standard JSON (no bare NaN)
+    frame = to_frame(doc)
+    assert len(frame) == 6 and set(frame["kernel"]) <= {"lightning/triton", "softmax/sdpa-flash"}
+    write_csv(doc, tmp_path / "r.csv")
+    assert (tmp_path / "r.csv").read_text().count("\n") == 7
+
+
+def test_resume_keeps_old_rows_and_keys(tmp_path):
+    rng = random.Random()
+    path = tmp_path / "r.json"
+    w = ResultsWriter(path, "s", {})
+    first = make_row(rng, seqlen=512)
+    w.add(first)
+    w2 = ResultsWriter(path, "s", {}, resume=True)
+    assert row_key(first) in w2.done_keys() and len(w2.rows) == 1
+    assert row_key(make_row(rng, seqlen=4096)) not in w2.done_keys()
+    assert ResultsWriter(path, "s", {}).rows == []  # without resume a run starts afresh
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    ('{"schema": "other/1", "rows": []}', "not a lattnbench results file"),
+    ("[1, 2]", "not a lattnbench results file"),
+    ('{"schema": "lattnbench.results/1", "rows": {}}', "'rows' must be a list"),
+    ('{"schema": "lattnbench.results/1", "rows": [{"kernel": "x"}]}', "row 0 lacks"),
+])
+def test_bad_files_give_one_line_errors(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ResultsError, match=message) as info:
+        load(path)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file_and_unwritable_path(tmp_path):
+    with pytest.raises(ResultsError, match="no such results file"):
+        load(tmp_path / "nope.json")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ResultsError, match="cannot"):
+        ResultsWriter(blocker / "sub" / "r.json", "s", {})
