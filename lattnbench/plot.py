@@ -92,6 +92,13 @@ def figure(doc: dict, kind: str, reference: str | None = None) -> "Figure":
                 if kind == "speed" and all(isinstance(p[2].get("p20"), (int, float)) for p in pts):
                     ax.fill_between(x, [p[2]["p20"] for p in pts], [p[2]["p80"] for p in pts],
                                     color=colors[k], alpha=0.15, linewidth=0)
+        # a point that failed (oom, timeout, ...) is named where it would be, not silently dropped
+        stack: dict[tuple[str, int], int] = {}
+        for (k, m, n), r in sorted(cells.items(), key=lambda kv: (kv[0][2], kernel_sort_key(kv[0][0], families))):
+            if r.get("status") != "ok" and (kind != "speedup" or k != ref) and (k, n) not in stack:
+                i = stack.setdefault((k, n), sum(1 for key in stack if key[1] == n))
+                ax.annotate(f"{r.get('status')}", (n, 0.98 - 0.05 * i), xycoords=("data", "axes fraction"),
+                            color=colors[k], ha="center", va="top", fontsize=8, fontweight="bold")
         if kind == "speedup":
             ax.axhline(1.0, color="0.4", linewidth=1, linestyle="-", gid="reference")
         ax.set_xscale("log", base=2)

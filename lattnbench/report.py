@@ -314,7 +314,8 @@ def replace_block(text: str, name: str, body: str, where: str = "README") -> str
     i, j = text.index(begin) + len(begin), text.index(end)
     if j < i:
         raise ReportError(f"{where}: '{end}' comes before '{begin}'")
-    nl = "\r\n" if "\r\n" in text else "\n"
+    crlf = text.count("\r\n")
+    nl = "\r\n" if crlf > text.count("\n") - crlf else "\n"  # follow the file's usual line end
     return text[:i] + nl + body.replace("\n", nl) + text[j:]
 
 

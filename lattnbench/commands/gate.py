@@ -24,16 +24,17 @@ def _show(v) -> str:
 def gate(
     current: Annotated[Path, typer.Argument(help="Results JSON of this run.", show_default=False)],
     baseline: Annotated[Path, typer.Option(help="Results JSON to compare against.", show_default=False)],
-    threshold: Annotated[str, typer.Option(help="Largest tolerated growth of kernel/reference time: 10% or 0.1.")] = "10%",
+    threshold: Annotated[str, typer.Option(
+        help="Largest tolerated growth of kernel/reference time: 10% or 0.1.")] = "10%",
     reference: Annotated[Optional[str], typer.Option(
         help="Kernel whose same-run time divides every other (default: the first softmax kernel "
         "timed in both, softmax/sdpa-flash when present).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of the table.")] = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print a JSON object instead of the table.")] = False,
 ) -> None:
     """Compare CURRENT against --baseline. Exit 0 ok, 1 regression or failure, 2 bad input.
 
-    A regression is a significant growth of kernel_time / reference_time beyond the threshold,
-    any failing err_ratio row, or a point ok in the baseline that is missing or not ok now.
+    A regression is a significant growth of kernel_time / reference_time (same run) beyond the threshold, any failing err_ratio row, or a point ok in the baseline that is missing or not ok now.
     """
     from lattnbench.gate import FAILING, METHOD, GateError, compare, failed, parse_threshold, to_json
     from lattnbench.report import ReportError, ResultsError, load_docs

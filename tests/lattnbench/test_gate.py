@@ -1,0 +1,226 @@
+"""``lattnbench gate``: exit codes on synthetic runs with realistic sample noise.
+
+Each run is drawn fresh (own seed, own machine speed factor), so "no change" means only the
+kernels' true times are equal, exactly as two CI runs on different machines would be.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from lattnbench.cli import app
+from lattnbench.gate import GateError, parse_threshold
+from lattnbench.results import ResultsWriter
+
+runner = CliRunner()
+NS = (1024, 4096, 16384)
+#: kernel -> (family, framework, a, b): true time a·n + b·n² ms per fwd (flash is quadratic)
+KERNELS = {"lightning/triton": ("lightning", "torch", 2.2e-4, 0.0),
+           "lightning/jax-chunked": ("lightning", "jax", 4.1e-4, 0.0),
+           "softmax/sdpa-flash": ("softmax", "torch", 1e-5, 1.5e-7)}
+CASE = dict(device="cuda", batch=4, heads=32, kv_heads=32, dim_qk=128, dim_v=128, dtype="bf16",
+            decay="alibi", varlen=None, initial_state=False, reverse=False)
+
+
+def write_run(path: Path, seed: int, slow: dict[str, float] | None = None, machine: float = 1.0,
+              overrides: dict[tuple, dict] | None = None, drop: set[tuple] = frozenset(),
+              with_samples: bool = True, nsamples: int = 140, sigma: float = 0.03) -> Path:
+    """A run: every kernel × n × mode timed, peak memory, and err_ratio rows at n=4096.
+
+    ``slow`` multiplies a kernel's true time; ``machine`` all of them (a slower CI box);
+    ``overrides[(kernel, n, mode, metric[, tensor])]`` updates a row; ``drop`` leaves rows out.
+    Samples are log-normal with a few slow outliers, as GPU timings are.
+    """
+    rng = np.random.default_rng(seed)
+    w = ResultsWriter(path, "ci", {"gpu": "NVIDIA H200", "versions": {"torch": "2.11.0"},
+                                   "commit": f"{seed:07x}", "time": "2026-11-29T10:00:00Z"},
+                      {"copy_gbps": 4230.0, "matmul_tflops": 701.0})
+    overrides = overrides or {}
+    for kernel, (family, fw, a, b) in KERNELS.items():
+        base = dict(kernel=kernel, family=family, framework=fw, **CASE)
+        for n in NS:
+            for mode, mult in (("fwd", 1.0), ("fwdbwd", 3.1)):
+                true = (a * n + b * n * n + 0.02) * mult * machine * (slow or {}).get(kernel, 1.0)
+                s = true * np.exp(rng.normal(0, sigma, nsamples))
+                s[rng.random(nsamples) < 0.03] *= rng.uniform(1.2, 2.0)  # the odd preempted sample
+                row = dict(base, seqlen=n, mode=mode, metric="time_ms", median=float(np.median(s)),
+                           p20=float(np.percentile(s, 20)), p80=float(np.percentile(s, 80)),
+                           samples=nsamples, status="ok", reason=None)
+                if with_samples:
+                    row["samples_ms"] = [float(x) for x in s]
+                mem = dict(base, seqlen=n, mode=mode, metric="peak_mb", samples=1, status="ok",
+                           reason=None, median=n * 0.125 * mult + float(rng.uniform(0, 1)))
+                for r, key in ((row, (kernel, n, mode, "time_ms")), (mem, (kernel, n, mode, "peak_mb"))):
+                    r.update(overrides.get(key, {}))
+                    if key not in drop:
+                        w.add(r)
+        if family != "softmax":
+            for tensor in ("o", "final_state", "dq", "dk", "dv"):
+                e = float(rng.uniform(1e-3, 6e-3))
+                r = dict(base, seqlen=4096, mode="fwdbwd", metric="err_ratio", tensor=tensor, median=e,
+                         err=e, tol=1.5e-2, status="ok", reason=None)
+                key = (kernel, 4096, "fwdbwd", "err_ratio", tensor)
+                r.update(overrides.get(key, {}))
+                if key not in drop:
+                    w.add(r)
+    return path
+
+
+def gate(cur: Path, base: Path, *args: str):
+    return runner.invoke(app, ["gate", str(cur), "--baseline", str(base), *args])
+
+
+def verdicts(cur: Path, base: Path, *args: str) -> tuple[int, dict]:
+    res = gate(cur, base, "--json", *args)
+    return res.exit_code, json.loads(res.stdout)
+
+
+@pytest.fixture
+def baseline(tmp_path: Path) -> Path:
+    return write_run(tmp_path / "base.json", seed=1)
+
+
+def test_rerun_with_noise_and_a_slower_machine_passes(tmp_path, baseline):
+    cur = write_run(tmp_path / "cur.json", seed=2, machine=1.37)
+    res = gate(cur, baseline)
+    assert res.exit_code == 0, res.output
+    assert "passed" in res.stdout
+    code, doc = verdicts(cur, baseline)
+    assert code == 0 and doc["ok"] is True
+    assert doc["reference"] == "softmax/sdpa-flash"
+    timed = [p for p in doc["points"] if p["metric"] == "time"]
+    assert len(timed) == 2 * len(NS) * 2  # two non-reference kernels × n × mode
+    assert all(abs(p["change"]) < 0.05 for p in timed)  # the machine factor cancelled
+
+
+def test_thirty_percent_slowdown_of_one_kernel_fails(tmp_path, baseline):
+    cur = write_run(tmp_path / "cur.json", seed=3, slow={"lightning/triton": 1.3}, machine=0.9)
+    res = gate(cur, baseline)
+    assert res.exit_code == 1, res.output
+    assert "REGRESSION" in res.stdout
+    code, doc = verdicts(cur, baseline)
+    assert code == 1 and doc["ok"] is False
+    bad = {(p["kernel"], p["n"], p["mode"]) for p in doc["points"] if p["verdict"] == "REGRESSION"}
+    assert bad == {("lightning/triton", n, m) for n in NS for m in ("fwd", "fwdbwd")}
+    for p in doc["points"]:
+        if p["verdict"] == "REGRESSION":
+            assert 0.2 < p["change"] < 0.4 and p["significant"] and p["interval"][0] > 0
+
+
+def test_threshold_forms_agree_and_a_large_threshold_tolerates_the_slowdown(tmp_path, baseline):
+    cur = write_run(tmp_path / "cur.json", seed=3, slow={"lightning/triton": 1.3})
+    assert verdicts(cur, baseline, "--threshold", "10%") == verdicts(cur, baseline, "--threshold", "0.1")
+    assert gate(cur, baseline, "--threshold", "50%").exit_code == 0
+
+
+def test_change_within_noise_is_marked_not_significant(tmp_path):
+    # 6 very noisy samples each: a 15% shift is above the threshold but not distinguishable
+    kw = dict(nsamples=6, sigma=0.35)
+    base = write_run(tmp_path / "base.json", seed=5, **kw)
+    cur = write_run(tmp_path / "cur.json", seed=6, slow={"lightning/jax-chunked": 1.15}, **kw)
+    code, doc = verdicts(cur, base)
+    marks = [p for p in doc["points"] if p["verdict"] == "~"]
+    assert marks and all(p["significant"] is False for p in marks)
+    assert all(p["verdict"] != "REGRESSION" for p in doc["points"] if not p["significant"])
+    assert code == (1 if any(p["verdict"] in ("REGRESSION", "FAIL", "LOST") for p in doc["points"]) else 0)
+
+
+def test_without_samples_the_p20_p80_ranges_decide(tmp_path):
+    base = write_run(tmp_path / "base.json", seed=1, with_samples=False)
+    same = write_run(tmp_path / "same.json", seed=2, with_samples=False)
+    slow = write_run(tmp_path / "slow.json", seed=3, with_samples=False, slow={"lightning/triton": 1.3})
+    assert gate(same, base).exit_code == 0
+    code, doc = verdicts(slow, base)
+    assert code == 1
+    assert {p["kernel"] for p in doc["points"] if p["verdict"] == "REGRESSION"} == {"lightning/triton"}
+    assert all(p["interval"] is None for p in doc["points"])
+
+
+@pytest.mark.parametrize("override", [{"status": "fail"}, {"median": math.nan, "err": math.nan},
+                                      {"median": 0.2, "err": 0.2}])
+def test_correctness_failure_fails(tmp_path, baseline, override):
+    key = ("lightning/triton", 4096, "fwdbwd", "err_ratio", "dk")
+    cur = write_run(tmp_path / "cur.json", seed=2, overrides={key: override})
+    code, doc = verdicts(cur, baseline)
+    assert code == 1
+    bad = [(p["kernel"], p["metric"], p["verdict"]) for p in doc["points"] if not p["verdict"] in ("ok", "~")]
+    assert bad == [("lightning/triton", "err dk", "FAIL")]
+    assert gate(cur, baseline).exit_code == 1
+
+
+def test_point_that_newly_fails_or_disappears_fails(tmp_path, baseline):
+    errored = write_run(tmp_path / "err.json", seed=2, overrides={
+        ("lightning/jax-chunked", 16384, "fwdbwd", "time_ms"): {"status": "error", "median": None,
+                                                                "reason": "XlaRuntimeError"}})
+    code, doc = verdicts(errored, baseline)
+    assert code == 1
+    lost = [(p["kernel"], p["n"], p["mode"], p["metric"]) for p in doc["points"] if p["verdict"] == "LOST"]
+    assert lost == [("lightning/jax-chunked", 16384, "fwdbwd", "time")]
+
+    gone = write_run(tmp_path / "gone.json", seed=2, drop={("lightning/triton", 4096, "fwd", "peak_mb"),
+                                                           ("lightning/triton", 4096, "fwdbwd", "err_ratio", "dv")})
+    code, doc = verdicts(gone, baseline)
+    assert code == 1
+    lost = sorted((p["metric"], p["current"]) for p in doc["points"] if p["verdict"] == "LOST")
+    assert lost == [("err dv", "missing"), ("memory", "missing")]
+
+
+def test_new_points_do_not_fail(tmp_path):
+    base = write_run(tmp_path / "base.json", seed=1, drop={("lightning/triton", 1024, "fwd", "time_ms")})
+    cur = write_run(tmp_path / "cur.json", seed=2)
+    code, doc = verdicts(cur, base)
+    assert code == 0
+    assert [(p["kernel"], p["n"], p["mode"]) for p in doc["points"] if p["verdict"] == "new"] == [
+        ("lightning/triton", 1024, "fwd")]
+
+
+def _one_line_error(res) -> str:
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_corrupt_and_foreign_files_exit_2_with_one_line(tmp_path, baseline):
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text(baseline.read_text()[:500])  # a truncated copy
+    assert "not valid JSON" in _one_line_error(gate(corrupt, baseline))
+    foreign = tmp_path / "package.json"
+    foreign.write_text(json.dumps({"name": "left-pad", "version": "1.3.0"}))
+    assert "not a lattnbench results file" in _one_line_error(gate(baseline, foreign))
+    assert "no such results file" in _one_line_error(gate(tmp_path / "absent.json", baseline))
+
+
+@pytest.mark.parametrize("bad", ["abc", "-5%", "10", "nan%", ""])
+def test_bad_threshold_exits_2(baseline, bad):
+    assert "threshold" in _one_line_error(gate(baseline, baseline, "--threshold", bad))
+
+
+def test_unknown_reference_exits_2(baseline):
+    assert "softmax/nope" in _one_line_error(gate(baseline, baseline, "--reference", "softmax/nope"))
+
+
+def test_explicit_reference_changes_the_ratio(tmp_path, baseline):
+    cur = write_run(tmp_path / "cur.json", seed=2)
+    code, doc = verdicts(cur, baseline, "--reference", "lightning/jax-chunked")
+    assert code == 0 and doc["reference"] == "lightning/jax-chunked"
+    assert {p["kernel"] for p in doc["points"] if p["metric"] == "time"} == {
+        "lightning/triton", "softmax/sdpa-flash"}
+
+
+@pytest.mark.parametrize("text,want", [("10%", 0.1), ("0.1", 0.1), ("2.5%", 0.025), ("0", 0.0),
+                                       (" 150% ", 1.5)])
+def test_parse_threshold(text, want):
+    assert parse_threshold(text) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("text", ["abc", "-5%", "-0.1", "10", "inf", "%"])
+def test_parse_threshold_rejects(text):
+    with pytest.raises(GateError):
+        parse_threshold(text)

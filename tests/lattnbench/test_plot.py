@@ -1,0 +1,126 @@
+"""``lattnbench plot``: the figure's content (lines, scales, labels) and the files it writes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from lattnbench.cli import app
+from lattnbench.plot import PlotError, figure
+from lattnbench.report import load_docs
+from lattnbench.results import ResultsWriter
+
+runner = CliRunner()
+NS = (1024, 4096, 16384, 65536)
+KERNELS = {"lightning/triton": ("lightning", 2.2e-4, 0.0), "lightning/jax-chunked": ("lightning", 4e-4, 0.0),
+           "softmax/sdpa-flash": ("softmax", 1e-5, 1.5e-7)}
+MODES = (("fwd", 1.0), ("bwd", 2.1), ("fwdbwd", 3.1))
+
+
+def write_results(path: Path, memory: bool = True, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    w = ResultsWriter(path, "seed-readme", {"gpu": "NVIDIA H200"}, {})
+    case = dict(device="cuda", batch=4, heads=32, kv_heads=8, dim_qk=128, dim_v=64, dtype="bf16")
+    for kernel, (family, a, b) in KERNELS.items():
+        for n in NS:
+            for mode, mult in MODES:
+                s = (a * n + b * n * n + 0.02) * mult * np.exp(rng.normal(0, 0.03, 50))
+                row = dict(kernel=kernel, family=family, framework="torch", **case, seqlen=n, mode=mode,
+                           metric="time_ms", median=float(np.median(s)), p20=float(np.percentile(s, 20)),
+                           p80=float(np.percentile(s, 80)), samples=50, samples_ms=s.tolist(),
+                           status="ok", reason=None)
+                if kernel == "softmax/sdpa-flash" and n == NS[-1] and mode != "fwd":
+                    row.update(status="oom", median=None, p20=None, p80=None)
+                w.add(row)
+                if memory and mode != "bwd":
+                    w.add(dict(row, metric="peak_mb", status="ok", samples=1, samples_ms=None,
+                               median=n * 0.06 * mult + float(rng.uniform(0, 1))))
+    return path
+
+
+def series(ax) -> list:
+    return [line for line in ax.lines if line.get_gid() == "series"]
+
+
+@pytest.fixture
+def doc(tmp_path):
+    return load_docs([write_results(tmp_path / "r.json")])[0]
+
+
+def test_speed_figure_has_a_line_per_kernel_and_mode(doc):
+    fig = figure(doc, "speed")
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    lines = series(ax)
+    assert len(lines) == len(KERNELS) * len(MODES)
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert "(ms" in ax.get_ylabel() and "n" in ax.get_xlabel()
+    assert "NVIDIA H200" in fig.get_suptitle()
+    assert "B4 H32/8 D128E64 bf16" in ax.get_title()
+    flash_bwd = next(line for line in lines if line.get_label() == "softmax/sdpa-flash bwd")
+    assert list(flash_bwd.get_xdata()) == list(NS[:-1])  # the oom point is left out, not zero
+    triton = next(line for line in lines if line.get_label() == "lightning/triton fwd")
+    medians = {r["seqlen"]: r["median"] for r in doc["rows"] if r["kernel"] == "lightning/triton"
+               and r["mode"] == "fwd" and r["metric"] == "time_ms"}
+    assert np.allclose(triton.get_ydata(), [medians[n] for n in NS])
+    legend_texts = {t.get_text() for lg in ax.findobj(lambda o: o.__class__.__name__ == "Legend")
+                    for t in lg.get_texts()}
+    assert set(KERNELS) <= legend_texts and {"fwd", "bwd", "fwdbwd"} <= legend_texts
+
+
+def test_speedup_figure_divides_the_reference_by_each_kernel(doc):
+    fig = figure(doc, "speedup")
+    ax = fig.axes[0]
+    lines = series(ax)
+    assert len(lines) == (len(KERNELS) - 1) * len(MODES)
+    assert [line.get_gid() for line in ax.lines].count("reference") == 1
+    t = {(r["kernel"], r["seqlen"], r["mode"]): r["median"] for r in doc["rows"] if r["metric"] == "time_ms"}
+    line = next(line for line in lines if line.get_label() == "lightning/triton fwdbwd")
+    assert list(line.get_xdata()) == list(NS[:-1])
+    want = [t[("softmax/sdpa-flash", n, "fwdbwd")] / t[("lightning/triton", n, "fwdbwd")] for n in NS[:-1]]
+    assert np.allclose(line.get_ydata(), want)
+    assert "softmax/sdpa-flash" in ax.get_ylabel()
+
+
+def test_memory_figure_and_missing_metric(doc, tmp_path):
+    ax = figure(doc, "memory").axes[0]
+    assert len(series(ax)) == len(KERNELS) * 2  # fwd and fwdbwd measured
+    assert "MB" in ax.get_ylabel()
+    bare = load_docs([write_results(tmp_path / "nomem.json", memory=False)])[0]
+    with pytest.raises(PlotError, match="peak_mb"):
+        figure(bare, "memory")
+
+
+def test_cli_writes_a_valid_png(tmp_path):
+    from matplotlib.image import imread
+
+    res_path = write_results(tmp_path / "r.json")
+    out = tmp_path / "speed.png"
+    res = runner.invoke(app, ["plot", str(res_path), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    data = out.read_bytes()
+    assert len(data) > 10_000 and data[:8] == b"\x89PNG\r\n\x1a\n"
+    img = imread(out)
+    assert img.shape[0] > 300 and img.shape[1] > 500
+    assert img[..., :3].std() > 0.05  # not a blank canvas
+
+
+def test_cli_kind_all_writes_one_file_per_kind(tmp_path):
+    res_path = write_results(tmp_path / "r.json", memory=False)
+    res = runner.invoke(app, ["plot", str(res_path), "--kind", "all", "--out", str(tmp_path / "p" / "x.svg")])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in (tmp_path / "p").iterdir()) == ["x-speed.svg", "x-speedup.svg"]
+    assert "skipped memory" in res.stderr
+    assert (tmp_path / "p" / "x-speed.svg").read_text().lstrip().startswith("<?xml")
+
+
+@pytest.mark.parametrize("args,needle", [(["--kind", "pie"], "unknown plot kind"),
+                                         (["--out", "x.txt"], ".png"),
+                                         (["--reference", "softmax/nope"], "unknown reference kernel")])
+def test_cli_bad_options_exit_2(tmp_path, args, needle):
+    res_path = write_results(tmp_path / "r.json")
+    res = runner.invoke(app, ["plot", str(res_path), *args])
+    assert res.exit_code == 2
+    assert res.stderr.startswith("error: ") and needle in res.stderr
+    assert not list(tmp_path.glob("*.png"))

@@ -1,0 +1,263 @@
+"""``lattnbench report``: README-shaped tables, deterministic bytes, marker-only README edits."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from lattnbench.cli import app
+from lattnbench.report import ReportError, replace_block
+from lattnbench.results import ResultsWriter
+
+runner = CliRunner()
+NS = (512, 2048, 8192, 32768)
+KERNELS = {"softmax/naive-torch": ("softmax", "torch", 2e-5, 9e-7),
+           "lightning/triton": ("lightning", "torch", 2.2e-4, 0.0),
+           "softmax/sdpa-flash": ("softmax", "torch", 1e-5, 1.5e-7)}
+CASE = dict(device="cuda", batch=4, heads=32, kv_heads=32, dim_qk=128, dim_v=128, dtype="bf16",
+            decay="alibi", varlen=None, initial_state=False, reverse=False)
+
+
+def write_results(path: Path, seed: int = 0) -> Path:
+    """A seed-readme-like run: speed (with an oom and an absent point), memory, agreement
+    (one failing tensor), and Triton-interpreter timings that must stay out of speed tables."""
+    rng = np.random.default_rng(seed)
+    w = ResultsWriter(path, "seed-readme", {"gpu": "NVIDIA H200", "driver": "580.95",
+                                            "versions": {"torch": "2.11.0", "triton": "3.6.0"},
+                                            "commit": "27680e0c0ffee", "time": "2026-11-29T10:00:00Z"},
+                      {"copy_gbps": 4230.0, "matmul_tflops": 701.0})
+    for kernel, (family, fw, a, b) in KERNELS.items():
+        base = dict(kernel=kernel, family=family, framework=fw, **CASE)
+        for n in NS:
+            if kernel == "softmax/naive-torch" and n == 32768:
+                continue  # absent: the sweep skipped it
+            for mode, mult in (("fwd", 1.0), ("fwdbwd", 3.2)):
+                s = (a * n + b * n * n + 0.03) * mult * np.exp(rng.normal(0, 0.02, 100))
+                row = dict(base, seqlen=n, mode=mode, metric="time_ms", median=float(np.median(s)),
+                           p20=float(np.percentile(s, 20)), p80=float(np.percentile(s, 80)),
+                           samples=100, samples_ms=s.tolist(), status="ok", reason=None,
+                           pct_floor=float(rng.uniform(20, 85)))
+                mem = dict(base, seqlen=n, mode=mode, metric="peak_mb", samples=1, status="ok", reason=None,
+                           median=n * 0.125 * mult * (1 + (family == "softmax") * 0.004) + float(rng.uniform(0, 1)),
+                           memory_method="torch.cuda.max_memory_allocated")
+                if kernel == "softmax/naive-torch" and n == 8192 and mode == "fwdbwd":
+                    for r in (row, mem):
+                        r.update(status="oom", median=None, p20=None, p80=None, reason="CUDA out of memory")
+                w.add([row, mem])
+        if family == "lightning":
+            for tensor in ("o", "final_state", "dq", "dk", "dv"):
+                e = float(rng.uniform(1e-3, 6e-3)) if tensor != "dk" else 0.031
+                w.add(dict(base, seqlen=2048, mode="fwdbwd", metric="err_ratio", tensor=tensor, median=e,
+                           err=e, tol=1.5e-2, status="ok" if e <= 1.5e-2 else "fail", reason=None))
+            for n in NS[:2]:  # interpreted CPU timings: correctness runs, not speed
+                w.add(dict(base, device="cpu", seqlen=n, mode="fwd", metric="time_ms", median=900.0,
+                           p20=890.0, p80=910.0, samples=3, status="ok", reason=None, interpreted=True))
+    return path
+
+
+def run(*args: str):
+    return runner.invoke(app, ["report", *map(str, args)])
+
+
+def tables(markdown: str) -> dict[str, list[dict[str, str]]]:
+    """Heading -> rows (column name -> cell) for every pipe table in the markdown."""
+    out: dict[str, list[dict[str, str]]] = {}
+    heading = None
+    lines = markdown.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("#### "):
+            heading = line[5:]
+        elif line.startswith("| ") and i + 1 < len(lines) and lines[i + 1].startswith("|") \
+                and set(lines[i + 1]) <= set("|-:"):
+            header = [c.strip() for c in line.strip("|").split("|")]
+            body = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                body.append(dict(zip(header, (c.strip() for c in row.strip("|").split("|")))))
+            out[heading] = body
+    return out
+
+
+def rows_of(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["rows"]
+
+
+def test_tables_show_values_speedups_and_statuses(tmp_path):
+    res_path = write_results(tmp_path / "r.json", seed=7)
+    res = run(res_path)
+    assert res.exit_code == 0, res.output
+    t = tables(res.stdout)
+    speed = t["speed · fwdbwd · B4 H32 D128 bf16 decay=alibi · cuda"]
+    assert [r["n"] for r in speed] == [str(n) for n in NS]
+    by = {(r["kernel"], r["seqlen"]): r for r in rows_of(res_path)
+          if r["metric"] == "time_ms" and r["mode"] == "fwdbwd" and r["device"] == "cuda"}
+    for line in speed:
+        n = int(line["n"])
+        cell = line["lightning/triton"]
+        value, pct = cell.split(" ")
+        assert float(value) == pytest.approx(by[("lightning/triton", n)]["median"], rel=0.01)
+        assert pct == f"({by[('lightning/triton', n)]['pct_floor']:.0f}%)"
+        # default reference is sdpa-flash although naive-torch comes first in the file
+        want = by[("softmax/sdpa-flash", n)]["median"] / by[("lightning/triton", n)]["median"]
+        assert float(line["lightning/triton ×"].rstrip("×")) == pytest.approx(want, rel=0.01)
+        assert "softmax/sdpa-flash ×" not in line
+    cells = {line["n"]: line["softmax/naive-torch"] for line in speed}
+    assert cells["8192"] == "oom" and cells["32768"] == "—"
+    assert {line["n"]: line["softmax/naive-torch ×"] for line in speed}["8192"] == "—"
+    memory = t["memory · fwd · B4 H32 D128 bf16 decay=alibi · cuda"]
+    assert float(memory[-1]["lightning/triton"]) == pytest.approx(32768 * 0.125, rel=0.01)
+    # interpreted CPU timings never make a speed table
+    assert not any(h.startswith("speed") and h.endswith("cpu") for h in t)
+    agree = t["agreement · B4 H32 D128 bf16 decay=alibi · cuda"]
+    triton = next(r for r in agree if r["kernel"] == "lightning/triton")
+    assert triton["dk"] == "FAIL 3.1e-02" and triton["o"].startswith("PASS ")
+    assert "interpreter timings left out" in res.stdout
+
+
+def test_explicit_and_unknown_reference(tmp_path):
+    res_path = write_results(tmp_path / "r.json")
+    res = run(res_path, "--reference", "softmax/naive-torch")
+    assert res.exit_code == 0
+    speed = tables(res.stdout)["speed · fwd · B4 H32 D128 bf16 decay=alibi · cuda"]
+    assert "softmax/sdpa-flash ×" in speed[0] and "softmax/naive-torch ×" not in speed[0]
+    bad = run(res_path, "--reference", "softmax/nope")
+    assert bad.exit_code == 2 and bad.stderr.startswith("error: unknown reference kernel")
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_regeneration_is_byte_identical(tmp_path):
+    first = write_results(tmp_path / "a" / "seed-readme.json", seed=3)
+    run(first, "--out", tmp_path / "one.md")
+    run(first, "--out", tmp_path / "two.md")
+    one = (tmp_path / "one.md").read_bytes()
+    assert one and one == (tmp_path / "two.md").read_bytes()
+    # the same points written in another order give the same bytes too
+    doc = json.loads(first.read_text())
+    random.Random(0).shuffle(doc["rows"])
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "seed-readme.json").write_text(json.dumps(doc))
+    assert run(tmp_path / "b" / "seed-readme.json").stdout.encode() == one
+    # in fresh processes with different hash seeds (set/dict order must not leak into output)
+    script = ("import typer; from lattnbench.commands import report; a = typer.Typer(); "
+              "report.register(a); a()")
+    for seed in ("1", "2"):
+        proc = subprocess.run([sys.executable, "-c", script, str(first)], capture_output=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed})
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == one
+    # and a different run does not
+    other = write_results(tmp_path / "c" / "seed-readme.json", seed=4)
+    assert run(other).stdout.encode() != one
+
+
+README = ("# lattnbench\r\n\nIntro with trailing spaces   \n\n<!-- lattnbench:seed-readme -->\n"
+          "old table\n| stale | 1 |\n<!-- /lattnbench:seed-readme -->\n\n## Other\n"
+          "<!-- lattnbench:cpu -->\nkeep me\n<!-- /lattnbench:cpu -->\nend without newline")
+
+
+def test_readme_block_replaced_and_nothing_else(tmp_path):
+    res_path = write_results(tmp_path / "results" / "h200" / "seed-readme.json", seed=1)
+    readme = tmp_path / "README.md"
+    readme.write_bytes(README.encode())
+    res = run(res_path, "--readme", readme, "--out", tmp_path / "tables.md")
+    assert res.exit_code == 0, res.output
+    new = readme.read_bytes().decode()
+    begin, end = "<!-- lattnbench:seed-readme -->", "<!-- /lattnbench:seed-readme -->"
+    head, tail = README.split(begin)[0], README.split(end)[1]
+    assert new.startswith(head + begin) and new.endswith(end + tail)
+    block = new[len(head + begin):-len(end + tail)]
+    assert "old table" not in block and "keep me" in new
+    assert block == "\n" + (tmp_path / "tables.md").read_text()
+    assert "#### speed · fwd" in block
+    # regenerating from the same file changes nothing
+    run(res_path, "--readme", readme)
+    assert readme.read_bytes().decode() == new
+
+
+def test_readme_named_block_and_plot_links(tmp_path):
+    res_path = write_results(tmp_path / "results" / "h200" / "seed-readme.json", seed=1)
+    plots = tmp_path / "results" / "h200"
+    for name in ("seed-readme-speed.png", "seed-readme-memory.png", "other-speed.png"):
+        (plots / name).write_bytes(b"\x89PNG\r\n\x1a\n")
+    readme = tmp_path / "README.md"
+    readme.write_bytes(README.encode())
+    res = run(res_path, "--readme", readme, "--name", "cpu", "--plots", plots)
+    assert res.exit_code == 0, res.output
+    new = readme.read_text()
+    assert "old table" in new and "keep me" not in new  # only the cpu block changed
+    assert "![seed-readme-memory](results/h200/seed-readme-memory.png)" in new
+    assert "![seed-readme-speed](results/h200/seed-readme-speed.png)" in new
+    assert "other-speed" not in new
+
+
+@pytest.mark.parametrize("text", ["# no markers here\n", "<!-- lattnbench:seed-readme -->\nonly the start\n",
+                                  "<!-- /lattnbench:seed-readme -->\n<!-- lattnbench:seed-readme -->\n"])
+def test_readme_without_a_proper_block_is_an_error(tmp_path, text):
+    res_path = write_results(tmp_path / "seed-readme.json")
+    readme = tmp_path / "README.md"
+    readme.write_text(text)
+    res = run(res_path, "--readme", readme)
+    assert res.exit_code == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "<!-- lattnbench:seed-readme -->" in lines[0]
+    assert readme.read_text() == text
+
+
+def test_bad_results_file_is_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"schema": "lattnbench.results/1", "rows": [')
+    res = run(bad)
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.stderr.startswith("error: ") and "not valid JSON" in res.stderr
+
+
+_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60).filter(lambda s: "<!--" not in s)
+
+
+@given(_text, _text, _text, _text)
+def test_replace_block_touches_only_the_block(before, old, after, body):
+    begin, end = "<!-- lattnbench:x -->", "<!-- /lattnbench:x -->"
+    text = before + begin + old + end + after
+    new = replace_block(text, "x", body)
+    assert new.startswith(before + begin) and new.endswith(end + after)
+    assert replace_block(new, "x", body) == new
+
+
+def test_replace_block_rejects_duplicates():
+    with pytest.raises(ReportError, match="more than one"):
+        replace_block("<!-- lattnbench:x -->a<!-- /lattnbench:x --><!-- lattnbench:x --><!-- /lattnbench:x -->",
+                      "x", "b")
+
+
+def test_readers_import_neither_torch_nor_jax(tmp_path):
+    res_path = write_results(tmp_path / "r.json")
+    code = f"""
+import sys
+from lattnbench.commands import report, plot, gate
+from lattnbench import report as r, plot as p, gate as g
+docs = r.load_docs([{str(res_path)!r}])
+r.render(docs); p.figure(docs[0], "speedup"); g.compare(docs[0]["rows"], docs[0]["rows"], 0.1)
+heavy = sorted(m for m in ("torch", "jax", "triton") if m in sys.modules)
+assert not heavy, heavy
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_fmt_keeps_two_to_three_significant_decimals():
+    from lattnbench.report import fmt
+
+    assert [fmt(v) for v in (0.09441, 0.46, 1.134238, 17.661427, 162.895615, 4096.000488)] == [
+        "0.0944", "0.460", "1.13", "17.66", "162.9", "4096"]
+    assert fmt(None) == "—" and fmt(math.nan) == "nan"
