@@ -1,0 +1,191 @@
+"""Suite files: a TOML sweep definition — axes, kernels, what to measure, the reference kernel.
+
+    name = "seed-readme"                  # results file name (default: the file's stem)
+    description = "..."
+    kernels = ["lightning/triton", "softmax/*"]
+    reference = "softmax/sdpa-flash"      # kernel that ratios and the gate compare against
+
+    [axes]                                # range grammar strings or integers
+    n = "512..32768"
+    batch = 4
+    heads = 32
+    dim = 128                             # also: kv_heads, dim_v, dtype = "bf16,fp16", decay
+
+    [speed]                               # each section present is one measurement
+    modes = ["fwd", "bwd"]
+    budget = 0.5                          # seconds of samples per point
+    [memory]
+    modes = ["fwd", "fwdbwd"]
+    [check-grad]                          # any section may override axes and kernels
+    kernels = ["lightning/*"]
+    axes = { n = "256,1000", dtype = "fp32,bf16" }
+
+Unknown keys and wrong types are refused with the key named. Pure Python (tomllib).
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, parse_choices, parse_range
+
+AXIS_KEYS = ("n", "batch", "heads", "kv_heads", "dim", "dim_v", "dtype", "decay", "initial_state",
+             "reverse", "varlen")
+TOP_KEYS = ("name", "description", "kernels", "reference", "device", "axes", "speed", "memory", "check-grad")
+SECTION_KEYS = {"speed": ("modes", "budget", "kernels", "axes"),
+                "memory": ("modes", "kernels", "axes"),
+                "check-grad": ("kernels", "axes", "seed")}
+MEASURES = ("speed", "memory", "check-grad")
+
+
+@dataclass
+class Measurement:
+    """One section of a suite: what to measure, on which kernels and cases."""
+
+    kind: str
+    kernels: list[str]
+    cases: list[Case]
+    modes: list[str] = field(default_factory=list)
+    budget: float = 0.5
+    seed: int = 0
+
+
+@dataclass
+class Suite:
+    name: str
+    description: str
+    reference: str | None
+    device: str
+    measurements: list[Measurement]
+    path: Path | None = None
+
+
+def _where(path: str, key: str) -> str:
+    return f"{path}: key {key!r}"
+
+
+def _check_keys(table: dict, allowed: tuple[str, ...], where: str) -> None:
+    for key in table:
+        if key not in allowed:
+            raise SpecError(f"{where}: unknown key {key!r} (allowed: {', '.join(allowed)})")
+
+
+def _typed(value: Any, types: tuple[type, ...], where: str, what: str) -> Any:
+    if isinstance(value, bool) and bool not in types:
+        raise SpecError(f"{where} must be {what}, got {value!r}")
+    if not isinstance(value, types):
+        raise SpecError(f"{where} must be {what}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _str_list(value: Any, where: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    _typed(value, (list,), where, "a string or a list of strings")
+    for item in value:
+        _typed(item, (str,), where, "a list of strings")
+    return list(value)
+
+
+def _range(value: Any, where: str) -> list[int]:
+    _typed(value, (str, int), where, "an integer or a range string such as '512..32768'")
+    try:
+        return parse_range(value, where)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def cases_from_axes(axes: dict, where: str) -> list[Case]:
+    """Expand an ``[axes]`` table into cases (n innermost)."""
+    _check_keys(axes, AXIS_KEYS, f"{where} [axes]")
+    if "n" not in axes:
+        raise SpecError(f"{where} [axes]: missing key 'n' (sequence lengths)")
+    ns = _range(axes["n"], _where(where, "axes.n"))
+    bs = _range(axes.get("batch", 1), _where(where, "axes.batch"))
+    hs = _range(axes.get("heads", 4), _where(where, "axes.heads"))
+    kvs = _range(axes["kv_heads"], _where(where, "axes.kv_heads")) if "kv_heads" in axes else None
+    ds = _range(axes.get("dim", 64), _where(where, "axes.dim"))
+    dvs = _range(axes["dim_v"], _where(where, "axes.dim_v")) if "dim_v" in axes else None
+    dtype = axes.get("dtype", "bf16")
+    _typed(dtype, (str, list), _where(where, "axes.dtype"), "a string or list of dtypes")
+    dts = parse_choices(dtype, DTYPES, "dtype")
+    decay = _typed(axes.get("decay", "alibi"), (str,), _where(where, "axes.decay"), "a string")
+    if decay not in DECAYS:
+        raise SpecError(f"{_where(where, 'axes.decay')}: unknown decay {decay!r} ({', '.join(DECAYS)})")
+    h0 = axes.get("initial_state", False)
+    h0s = (False, True) if h0 == "both" else (_typed(h0, (bool,), _where(where, "axes.initial_state"),
+                                                       "true, false or 'both'"),)
+    reverse = _typed(axes.get("reverse", False), (bool,), _where(where, "axes.reverse"), "true or false")
+    varlen = axes.get("varlen")
+    if varlen is not None:
+        _typed(varlen, (list,), _where(where, "axes.varlen"), "a list of sequence lengths")
+        for x in varlen:
+            _typed(x, (int,), _where(where, "axes.varlen"), "a list of positive integers")
+    out = []
+    for dt in dts:
+        for b in bs:
+            for h in hs:
+                for hk in kvs or [h]:
+                    for d in ds:
+                        for e in dvs or [d]:
+                            for init in h0s:
+                                if varlen:
+                                    out.append(Case(1, sum(varlen), h, hk, d, e, dt, decay, tuple(varlen),
+                                                    init, reverse))
+                                    continue
+                                for t in ns:
+                                    out.append(Case(b, t, h, hk, d, e, dt, decay, None, init, reverse))
+    return out
+
+
+def parse(doc: dict, where: str, default_name: str) -> Suite:
+    """Validate a parsed TOML document into a Suite (SpecError naming the bad key)."""
+    _check_keys(doc, TOP_KEYS, where)
+    name = _typed(doc.get("name", default_name), (str,), _where(where, "name"), "a string")
+    description = _typed(doc.get("description", ""), (str,), _where(where, "description"), "a string")
+    reference = doc.get("reference")
+    if reference is not None:
+        _typed(reference, (str,), _where(where, "reference"), "a kernel name")
+    device = _typed(doc.get("device", "auto"), (str,), _where(where, "device"), "auto, cuda or cpu")
+    top_kernels = _str_list(doc.get("kernels", []), _where(where, "kernels"))
+    top_axes = _typed(doc.get("axes", {}), (dict,), _where(where, "axes"), "a table")
+    measurements = []
+    for kind in MEASURES:
+        if kind not in doc:
+            continue
+        sec = _typed(doc[kind], (dict,), _where(where, kind), "a table")
+        _check_keys(sec, SECTION_KEYS[kind], f"{where} [{kind}]")
+        axes = {**top_axes, **_typed(sec.get("axes", {}), (dict,), _where(where, f"{kind}.axes"), "a table")}
+        kernels = _str_list(sec.get("kernels", top_kernels), _where(where, f"{kind}.kernels"))
+        m = Measurement(kind, kernels, cases_from_axes(axes, f"{where} [{kind}]"))
+        if kind in ("speed", "memory"):
+            modes = _str_list(sec.get("modes", ["fwd", "fwdbwd"]), _where(where, f"{kind}.modes"))
+            m.modes = parse_choices(modes, MODES, "mode")
+        if kind == "speed":
+            m.budget = float(_typed(sec.get("budget", 0.5), (int, float), _where(where, "speed.budget"), "seconds"))
+        if kind == "check-grad":
+            m.seed = _typed(sec.get("seed", 0), (int,), _where(where, "check-grad.seed"), "an integer")
+        measurements.append(m)
+    if not measurements:
+        raise SpecError(f"{where}: nothing to measure (add a [speed], [memory] or [check-grad] section)")
+    return Suite(name, description, reference, device, measurements)
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Read a suite TOML file; a name without a path looks in the project's ``suites/``."""
+    p = Path(path)
+    if not p.exists() and not p.suffix:
+        p = Path("suites") / f"{p}.toml"
+    try:
+        doc = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such suite file") from None
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{p}: not valid TOML ({exc})") from None
+    suite = parse(doc, str(p), p.stem)
+    suite.path = p
+    return suite
