@@ -1,0 +1,37 @@
+"""The README's benchmark tables are exactly what `lattnbench report` makes of committed results."""
+import re
+import shutil
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from lattnbench.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"<!-- lattnbench:([\w.-]+) -->")
+
+
+def results_for(name: str) -> list[Path]:
+    return sorted(ROOT.glob(f"results/*/{name}.json"))
+
+
+def test_every_block_has_committed_results():
+    names = BLOCK.findall((ROOT / "README.md").read_text())
+    assert names, "the README has no generated blocks"
+    for name in names:
+        assert len(results_for(name)) == 1, f"block {name!r} needs exactly one results/*/{name}.json"
+
+
+def test_readme_tables_regenerate_byte_identical(tmp_path, monkeypatch):
+    readme = tmp_path / "README.md"
+    shutil.copy(ROOT / "README.md", readme)
+    monkeypatch.chdir(ROOT)  # plot links are written relative to the README
+    for name in BLOCK.findall(readme.read_text()):
+        args = ["report", *map(str, results_for(name)), "--readme", str(readme), "--name", name]
+        plots = ROOT / "results" / results_for(name)[0].parent.name / "plots"
+        if plots.is_dir():
+            args += ["--plots", str(plots)]
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+    assert readme.read_text() == (ROOT / "README.md").read_text(), \
+        "README tables differ from `lattnbench report` of the committed results: regenerate them"
