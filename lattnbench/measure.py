@@ -143,18 +143,19 @@ class Sweeper:
             self.emit(rows)
             return rows
         flush = None
+        events = self.device == "cuda" and entry.framework == "torch"
         if self.device == "cuda":
             from lattnbench.torch_fw import l2_flusher
-            flush = l2_flusher(self.device)
+            flush = l2_flusher(self.device, wait=not events)
         for mode in modes:
             row = base_row(entry, case, self.device, mode, "time_ms")
             try:
                 if not _finite(problem.fwd() if mode == "fwd" else problem.fwdbwd()):
                     raise _NonFinite()
                 run = {"fwd": problem.fwd, "fwdbwd": problem.fwdbwd}.get(mode) or problem.bwd_callable()
-                t = measure(run, problem.sync, flush=flush, budget_s=self.budget_s,
-                            cuda_events=self.device == "cuda" and entry.framework == "torch",
-                            min_reps=3 if interpreted else 5)
+                t = measure(run, problem.sync, flush=flush, budget_s=self.budget_s, cuda_events=events,
+                            min_reps=3 if interpreted else 5,
+                            batch_short=self.device == "cuda" and entry.framework == "jax")
                 floor = floor_ms(case, entry.family, mode, self.ceilings)
                 row.update(median=t.median, p20=t.quantile(0.2), p80=t.quantile(0.8),
                            samples=len(t.samples_ms), samples_ms=[round(x, 5) for x in t.samples_ms],
