@@ -17,8 +17,10 @@ with P_j = Σ_{t≥j} λ^{t−j} scale q_t dO_tᵀ + λ^{T−1−j} dS_T, dk_j =
 The backward's initial state enters one decay step "late" (λ^{T−1−j}, not λ^{T−j}):
 BWD_STATE shifts the exponent of the first chunk by one instead of dividing by λ.
 
-All tensors are contiguous ``[B, T, heads, dim]``; strides are derived from the shapes, so the
-same kernels launch from torch and from jax-triton.
+All tensors are contiguous ``[B, T, heads, dim]``; strides are derived from the shapes, and the
+kernels take inputs, then scalars, then outputs (jax-triton appends output pointers last), so the
+same kernels launch from torch and from jax-triton. Absent optional tensors (h0, dS_T, cu_seqlens)
+are passed as any placeholder pointer; constexpr flags keep them untouched.
 """
 from __future__ import annotations
 
@@ -104,61 +106,64 @@ def _chunk_pass(
             shift = tl.where(i_c > 0, 1.0, 0.0)
         else:
             shift = 1.0
-        # intra-chunk quadratic part
+        # carried state, decayed p+1 steps: (diag(qd)·a)·S = diag(qd)·(a·S), a straight from smem
+        qd = tl.exp(gam * (pf + shift)) * out_scale
+        acc = tl.dot(a, S.to(dt), input_precision=DOT_PREC) * qd[:, None]
+        # intra-chunk quadratic part, accumulated onto the state part
         s = tl.dot(a, tl.trans(b), input_precision=DOT_PREC)
         s = s * m_intra * (out_scale * k_scale)
-        acc = tl.dot(s.to(dt), c, input_precision=DOT_PREC)
-        # carried state, decayed p+1 steps
-        qd = tl.exp(gam * (pf + shift))
-        acc += tl.dot((a * qd[:, None]).to(dt), S.to(dt), input_precision=DOT_PREC) * out_scale
+        acc = tl.dot(s.to(dt), c, acc, input_precision=DOT_PREC)
         tl.store(o_base + rows[:, None] * o_row + o_v[None, :], acc.to(o_ptr.dtype.element_ty),
                  mask=valid[:, None] & m_v[None, :])
-        # state update
-        kd = tl.where(valid, tl.exp(gam * tl.maximum(n_valid - 1 - pf, 0.0)), 0.0)
-        bw = (b * kd[:, None]).to(dt)
-        S = S * tl.exp(gam * (n_valid - 1 + shift)) + tl.dot(tl.trans(bw), c, input_precision=DOT_PREC) * k_scale
+        # state update: S·λ^L + bᵀ·diag(λ^(L−1−p))·c, the decay put on c (the narrower operand)
+        kd = tl.where(valid, tl.exp(gam * tl.maximum(n_valid - 1 - pf, 0.0)), 0.0) * k_scale
+        cw = (c * kd[:, None]).to(dt)
+        S = tl.dot(tl.trans(b), cw, S * tl.exp(gam * (n_valid - 1 + shift)), input_precision=DOT_PREC)
     if STORE_HT:
         if BWD_STATE:
             S = S * tl.exp(gam * tl.where(n_chunks > 0, 1.0, 0.0))
         tl.store(ht_ptr + state_off + s_idx, S, mask=m_s)
 
 
-def _fwd_configs():
-    if INTERPRET:
-        return [triton.Config({"BT": 32, "BV": 32}, num_warps=4, num_stages=1)]
-    cfgs = []
-    for bt, bv, w, s in [
-        (64, 64, 4, 2), (64, 64, 4, 3), (64, 64, 8, 2), (64, 64, 8, 3),
-        (64, 128, 8, 2), (64, 128, 8, 3), (64, 128, 4, 2), (64, 32, 4, 2), (64, 32, 4, 3),
-        (128, 64, 8, 2),
-    ]:
-        cfgs.append(triton.Config({"BT": bt, "BV": bv}, num_warps=w, num_stages=s))
-    return cfgs
+# (BT, BV, num_warps, num_stages). Seen in the sm_90 compiler report (bf16, D=E=128): BT=64 with
+# 8 warps duplicates the chained 64-row dots across the two warpgroups; BV=64 with 4 warps spills
+# a little; (64, 32, 4, 2) uses 201 registers and 77 KB of shared memory (two programs per SM).
+# Measured on the H200 (bench/NOTES-triton.md, n=8192 fwd): (64,64,4,2) 0.41 ms, (64,32,4,3) 0.47,
+# (64,128,8,2) 0.54, (64,32,4,2) 0.59, (128,64,8,2) 0.59; (64,64,8,2) 0.77, (64,16,4,3) 0.79,
+# (128,32,8,2) 0.84, (64,16,4,2) 0.90 were dropped. (64,64,4,3) and (64,32,4,4) are added untimed:
+# a deeper pipeline helped every BV measured (0.59 -> 0.47 at BV=32).
+FWD_CONFIGS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 32, 4, 4), (64, 64, 4, 2), (64, 64, 4, 3),
+               (128, 64, 8, 2), (64, 128, 8, 2)]
+BWD_CONFIGS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 32, 4, 4), (64, 64, 4, 2), (64, 64, 4, 3)]
+INTERP_CONFIG = (32, 32, 4, 1)
 
 
-def _bwd_configs():
+def _configs(table):
     if INTERPRET:
-        return [triton.Config({"BT": 32, "BV": 32}, num_warps=4, num_stages=1)]
-    cfgs = []
-    for bt, bv, w, s in [
-        (64, 64, 4, 2), (64, 64, 8, 2), (64, 64, 4, 3),
-        (64, 128, 8, 2), (64, 32, 4, 2), (128, 64, 8, 2),
-    ]:
-        cfgs.append(triton.Config({"BT": bt, "BV": bv}, num_warps=w, num_stages=s))
-    return cfgs
+        table = [INTERP_CONFIG]
+    return [triton.Config({"BT": bt, "BV": bv}, num_warps=w, num_stages=s) for bt, bv, w, s in table]
 
 
 def _prune(configs, named_args, **kwargs):
-    """Drop configs whose BV is wider than the widest split dimension (pointless duplicates)."""
-    widest = max(named_args["KD"], named_args["VD"]) if "dq" in named_args else named_args["VD"]
-    keep = [c for c in configs if c.kwargs["BV"] <= max(32, triton.next_power_of_2(widest))]
+    """Drop configs whose BV is wider than the split dimension needs (pointless duplicates).
+
+    The constexprs arrive in kwargs (triton 3.6) or in named_args, depending on the version.
+    """
+    allargs = {**named_args, **kwargs}
+    if "VD" not in allargs or "KD" not in allargs:
+        return configs
+    split = allargs["VD"]
+    if allargs.get("ROLE", 2) in (0, 1):  # dq / dk split D
+        split = allargs["KD"]
+    keep = [c for c in configs if c.kwargs["BV"] <= max(16, triton.next_power_of_2(split))]
     return keep or configs[:1]
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T_BUCKET"])
 def lightning_fwd_kernel(
-    q, k, v, o, h0, ht, g, cu,
+    q, k, v, h0, g, cu,
     T, H, HKV, scale, T_BUCKET,
+    o, ht,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
@@ -169,33 +174,31 @@ def lightning_fwd_kernel(
                 KD, VD, BK, BV, BT, REVERSE, HAS_H0, False, STORE_HT, False, IS_VARLEN, DOT_PREC)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["T_BUCKET"])
 def lightning_bwd_kernel(
-    q, k, v, do, dq, dk, dv, h0, dht, dh0, g, cu,
+    q, k, v, do, h0, dht, g, cu,
     T, H, HKV, scale, T_BUCKET,
-    KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr, BVD: tl.constexpr,
+    dx, dh0,
+    KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr, BVD: tl.constexpr, ROLE: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
 ):
-    """Three independent passes in one launch; axis 2 picks dq, dk or dv.
+    """One backward pass: ROLE 0 writes dq, 1 dk, 2 dv (and dh0); dx is that output.
 
-    KD = D (q/k head dim), VD = E (v head dim); BKD/BVD their padded powers of two.
+    KD = D (q/k head dim), VD = E (v head dim); BKD/BVD their padded powers of two. The three
+    passes are independent (each recomputes its state on the fly), one launch each.
     """
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
-    role = tl.program_id(2)
-    if role == 0:
-        if i_v * BV < KD:
-            _chunk_pass(do, v, k, dq, h0, h0, g, cu, T, H, H, HKV, HKV, scale, 1.0, i_v, i_nh,
-                        VD, KD, BVD, BV, BT, REVERSE, HAS_H0, True, False, False, IS_VARLEN, DOT_PREC)
-    elif role == 1:
-        if i_v * BV < KD:
-            _chunk_pass(v, do, q, dk, dht, dht, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
-                        VD, KD, BVD, BV, BT, not REVERSE, HAS_DHT, True, False, True, IS_VARLEN, DOT_PREC)
+    if ROLE == 0:
+        _chunk_pass(do, v, k, dx, h0, h0, g, cu, T, H, H, HKV, HKV, scale, 1.0, i_v, i_nh,
+                    VD, KD, BVD, BV, BT, REVERSE, HAS_H0, True, False, False, IS_VARLEN, DOT_PREC)
+    elif ROLE == 1:
+        _chunk_pass(v, do, q, dx, dht, dht, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
+                    VD, KD, BVD, BV, BT, not REVERSE, HAS_DHT, True, False, True, IS_VARLEN, DOT_PREC)
     else:
-        if i_v * BV < VD:
-            _chunk_pass(k, q, do, dv, dht, dh0, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
-                        KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC)
+        _chunk_pass(k, q, do, dx, dht, dh0, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
+                    KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC)
 
 
 # Autotuned launchers on a GPU; under the interpreter autotune cannot run ("0 active drivers"),
@@ -204,7 +207,7 @@ if INTERPRET:
     lightning_fwd = lightning_bwd = None
 else:
     _prune_by = {"early_config_prune": _prune}
-    lightning_fwd = triton.autotune(configs=_fwd_configs(), key=["KD", "VD", "T_BUCKET"],
+    lightning_fwd = triton.autotune(configs=_configs(FWD_CONFIGS), key=["KD", "VD", "T_BUCKET"],
                                     prune_configs_by=_prune_by)(lightning_fwd_kernel)
-    lightning_bwd = triton.autotune(configs=_bwd_configs(), key=["KD", "VD", "T_BUCKET"],
+    lightning_bwd = triton.autotune(configs=_configs(BWD_CONFIGS), key=["KD", "VD", "T_BUCKET", "ROLE"],
                                     prune_configs_by=_prune_by)(lightning_bwd_kernel)

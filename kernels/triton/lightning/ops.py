@@ -13,7 +13,7 @@ Tensor = torch.Tensor
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # fixed launch config under the interpreter (autotune cannot run there)
-_INTERP_META = {"BT": 32, "BV": 32, "num_warps": 4, "num_stages": 1}
+_INTERP_META = dict(zip(("BT", "BV", "num_warps", "num_stages"), _k.INTERP_CONFIG))
 
 
 def _empty(*shape, dtype, device) -> Tensor:
@@ -97,8 +97,8 @@ def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
     o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
     ht = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
     grid = lambda meta: (triton.cdiv(e, meta["BV"]), n * h)  # noqa: E731
-    args = (q, k, v, o, h0 if h0 is not None else o, ht if ht is not None else o, g,
-            cu if cu is not None else g, t, h, hkv, float(scale), _t_bucket(t))
+    args = (q, k, v, h0 if h0 is not None else g, g, cu if cu is not None else g,
+            t, h, hkv, float(scale), _t_bucket(t), o, ht if ht is not None else o)
     kw = dict(KD=d, VD=e, BK=max(16, triton.next_power_of_2(d)), REVERSE=bool(reverse),
               HAS_H0=h0 is not None, STORE_HT=store_ht, IS_VARLEN=cu is not None,
               DOT_PREC=_dot_prec(q.dtype))
@@ -107,7 +107,7 @@ def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
 
 
 def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n):
-    """Backward launch (dq, dk, dv, dh0 in one launch); inputs contiguous."""
+    """Backward launches (dq; dk; dv and dh0), one independent pass each; inputs contiguous."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
@@ -116,14 +116,15 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n):
     dk = _empty(b, t, h, d, dtype=gdt, device=q.device)
     dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
-    grid = lambda meta: (triton.cdiv(max(d, e), meta["BV"]), n * h, 3)  # noqa: E731
-    args = (q, k, v, do, dq, dk, dv, h0 if h0 is not None else dq, dht if dht is not None else dq,
-            dh0 if dh0 is not None else dq, g, cu if cu is not None else g, t, h, hkv, float(scale),
-            _t_bucket(t))
+    common = (h0 if h0 is not None else g, dht if dht is not None else g, g, cu if cu is not None else g,
+              t, h, hkv, float(scale), _t_bucket(t))
     kw = dict(KD=d, VD=e, BKD=max(16, triton.next_power_of_2(d)), BVD=max(16, triton.next_power_of_2(e)),
               REVERSE=bool(reverse), HAS_H0=h0 is not None, HAS_DHT=dht is not None,
               IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(q.dtype))
-    _launch(_k.lightning_bwd, _k.lightning_bwd_kernel, grid, args, kw)
+    for role, out, split in ((0, dq, d), (1, dk, d), (2, dv, e)):
+        grid = lambda meta, split=split: (triton.cdiv(split, meta["BV"]), n * h)  # noqa: E731
+        args = (q, k, v, do) + common + (out, dh0 if dh0 is not None else g)
+        _launch(_k.lightning_bwd, _k.lightning_bwd_kernel, grid, args, dict(kw, ROLE=role))
     if grp > 1:
         dk = dk.view(b, t, hkv, grp, d).sum(3).to(q.dtype)
         dv = dv.view(b, t, hkv, grp, e).sum(3).to(q.dtype)
@@ -138,6 +139,8 @@ class LightningAttnFunction(torch.autograd.Function):
         o, ht = lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n)
         ctx.save_for_backward(q, k, v, g, h0, cu)
         ctx.scale, ctx.reverse, ctx.n = scale, reverse, n
+        # an unused S_T then arrives as None (HAS_DHT=False), not as a materialised zero tensor
+        ctx.set_materialize_grads(False)
         return o, ht
 
     @staticmethod

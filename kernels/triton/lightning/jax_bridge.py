@@ -1,0 +1,158 @@
+"""The Triton Lightning Attention kernels called from JAX through jax-triton (registry name
+``lightning/jax-triton``), with a ``jax.custom_vjp``. GPU only; cu_seqlens is not supported here.
+
+jax-triton is imported lazily: importing it (0.3.1) sets ``triton.knobs.cache.dir`` to ``''``,
+which breaks every later torch-Triton compile, so the knob is restored right after the import.
+jax-triton refuses autotuned kernels whose key lacks a scalar argument, so the plain kernels are
+launched with one fixed config per pass (``JAX_FWD_CONFIG`` / ``JAX_BWD_CONFIG``).
+"""
+from __future__ import annotations
+
+import functools
+
+from . import kernels as _k
+
+# (BT, BV, num_warps, num_stages): the autotuner's pick at D=E=128 bf16 on the H200 (torch path)
+JAX_FWD_CONFIG = (64, 64, 4, 2)
+JAX_BWD_CONFIG = (64, 64, 4, 2)
+
+_JT = None
+
+
+def _jax_triton():
+    """Import jax_triton once, restoring Triton's cache-dir knob that the import clobbers."""
+    global _JT
+    if _JT is None:
+        import triton
+
+        knobs = getattr(triton, "knobs", None)
+        saved = knobs.cache.dir if knobs is not None else None
+        import jax_triton as jt
+
+        if knobs is not None:
+            knobs.cache.dir = saved
+        _JT = jt
+    return _JT
+
+
+def _pow2(x: int) -> int:
+    return max(16, 1 << (int(x) - 1).bit_length())
+
+
+def _t_bucket(t: int) -> int:
+    return 0 if t <= 1024 else (1 if t <= 4096 else 2)
+
+
+def _prec(dtype) -> str:
+    import jax.numpy as jnp
+
+    return "ieee" if dtype == jnp.float32 else "tf32"
+
+
+def _fwd_call(q, k, v, g, h0, scale, reverse, store_ht=True):
+    import jax
+    import jax.numpy as jnp
+
+    jt = _jax_triton()
+    b, t, h, d = q.shape
+    hkv, e = k.shape[2], v.shape[3]
+    bt, bv, w, s = JAX_FWD_CONFIG
+    outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
+    o, ht = jt.triton_call(
+        q, k, v, h0 if h0 is not None else g, g, g, t, h, hkv, float(scale), _t_bucket(t),
+        kernel=_k.lightning_fwd_kernel, out_shape=outs, grid=(-(-e // bv), b * h),
+        num_warps=w, num_stages=s,
+        KD=d, VD=e, BK=_pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=store_ht,
+        IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv)
+    return o, ht
+
+
+def _bwd_call(q, k, v, do, g, h0, dht, scale, reverse):
+    import jax
+    import jax.numpy as jnp
+
+    jt = _jax_triton()
+    b, t, h, d = q.shape
+    hkv, e = k.shape[2], v.shape[3]
+    grp = h // hkv
+    bt, bv, w, s = JAX_BWD_CONFIG
+    gdt = q.dtype if grp == 1 else jnp.float32
+    res = []
+    for role, dim, odt in ((0, d, q.dtype), (1, d, gdt), (2, e, gdt)):
+        outs = [jax.ShapeDtypeStruct((b, t, h, dim), odt), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
+        dx, dh0 = jt.triton_call(
+            q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, float(scale), _t_bucket(t),
+            kernel=_k.lightning_bwd_kernel, out_shape=outs, grid=(-(-dim // bv), b * h),
+            num_warps=w, num_stages=s,
+            KD=d, VD=e, BKD=_pow2(d), BVD=_pow2(e), ROLE=role, REVERSE=bool(reverse),
+            HAS_H0=h0 is not None, HAS_DHT=True, IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv)
+        res.append((dx, dh0))
+    dq = res[0][0]
+    dk, dv = res[1][0], res[2][0]
+    if grp > 1:
+        dk = dk.reshape(b, t, hkv, grp, d).sum(3).astype(q.dtype)
+        dv = dv.reshape(b, t, hkv, grp, e).sum(3).astype(q.dtype)
+    return dq, dk, dv, res[2][1]
+
+
+def _make_fn():
+    import jax
+    import jax.numpy as jnp
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+    def attn(q, k, v, g, h0, scale, reverse):
+        return _fwd_call(q, k, v, g, h0, scale, reverse)
+
+    def fwd(q, k, v, g, h0, scale, reverse):
+        o, ht = _fwd_call(q, k, v, g, h0, scale, reverse)
+        return (o, ht), (q, k, v, g, h0)
+
+    def bwd(scale, reverse, resid, cts):
+        q, k, v, g, h0 = resid
+        do, dht = cts
+        do = jnp.asarray(do, q.dtype)
+        dht = jnp.asarray(dht, jnp.float32)
+        dq, dk, dv, dh0 = _bwd_call(q, k, v, do, g, h0, dht, scale, reverse)
+        return dq, dk, dv, jnp.zeros_like(g), (None if h0 is None else dh0.astype(h0.dtype))
+
+    attn.defvjp(fwd, bwd)
+    return attn
+
+
+_FN = None
+
+
+def lightning_attn_jax_triton(q, k, v, gamma=None, scale=None, initial_state=None, reverse=False,
+                              cu_seqlens=None):
+    """Lightning Attention from JAX on the bundled Triton kernels; returns (o, final_state fp32).
+
+    Layout [B, T, H, D]; same recurrence and options as ``lightning_attn_triton`` except
+    cu_seqlens (NotImplementedError). Differentiable in q, k, v, initial_state and through S_T.
+    """
+    global _FN
+    import jax.numpy as jnp
+
+    if cu_seqlens is not None:
+        raise NotImplementedError("cu_seqlens is not supported by the jax-triton bridge")
+    q, k, v = (jnp.asarray(x) for x in (q, k, v))
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"q, k, v must be [B, T, H, D]; got ranks {q.ndim}, {k.ndim}, {v.ndim}")
+    b, t, h, d = q.shape
+    if k.shape[:2] != (b, t) or v.shape[:2] != (b, t) or k.shape[3] != d or k.shape[2] != v.shape[2]:
+        raise ValueError(f"shape mismatch: q {q.shape}, k {k.shape}, v {v.shape}")
+    if h % k.shape[2]:
+        raise ValueError(f"query heads ({h}) must be a multiple of kv heads ({k.shape[2]})")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (jnp.float32, jnp.float16, jnp.bfloat16):
+        raise ValueError(f"q, k, v must share one of fp32/fp16/bf16, got {q.dtype}, {k.dtype}, {v.dtype}")
+    e = v.shape[3]
+    if initial_state is not None:
+        initial_state = jnp.asarray(initial_state, jnp.float32)
+        if initial_state.shape != (b, h, d, e):
+            raise ValueError(f"initial_state must be {(b, h, d, e)}, got {initial_state.shape}")
+    g = jnp.zeros((h,), jnp.float32) if gamma is None else jnp.asarray(gamma, jnp.float32).reshape(-1)
+    if g.shape != (h,):
+        raise ValueError(f"gamma must have one value per query head ({h}), got shape {g.shape}")
+    scale = d**-0.5 if scale is None else float(scale)
+    if _FN is None:
+        _FN = _make_fn()
+    return _FN(q, k, v, g, initial_state, scale, bool(reverse))

@@ -1,0 +1,214 @@
+"""The Triton Lightning Attention kernels against the fp64 quadratic reference.
+
+On a machine without a GPU the kernels run in the Triton interpreter (tests/conftest.py sets
+TRITON_INTERPRET=1), which cannot do bf16 dots: fp32 and fp16 here, bf16 on the GPU.
+Outputs and gradients (q, k, v, initial_state) are checked with random ``do`` and random
+``dS_T``; every buffer the kernels must fully write is NaN-poisoned first.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lattnbench.kernels.decay import lightning_decay
+from lattnbench.kernels.naive.torch_ref import lightning_naive
+from lattnbench.kernels.triton.lightning import lightning_attn, lightning_attn_triton
+from lattnbench.kernels.triton.lightning import ops as tl_ops
+from lattnbench.tolerance import TOLERANCE, err_ratio
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+@pytest.fixture(autouse=True)
+def poison(monkeypatch):
+    """NaN-fill every output buffer the kernels allocate, so an unwritten element shows."""
+    def nan_empty(*shape, dtype, device):
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+    monkeypatch.setattr(tl_ops, "_empty", nan_empty)
+
+
+def _inputs(seed, b, t, h, hkv, d, e, dtype, n_states=None, h0=True):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, t, h, d, generator=g).to(dtype)
+    k = torch.randn(b, t, hkv, d, generator=g).to(dtype)
+    v = torch.randn(b, t, hkv, e, generator=g).to(dtype)
+    s0 = torch.randn(n_states or b, h, d, e, generator=g) if h0 else None
+    return g, q, k, v, s0
+
+
+def check(seed=0, b=2, t=100, h=3, hkv=None, d=48, e=48, dtype=torch.float32, gamma="mixed",
+          scale=None, h0=True, reverse=False, cu_seqlens=None, transform=None, api=None):
+    """Run kernel and fp64 reference; assert o, S_T, dq, dk, dv, dh0 within the dtype's tolerance."""
+    hkv = hkv or h
+    n = b if cu_seqlens is None else len(cu_seqlens) - 1
+    g, q, k, v, s0 = _inputs(seed, b, t, h, hkv, d, e, dtype, n, h0)
+    if isinstance(gamma, str) and gamma == "mixed":
+        gam = -torch.rand(h, generator=g) * 2.0
+        gam[0] = 0.0
+        if h > 2:
+            gam[-1] = -6.0  # strong decay
+        gamma = gam.numpy()
+    leaves = [x.to(DEV).requires_grad_(True) for x in (q, k, v)]
+    s0_dev = s0.to(DEV).requires_grad_(True) if s0 is not None else None
+    qi, ki, vi = leaves
+    if transform is not None:
+        qi, ki, vi = transform(qi), transform(ki), transform(vi)
+    if api is None:
+        o, st = lightning_attn_triton(qi, ki, vi, gamma=gamma, scale=scale, initial_state=s0_dev,
+                                      reverse=reverse, cu_seqlens=cu_seqlens)
+    else:
+        o, st = api(qi, ki, vi, s0_dev)
+    assert o.dtype == dtype and o.shape == (b, t, h, e)
+    assert st.dtype == torch.float32 and st.shape == (n, h, d, e)
+    do = torch.randn(o.shape, generator=g).to(dtype)
+    ds = torch.randn(st.shape, generator=g)
+    loss = (o.float() * do.to(DEV).float()).sum() + (st * ds.to(DEV)).sum()
+    loss.backward()
+
+    ref_leaves = [x.detach().double().requires_grad_(True) for x in (q, k, v)]
+    s0_ref = s0.detach().double().requires_grad_(True) if s0 is not None else None
+    gam_ref = None if gamma is None else torch.as_tensor(np.asarray(gamma), dtype=torch.float64)
+    ro, rs = lightning_naive(*ref_leaves, gamma=gam_ref, scale=scale, initial_state=s0_ref,
+                             reverse=reverse, cu_seqlens=cu_seqlens)
+    ((ro * do.double()).sum() + (rs * ds.double()).sum()).backward()
+
+    tol = TOLERANCE[NAMES[dtype]]
+    pairs = {"o": (o, ro), "final_state": (st, rs)}
+    for name, mine, ref in zip("qkv", leaves, ref_leaves):
+        assert mine.grad is not None and mine.grad.shape == ref.shape
+        pairs["d" + name] = (mine.grad, ref.grad)
+    if s0 is not None:
+        pairs["dh0"] = (s0_dev.grad, s0_ref.grad)
+    errs = {name: err_ratio(x, r) for name, (x, r) in pairs.items()}
+    bad = {name: err for name, err in errs.items() if not err <= tol}
+    assert not bad, f"errors above {tol}: {bad} (all: {errs})"
+    return errs
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_decay_initial_state_final_state(dtype):
+    check(seed=1, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_reverse(dtype):
+    check(seed=2, b=1, t=77, h=3, d=48, e=32, dtype=dtype, reverse=True)
+
+
+def test_d96_e_differs_scale_no_decay():
+    check(seed=3, b=1, t=70, h=2, d=96, e=40, gamma=None, scale=0.37)
+
+
+def test_d_smaller_than_e_no_initial_state():
+    check(seed=4, b=1, t=45, h=2, d=32, e=96, h0=False)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_gqa(reverse):
+    check(seed=5, b=1, t=66, h=4, hkv=2, d=32, e=48, reverse=reverse)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_t_equals_one(dtype):
+    check(seed=6, b=3, t=1, h=2, d=48, e=48, dtype=dtype)
+
+
+def test_strong_and_zero_decay():
+    check(seed=7, b=1, t=90, h=3, d=32, e=32, gamma=np.array([0.0, -20.0, -80.0], dtype=np.float32))
+
+
+@pytest.mark.parametrize("dtype,reverse", [(torch.float32, False), (torch.float32, True), (torch.float16, False)])
+def test_varlen(dtype, reverse):
+    # 3 sequences of unequal length, one of length 1, per-sequence initial states
+    cu = torch.tensor([0, 37, 38, 99], dtype=torch.int32)
+    check(seed=8, b=1, t=99, h=2, d=48, e=32, dtype=dtype, reverse=reverse, cu_seqlens=cu)
+
+
+def test_varlen_gqa_empty_sequence():
+    # a sequence of length 0 keeps its state: S_T = S_0, dS_0 = dS_T
+    check(seed=9, b=1, t=50, h=2, hkv=1, d=32, e=32, cu_seqlens=[0, 20, 20, 50])
+
+
+def test_non_contiguous_inputs():
+    # inputs built as [B, H, T, D] and viewed as [B, T, H, D]: non-contiguous strides
+    check(seed=10, b=2, t=40, h=2, d=32, e=48, transform=lambda x: x.transpose(1, 2).contiguous().transpose(1, 2)[:, :, :, :])
+    check(seed=11, b=2, t=40, h=2, d=32, e=48, transform=lambda x: x[:, :, :, :].unsqueeze(-1).expand(*x.shape, 2)[..., 0])
+
+
+def test_lightning_attn_seed_api():
+    def api(q, k, v, s0):
+        return lightning_attn(q, k, v, layer_idx=1, num_layers=4, initial_state=s0)
+
+    gamma = lightning_decay(3, 1, 4)
+    errs = check(seed=12, b=1, t=60, h=3, d=32, e=32, gamma=gamma, api=api)
+    assert errs["o"] < 1e-5
+
+
+def test_no_final_state_and_output_fully_written():
+    _, q, k, v, _ = _inputs(13, 1, 50, 2, 2, 32, 32, torch.float32, h0=False)
+    o, st = lightning_attn_triton(q, k, v, gamma=[-0.5, -0.1], output_final_state=False)
+    assert st is None
+    ro, _ = lightning_naive(q.double(), k.double(), v.double(), gamma=torch.tensor([-0.5, -0.1], dtype=torch.float64))
+    assert torch.isfinite(o).all()
+    assert err_ratio(o, ro) <= TOLERANCE["fp32"]
+
+
+def test_gradient_through_final_state_only():
+    g, q, k, v, s0 = _inputs(14, 1, 70, 2, 2, 32, 48, torch.float32)
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v, s0)]
+    _, st = lightning_attn_triton(*leaves[:3], gamma=[-0.3, 0.0], initial_state=leaves[3])
+    w = torch.randn(st.shape, generator=g)
+    (st * w).sum().backward()
+    ref = [x.double().requires_grad_(True) for x in (q, k, v, s0)]
+    _, rs = lightning_naive(*ref[:3], gamma=torch.tensor([-0.3, 0.0], dtype=torch.float64), initial_state=ref[3])
+    (rs * w.double()).sum().backward()
+    assert ref[0].grad is None and leaves[0].grad.abs().max() == 0  # q does not reach S_T
+    for mine, r in zip(leaves[1:], ref[1:]):
+        assert err_ratio(mine.grad, r.grad) <= TOLERANCE["fp32"]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_loss_on_output_only(reverse):
+    # S_T unused: its gradient arrives as None (no dS_T term), dh0 from the outputs alone
+    g, q, k, v, s0 = _inputs(15, 1, 70, 2, 2, 32, 48, torch.float32)
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v, s0)]
+    gam = [-0.2, -1.0]
+    o, _ = lightning_attn_triton(*leaves[:3], gamma=gam, initial_state=leaves[3], reverse=reverse)
+    w = torch.randn(o.shape, generator=g)
+    (o * w).sum().backward()
+    ref = [x.double().requires_grad_(True) for x in (q, k, v, s0)]
+    ro, _ = lightning_naive(*ref[:3], gamma=torch.tensor(gam, dtype=torch.float64), initial_state=ref[3],
+                            reverse=reverse)
+    (ro * w.double()).sum().backward()
+    for mine, r in zip(leaves, ref):
+        assert err_ratio(mine.grad, r.grad) <= TOLERANCE["fp32"]
+
+
+@pytest.mark.parametrize("case", ["rank", "dtype", "shape", "heads", "varlen_batch", "cu", "h0", "gamma"])
+def test_bad_input_raises(case):
+    q = torch.randn(1, 8, 4, 16)
+    k = torch.randn(1, 8, 2, 16)
+    v = torch.randn(1, 8, 2, 16)
+    kw = {}
+    if case == "rank":
+        q = q[0]
+    elif case == "dtype":
+        k = k.half()
+    elif case == "shape":
+        k = torch.randn(1, 8, 2, 8)
+    elif case == "heads":
+        k, v = torch.randn(1, 8, 3, 16), torch.randn(1, 8, 3, 16)
+    elif case == "varlen_batch":
+        q, k, v = (torch.cat([x, x]) for x in (q, k, v))
+        kw["cu_seqlens"] = [0, 8]
+    elif case == "cu":
+        kw["cu_seqlens"] = [0, 5, 7]
+    elif case == "h0":
+        kw["initial_state"] = torch.randn(1, 4, 16, 8)
+    elif case == "gamma":
+        kw["gamma"] = [0.0, -1.0]
+    with pytest.raises(ValueError):
+        lightning_attn_triton(q, k, v, **kw)
