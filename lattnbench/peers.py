@@ -1,67 +1,211 @@
 """Adapters for other projects' kernels, registered whether or not their package is installed.
 
 ``lattnbench list`` shows each with the reason when its package is missing. Every adapter hands
-its kernel exactly the function the reference computes (same decay, same scale) so that an
-agreement check means something, and declares what it cannot do so that such a case is
-recorded as ``unsupported`` rather than crashing.
+its kernel exactly the function the reference computes (same decay, same scale, same layout)
+so that an agreement check means something, and declares what it cannot do so that such a case
+is recorded as ``unsupported`` with the reason rather than crashing.
+
+What each peer supports (read from its source; see ``docs/plugins.md`` and the entries below):
+
+================== ============================ ==============================================
+kernel             package, function            supports / does not
+================== ============================ ==============================================
+lightning/fla-chunk fla-core 0.6.0,             [B,T,H,D]; initial state, final state, varlen
+                   ``fla.ops.simple_gla.        (cu_seqlens, LongTensor), dim_v != dim_qk, any
+                   chunk_simple_gla`` (g_gamma) dim (even dims in 16-bit: fla asserts it in
+                                                chunk_bwd_dv); no reverse (it has no such
+                                                argument and would swallow one in ``**kwargs``),
+                                                no GQA (its fewer-kv-heads path is GVA, more v
+                                                heads than q heads, not ours); CUDA only
+lightning/opennlplab lightning_attn 0.0.5,      [B,H,N,D], slopes s [H,1,1], decay exp(−s·dist),
+                   ``lightning_attn.ops.        no scale (pinned to 1 here, for kernel and
+                   lightning_attn_func``        reference alike); returns o only (no final
+                                                state); no initial state, reverse, varlen, GQA;
+                                                dim_qk a power of two 32..128 (wider ones are
+                                                cut in 64-wide slices by the package), dim_v > 16
+                                                (padded to a power of two); CUDA only
+lightning/ejkernel ejkernel (0.0.80),           [B,T,H,D]; pure JAX/XLA lax.scan recurrence,
+gla/ejkernel       ``ejkernel.kernels._xla``    custom VJP; initial state, reverse, varlen, any
+                   ``recurrent`` (g_gamma) /    dim; no GQA (documented); dim_v != dim_qk
+                   ``recurrent_gla`` (g)        crashes in 0.0.80.3 although the signature
+                                                allows it, so it is declared unsupported
+softmax/flash-attn flash_attn (FA2) or          [B,T,H,D], causal, fp16/bf16, GQA, head dim
+                   flash_attn_interface (FA3)   <= 256, no dim_v != dim_qk; CUDA only
+================== ============================ ==============================================
 """
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 
+from lattnbench.errors import Unsupported
 from lattnbench.registry import KernelEntry
 from lattnbench.spec import Case
+
+# ---- fla (flash-linear-attention) ------------------------------------------------------------
+
+FLA_FEATURES = frozenset({"initial_state", "varlen", "dv", "any_dim"})
 
 
 def _fla_chunk() -> Callable:
     import torch
     from fla.ops.simple_gla import chunk_simple_gla
 
+    host_cu: dict[tuple[int, int], torch.Tensor] = {}  # cu_seqlens on the host, copied once
+
     def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
-        cu = None if cu_seqlens is None else cu_seqlens.to(torch.long)
-        return chunk_simple_gla(q, k, v, g_gamma=gamma, scale=scale, initial_state=initial_state,
-                                output_final_state=True, cu_seqlens=cu)
+        if reverse:  # fla would swallow reverse= in **kwargs and run forward: never pass it
+            raise Unsupported("fla chunk_simple_gla has no reverse")
+        cu = cu_cpu = None
+        if cu_seqlens is not None:
+            cu = cu_seqlens.to(torch.long)
+            key = (cu_seqlens.data_ptr(), cu_seqlens.numel())
+            if key not in host_cu:
+                host_cu[key] = cu.cpu()
+            cu_cpu = host_cu[key]
+        return chunk_simple_gla(q, k, v, g=None, g_gamma=gamma.float(), scale=scale,
+                                initial_state=initial_state, output_final_state=True,
+                                cu_seqlens=cu, cu_seqlens_cpu=cu_cpu)
     return fn
 
 
-def _opennlplab() -> Callable:
-    from lightning_attn.ops import lightning_attn_func
-
-    def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
-        # official layout [B, H, N, D]; decay exp(-s) with s = -γ; no scale (entry pins scale 1)
-        slopes = (-gamma).float().reshape(-1, 1, 1)
-        o = lightning_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), slopes)
-        return o.transpose(1, 2), None
-    return fn
-
-
-def _official_case(case: Case) -> str | None:
-    for dim in {case.dim_qk, case.dim_v}:
-        if dim & (dim - 1) or dim < 32:
-            return f"head dim {dim}: the official kernel needs powers of two >= 32"
+def _fla_case(case: Case) -> str | None:
+    if case.dtype in ("bf16", "fp16") and (case.dim_qk % 2 or case.dim_v % 2):
+        return f"fla's chunk_bwd_dv needs even head dims in {case.dtype} (got {case.dim_qk}/{case.dim_v})"
     return None
 
 
-def _flash_attn() -> Callable:
-    from flash_attn import flash_attn_func
+# ---- the official lightning_attn (OpenNLPLab) ------------------------------------------------
 
-    def fn(q, k, v, scale):
-        return flash_attn_func(q, k, v, softmax_scale=scale, causal=True)
+OFFICIAL_SCALE = 1.0  # lightning_attn_func takes no scale: the reference is pinned to it too
+
+
+def _opennlplab() -> Callable:
+    import torch
+    from lightning_attn.ops import lightning_attn_func
+
+    def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+        if scale != OFFICIAL_SCALE:
+            raise Unsupported(f"the official kernel has no scale argument (it computes scale 1, asked {scale})")
+        if initial_state is not None or reverse or cu_seqlens is not None:
+            raise Unsupported("the official kernel has no initial state, reverse or varlen")
+        # the contract's decay is exp(γ·distance), γ ≤ 0; the package's is exp(−s·distance): s = −γ
+        slopes = (-gamma).to(torch.float32).reshape(-1, 1, 1).contiguous()
+        o = lightning_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), slopes)
+        return o.transpose(1, 2), None  # [B, H, N, E] → [B, N, H, E]; no final state
     return fn
 
 
+def _official_dim_problem(case: Case) -> str | None:
+    """Head dims the package's Triton kernels take (from lightning_attn 0.0.5's source).
+
+    ``is_support(d) = 16 % d`` refuses 1, 2, 4, 8, 16; ``tl.arange(0, d)`` needs a power of two;
+    dims above 128 are cut in 64-wide slices (the README's d = 192); v is padded to a power of two.
+    """
+    d, e = case.dim_qk, case.dim_v
+    if d <= 128:
+        ok = d >= 32 and not d & (d - 1)
+    else:
+        rest = d % 64
+        ok = rest == 0 or (rest >= 16 and not rest & (rest - 1))
+    if not ok:
+        return (f"head dim {d}: the official kernel needs dim_qk a power of two in 32..128 "
+                "(or above 128 in 64-wide power-of-two slices)")
+    if e <= 16:
+        return f"dim_v {e}: the official kernel needs dim_v > 16 (its is_support refuses divisors of 16)"
+    return None
+
+
+# ---- ejKernel (JAX/XLA) ----------------------------------------------------------------------
+
+#: the XLA implementations the seeds describe; ``ejkernel.kernels._xla`` exports both
+EJKERNEL_RECURRENT = "ejkernel.kernels._xla.recurrent"
+EJKERNEL_GLA = "ejkernel.kernels._xla.gla"
+EJKERNEL_FEATURES = frozenset({"initial_state", "reverse", "varlen", "any_dim"})
+
+
+def _ejkernel_cu(cu_seqlens):
+    import jax.numpy as jnp
+    return None if cu_seqlens is None else jnp.asarray(cu_seqlens, dtype=jnp.int32)
+
+
+def _ejkernel_lightning() -> Callable:
+    import jax.numpy as jnp
+    from ejkernel.kernels._xla.recurrent import recurrent
+
+    def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+        return recurrent(q, k, v, g_gamma=jnp.asarray(gamma, jnp.float32), softmax_scale=float(scale),
+                         initial_state=initial_state, reverse=bool(reverse), cu_seqlens=_ejkernel_cu(cu_seqlens))
+    return fn
+
+
+def _ejkernel_gla() -> Callable:
+    from ejkernel.kernels._xla.gla import recurrent_gla
+
+    def fn(q, k, v, g, scale, initial_state, reverse, cu_seqlens):
+        return recurrent_gla(q, k, v, g=g, softmax_scale=float(scale), initial_state=initial_state,
+                             reverse=bool(reverse), cu_seqlens=_ejkernel_cu(cu_seqlens))
+    return fn
+
+
+def _ejkernel_case(case: Case) -> str | None:
+    if case.dim_v != case.dim_qk:
+        return ("ejKernel's XLA recurrent fails for dim_v != dim_qk (its default gv is zeros_like(query), "
+                "shape [.., dim_qk]; seen with 0.0.80.3) although its signature allows v_head_dim")
+    return None
+
+
+# ---- flash-attn (FlashAttention-2 / -3) ------------------------------------------------------
+
+def _flash_attn_module() -> str:
+    """FA3's ``flash_attn_interface`` when installed (Hopper build), else FA2's ``flash_attn``."""
+    try:
+        if importlib.util.find_spec("flash_attn_interface") is not None:
+            return "flash_attn_interface"
+    except (ImportError, ValueError):
+        pass
+    return "flash_attn"
+
+
+def _flash_attn(module: str) -> Callable[[], Callable]:
+    def loader() -> Callable:
+        flash_attn_func = importlib.import_module(module).flash_attn_func
+
+        def fn(q, k, v, scale):
+            o = flash_attn_func(q, k, v, softmax_scale=scale, causal=True)
+            return o[0] if isinstance(o, tuple) else o  # some FA3 releases return (o, lse)
+        return fn
+    return loader
+
+
+def _flash_attn_case(case: Case) -> str | None:
+    if max(case.dim_qk, case.dim_v) > 256:
+        return f"head dim {max(case.dim_qk, case.dim_v)}: flash_attn takes head dims up to 256"
+    return None
+
+
 def entries() -> list[KernelEntry]:
+    fa = _flash_attn_module()
     return [
         KernelEntry("lightning/fla-chunk", "lightning", "torch", _fla_chunk, devices=("cuda",),
-                    requires=("fla",), origin="peer",
-                    features=frozenset({"initial_state", "varlen", "dv", "any_dim"}),
-                    description="fla-core chunk_simple_gla with g_gamma"),
+                    requires=("fla",), origin="peer", features=FLA_FEATURES, case_check=_fla_case,
+                    description="fla-core chunk_simple_gla with g_gamma (no reverse, no GQA)"),
         KernelEntry("lightning/opennlplab", "lightning", "torch", _opennlplab, devices=("cuda",),
-                    requires=("lightning_attn",), origin="peer", fixed_scale=1.0, final_state=False,
-                    features=frozenset({"dv"}), case_check=_official_case,
-                    description="official lightning_attn 0.0.5 lightning_attn_func (scale 1, no state)"),
-        KernelEntry("softmax/flash-attn", "softmax", "torch", _flash_attn, devices=("cuda",),
-                    requires=("flash_attn",), origin="peer", dtypes=("bf16", "fp16"),
-                    features=frozenset({"gqa", "any_dim"}),
-                    description="flash_attn_func (FlashAttention-2/3 package)"),
+                    requires=("lightning_attn",), origin="peer", fixed_scale=OFFICIAL_SCALE,
+                    final_state=False, features=frozenset({"dv", "any_dim"}),
+                    case_check=_official_dim_problem,
+                    description="official lightning_attn lightning_attn_func, ALiBi-style slopes, "
+                    "scale 1, no state"),
+        KernelEntry("lightning/ejkernel", "lightning", "jax", _ejkernel_lightning,
+                    requires=("ejkernel",), origin="peer", features=EJKERNEL_FEATURES,
+                    case_check=_ejkernel_case,
+                    description="ejKernel XLA recurrent with g_gamma (lax.scan, custom VJP)"),
+        KernelEntry("gla/ejkernel", "gla", "jax", _ejkernel_gla,
+                    requires=("ejkernel",), origin="peer", features=EJKERNEL_FEATURES,
+                    case_check=_ejkernel_case,
+                    description="ejKernel XLA recurrent_gla (lax.scan, custom VJP)"),
+        KernelEntry("softmax/flash-attn", "softmax", "torch", _flash_attn(fa), devices=("cuda",),
+                    requires=(fa,), origin="peer", dtypes=("bf16", "fp16"),
+                    features=frozenset({"gqa", "any_dim"}), case_check=_flash_attn_case,
+                    description=f"flash_attn_func ({'FlashAttention-3' if fa != 'flash_attn' else 'FlashAttention-2'})"),
     ]

@@ -88,7 +88,11 @@ def check(entry: KernelEntry, case: Case, device: str, seed: int = 0) -> list[di
         return [row(t, status=status, reason=reason) for t in expected]
     with_state = got.get("final_state") is not None
     ref_device = device if device == "cuda" else "cpu"
-    ref = reference(entry.family, case, arrays, entry, with_state, ref_device)
+    try:
+        ref = reference(entry.family, case, arrays, entry, with_state, ref_device)
+    except Exception as exc:  # noqa: BLE001 - e.g. the reference itself out of memory
+        status, reason = classify(exc, entry)
+        return [row(t, status=status, reason=f"reference: {reason}") for t in expected]
     rows = []
     for name in expected:
         if name == "final_state" and not with_state:

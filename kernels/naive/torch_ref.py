@@ -11,7 +11,7 @@ number of sequences with ``cu_seqlens``).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 
@@ -52,17 +52,20 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor, initial_state: Tensor | None, 
 
 def _per_sequence(
     fn: Callable[..., tuple[Tensor, Tensor]],
-    q: Tensor, k: Tensor, v: Tensor, gates: Sequence[Tensor | None],
+    q: Tensor, k: Tensor, v: Tensor, gates: dict[str, Tensor | None],
     initial_state: Tensor | None, cu_seqlens, **kw,
 ) -> tuple[Tensor, Tensor]:
-    """Run a dense implementation once per packed sequence and stitch the results."""
+    """Run a dense implementation once per packed sequence and stitch the results.
+
+    ``gates`` are per-token tensors ([B, T, ...]) sliced with the sequence, passed by keyword.
+    """
     cu = [int(x) for x in cu_seqlens]
     outs, states = [], []
     for i, (bos, eos) in enumerate(zip(cu, cu[1:])):
         sl = slice(bos, eos)
         h0 = None if initial_state is None else initial_state[i : i + 1]
-        g_i = [None if g is None else g[:, sl] for g in gates]
-        o, s = fn(q[:, sl], k[:, sl], v[:, sl], *g_i, initial_state=h0, **kw)
+        g_i = {name: None if g is None else g[:, sl] for name, g in gates.items()}
+        o, s = fn(q[:, sl], k[:, sl], v[:, sl], initial_state=h0, **g_i, **kw)
         outs.append(o)
         states.append(s)
     return torch.cat(outs, dim=1), torch.cat(states, dim=0)
@@ -84,7 +87,7 @@ def lightning_naive(
     """Quadratic form: o = scale·((Q Kᵀ) ⊙ M) V + decayed S_0 term, M[t,s] = exp(γ(t−s)), s ≤ t."""
     n = check_inputs(q, k, v, initial_state, cu_seqlens)
     if cu_seqlens is not None:
-        return _per_sequence(lightning_naive, q, k, v, [], initial_state, cu_seqlens,
+        return _per_sequence(lightning_naive, q, k, v, {}, initial_state, cu_seqlens,
                              gamma=gamma, scale=scale, reverse=reverse)
     b, t, h, d = q.shape
     e = v.shape[3]
@@ -120,7 +123,7 @@ def recurrent_naive(
     """Token-by-token general recurrence S_t = (exp(g+gk+γ) ⊗ exp(gv)) ⊙ S_{t−1} + k_t v_tᵀ."""
     check_inputs(q, k, v, initial_state, cu_seqlens)
     if cu_seqlens is not None:
-        return _per_sequence(recurrent_naive, q, k, v, [g, gk, gv], initial_state, cu_seqlens,
+        return _per_sequence(recurrent_naive, q, k, v, {"g": g, "gk": gk, "gv": gv}, initial_state, cu_seqlens,
                              g_gamma=g_gamma, scale=scale, reverse=reverse)
     b, t, h, d = q.shape
     e = v.shape[3]
@@ -157,7 +160,7 @@ def lightning_chunked(
     """
     check_inputs(q, k, v, initial_state, cu_seqlens)
     if cu_seqlens is not None:
-        return _per_sequence(lightning_chunked, q, k, v, [], initial_state, cu_seqlens,
+        return _per_sequence(lightning_chunked, q, k, v, {}, initial_state, cu_seqlens,
                              gamma=gamma, scale=scale, reverse=reverse, chunk=chunk)
     if reverse:
         flip = lambda x: x.flip(1)  # noqa: E731 - reverse = forward on the flipped sequence

@@ -144,3 +144,16 @@ def test_decay_helpers():
     assert np.all(np.diff(-alibi_decay(12)) != 0) and alibi_decay(12).shape == (12,)
     with pytest.raises(ValueError):
         lightning_decay(4, 5, 4)
+
+
+def test_gla_varlen_equals_separate_sequences(rng):
+    lengths = [6, 1, 9]
+    t, h, d, e = sum(lengths), 2, 3, 4
+    q, k, v = rand(1, t, h, d, rng=rng), rand(1, t, h, d, rng=rng), rand(1, t, h, e, rng=rng)
+    g = torch.nn.functional.logsigmoid(rand(1, t, h, d, rng=rng))
+    cu = np.concatenate([[0], np.cumsum(lengths)])
+    o, s = torch_ref.recurrent_naive(q, k, v, g=g, scale=0.8, cu_seqlens=cu)
+    for i, (a, z) in enumerate(zip(cu, cu[1:])):
+        want_o, want_s = brute_force(q[:, a:z], k[:, a:z], v[:, a:z], np.zeros(h), 0.8, g=g[:, a:z].numpy())
+        np.testing.assert_allclose(o[:, a:z].numpy(), want_o, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(s[i : i + 1].numpy(), want_s, rtol=1e-10, atol=1e-10)
