@@ -81,11 +81,20 @@ def check(entry: KernelEntry, case: Case, device: str, seed: int = 0) -> list[di
     if reason is not None:
         return [row(t, status=status, reason=reason) for t in expected]
     arrays = numpy_inputs(case, entry.family, seed)
+    failed: dict[str, tuple[str, str]] = {}  # tensor -> (status, reason) of a crash
     try:
-        got = make_problem(entry, case, device, seed, arrays).results()
+        problem = make_problem(entry, case, device, seed, arrays)
+        outs = problem.fwd()  # the forward alone first: a broken backward must not hide it
     except Exception as exc:  # noqa: BLE001 - a crashing kernel is a finding, recorded
         status, reason = classify(exc, entry)
         return [row(t, status=status, reason=reason) for t in expected]
+    got = {"o": outs[0], "final_state": outs[1] if len(outs) > 1 else None}
+    try:
+        got = problem.results()
+    except Exception as exc:  # noqa: BLE001
+        status, reason = classify(exc, entry)
+        failed = {t: (status, f"backward: {reason}") for t in expected if t not in ("o", "final_state")}
+    del problem
     with_state = got.get("final_state") is not None
     ref_device = device if device == "cuda" else "cpu"
     try:
@@ -97,6 +106,9 @@ def check(entry: KernelEntry, case: Case, device: str, seed: int = 0) -> list[di
     for name in expected:
         if name == "final_state" and not with_state:
             rows.append(row(name, status="unsupported", reason="kernel returns no final state"))
+            continue
+        if name in failed:
+            rows.append(row(name, status=failed[name][0], reason=failed[name][1]))
             continue
         value = got.get(name)
         if value is None:
