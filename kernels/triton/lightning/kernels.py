@@ -41,8 +41,11 @@ def _chunk_pass(
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, H0_TRANS: tl.constexpr,
     STORE_HT: tl.constexpr, BWD_STATE: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr,
+    DOT_PREC: tl.constexpr, PROBE: tl.constexpr = 0,
 ):
+    # PROBE (bound analysis only, wrong results; 0 = the real pass, code identical):
+    # 1 SKIP_INTRA (no a·bᵀ / P·c dots), 2 SKIP_STATE (no a·S, no state update),
+    # 3 STREAM_ONLY (load a, b, c; store a+b+c), 4 NO_DECAY (no per-chunk exp / mask multiply)
     i_n = i_nh // H
     i_h = i_nh % H
     if IS_VARLEN:
@@ -106,19 +109,32 @@ def _chunk_pass(
             shift = tl.where(i_c > 0, 1.0, 0.0)
         else:
             shift = 1.0
-        # carried state, decayed p+1 steps: (diag(qd)·a)·S = diag(qd)·(a·S), a straight from smem
-        qd = tl.exp(gam * (pf + shift)) * out_scale
-        acc = tl.dot(a, S.to(dt), input_precision=DOT_PREC) * qd[:, None]
-        # intra-chunk quadratic part, accumulated onto the state part
-        s = tl.dot(a, tl.trans(b), input_precision=DOT_PREC)
-        s = s * m_intra * (out_scale * k_scale)
-        acc = tl.dot(s.to(dt), c, acc, input_precision=DOT_PREC)
+        if PROBE == 3:
+            acc = c.to(tl.float32) + tl.sum(a.to(tl.float32) + b.to(tl.float32), 1)[:, None]
+        elif PROBE == 4:
+            acc = tl.dot(a, S.to(dt), input_precision=DOT_PREC)
+            s = tl.dot(a, tl.trans(b), input_precision=DOT_PREC)
+            acc = tl.dot(s.to(dt), c, acc, input_precision=DOT_PREC)
+            S = tl.dot(tl.trans(b), c, S, input_precision=DOT_PREC)
+        else:
+            # carried state, decayed p+1 steps: (diag(qd)·a)·S = diag(qd)·(a·S), a straight from smem
+            qd = tl.exp(gam * (pf + shift)) * out_scale
+            if PROBE == 2:
+                acc = tl.zeros([BT, BV], dtype=tl.float32)
+            else:
+                acc = tl.dot(a, S.to(dt), input_precision=DOT_PREC) * qd[:, None]
+            if PROBE != 1:
+                # intra-chunk quadratic part, accumulated onto the state part
+                s = tl.dot(a, tl.trans(b), input_precision=DOT_PREC)
+                s = s * m_intra * (out_scale * k_scale)
+                acc = tl.dot(s.to(dt), c, acc, input_precision=DOT_PREC)
+            if PROBE != 2:
+                # state update: S·λ^L + bᵀ·diag(λ^(L−1−p))·c, the decay put on c (the narrower operand)
+                kd = tl.where(valid, tl.exp(gam * tl.maximum(n_valid - 1 - pf, 0.0)), 0.0) * k_scale
+                cw = (c * kd[:, None]).to(dt)
+                S = tl.dot(tl.trans(b), cw, S * tl.exp(gam * (n_valid - 1 + shift)), input_precision=DOT_PREC)
         tl.store(o_base + rows[:, None] * o_row + o_v[None, :], acc.to(o_ptr.dtype.element_ty),
                  mask=valid[:, None] & m_v[None, :])
-        # state update: S·λ^L + bᵀ·diag(λ^(L−1−p))·c, the decay put on c (the narrower operand)
-        kd = tl.where(valid, tl.exp(gam * tl.maximum(n_valid - 1 - pf, 0.0)), 0.0) * k_scale
-        cw = (c * kd[:, None]).to(dt)
-        S = tl.dot(tl.trans(b), cw, S * tl.exp(gam * (n_valid - 1 + shift)), input_precision=DOT_PREC)
     if STORE_HT:
         if BWD_STATE:
             S = S * tl.exp(gam * tl.where(n_chunks > 0, 1.0, 0.0))
@@ -136,6 +152,11 @@ FWD_CONFIGS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 32, 4, 4), (64, 64, 4, 2), (
                (128, 64, 8, 2), (64, 128, 8, 2)]
 BWD_CONFIGS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 32, 4, 4), (64, 64, 4, 2), (64, 64, 4, 3)]
 INTERP_CONFIG = (32, 32, 4, 1)
+# fused dk+dv pass: (BT, num_warps, num_stages); BV is fixed by the caller (ops.FUSED_BV), BV=E=128
+# at D=E=128. sm_90 AOT report (bf16, BV 128, all at 255 regs): (64,8,2) 316 B spill, 160 KB smem;
+# (64,8,1) 404 B, 96 KB; (32,8,2) 348 B, 68 KB; (32,4,2) 816 B, 66 KB; (64,4,2) 760 B (dropped).
+# TRANS=True (transposed products) spilled more in every config (564 B at (64,8,2)): not tuned.
+FUSED_CONFIGS = [(64, 8, 2), (64, 8, 1), (32, 8, 2), (32, 4, 2)]
 
 
 def _configs(table):
@@ -166,12 +187,12 @@ def lightning_fwd_kernel(
     o, ht,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, PROBE: tl.constexpr = 0,
 ):
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
     _chunk_pass(q, k, v, o, h0, ht, g, cu, T, H, H, HKV, HKV, scale, 1.0, i_v, i_nh,
-                KD, VD, BK, BV, BT, REVERSE, HAS_H0, False, STORE_HT, False, IS_VARLEN, DOT_PREC)
+                KD, VD, BK, BV, BT, REVERSE, HAS_H0, False, STORE_HT, False, IS_VARLEN, DOT_PREC, PROBE)
 
 
 @triton.jit(do_not_specialize=["T_BUCKET"])
@@ -201,13 +222,142 @@ def lightning_bwd_kernel(
                     KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC)
 
 
+@triton.jit
+def _dkdv_pass(
+    q_ptr, k_ptr, v_ptr, do_ptr, dht_ptr, dh0_ptr, g_ptr, cu_ptr, dk_ptr, dv_ptr,
+    T, H, HKV, scale, dk_slice_stride, i_v, i_nh,
+    KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
+    BACK: tl.constexpr, HAS_DHT: tl.constexpr, STORE_DH0: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, TRANS: tl.constexpr,
+):
+    """Fused dk + dv: one pass opposite the forward's direction holding P[:, BV slice of E] (fp32).
+
+    Per chunk, with the carried P (before this chunk's update) and the same decays as the split
+    passes:  dv[:, slice] = diag(λ^{p+shift})·(k·P) + ((k·qᵀ)⊙M·scale)·dO[:, slice]   (complete)
+             dk_part      = diag(λ^{p+shift})·(v_s·P_sᵀ) + ((v_s·dO_sᵀ)⊙M·scale)·q    (linear in
+    the slice: dk = Σ over E-slices; with one slice (BV ≥ E) it is dk itself).
+    dk_part of slice i_v goes to dk_ptr + i_v·dk_slice_stride.
+    """
+    i_n = i_nh // H
+    i_h = i_nh % H
+    if IS_VARLEN:
+        bos = tl.load(cu_ptr + i_n).to(tl.int64)
+        eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    else:
+        bos = i_n.to(tl.int64) * T
+        eos = bos + T
+    seq_len = (eos - bos).to(tl.int32)
+    gam = tl.load(g_ptr + i_h).to(tl.float32)
+
+    o_t = tl.arange(0, BT)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < KD
+    m_v = o_v < VD
+    if BACK:
+        p = BT - 1 - o_t
+    else:
+        p = o_t
+    pf = p.to(tl.float32)
+    diff = pf[:, None] - pf[None, :]
+    m_intra = tl.where(diff >= 0, tl.exp(gam * tl.maximum(diff, 0.0)), 0.0) * scale
+
+    i_hk = i_h // (H // HKV)
+    q_base = q_ptr + bos * (H * KD) + i_h * KD
+    k_base = k_ptr + bos * (HKV * KD) + i_hk * KD
+    v_base = v_ptr + bos * (HKV * VD) + i_hk * VD
+    do_base = do_ptr + bos * (H * VD) + i_h * VD
+    dv_base = dv_ptr + bos * (H * VD) + i_h * VD
+    dk_base = dk_ptr + i_v.to(tl.int64) * dk_slice_stride + bos * (H * KD) + i_h * KD
+
+    state_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD)
+    s_idx = o_k[:, None] * VD + o_v[None, :]
+    m_s = m_k[:, None] & m_v[None, :]
+    if HAS_DHT:
+        P = tl.load(dht_ptr + state_off + s_idx, mask=m_s, other=0.0).to(tl.float32)
+    else:
+        P = tl.zeros([BK, BV], dtype=tl.float32)
+
+    dt = q_ptr.dtype.element_ty
+    n_chunks = tl.cdiv(seq_len, BT)
+    for i_c in range(0, n_chunks):
+        if BACK:
+            t0 = seq_len - (i_c + 1) * BT
+        else:
+            t0 = i_c * BT
+        n_valid = tl.minimum(seq_len - i_c * BT, BT)
+        rows = t0 + o_t
+        valid = p < n_valid
+        m_rk = valid[:, None] & m_k[None, :]
+        m_rv = valid[:, None] & m_v[None, :]
+        q = tl.load(q_base + rows[:, None] * (H * KD) + o_k[None, :], mask=m_rk, other=0.0)
+        k = tl.load(k_base + rows[:, None] * (HKV * KD) + o_k[None, :], mask=m_rk, other=0.0)
+        v = tl.load(v_base + rows[:, None] * (HKV * VD) + o_v[None, :], mask=m_rv, other=0.0)
+        do = tl.load(do_base + rows[:, None] * (H * VD) + o_v[None, :], mask=m_rv, other=0.0)
+        shift = tl.where(i_c > 0, 1.0, 0.0)
+        qd = tl.exp(gam * (pf + shift))
+        Pb = P.to(dt)
+        if TRANS:
+            # the same products transposed: every big dot has M = D or E (128), not BT, so with 8
+            # warps the two warpgroups split the rows instead of both holding the [BT, 128] tiles
+            m_t = tl.trans(m_intra)
+            st = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * m_t
+            acc = tl.dot(tl.trans(Pb), tl.trans(k), input_precision=DOT_PREC) * qd[None, :]
+            acc = tl.dot(tl.trans(do), st.to(dt), acc, input_precision=DOT_PREC)
+            tl.store(dv_base + rows[None, :] * (H * VD) + o_v[:, None], acc.to(dv_ptr.dtype.element_ty),
+                     mask=tl.trans(m_rv))
+            s2t = tl.dot(do, tl.trans(v), input_precision=DOT_PREC) * m_t
+            acc2 = tl.dot(Pb, tl.trans(v), input_precision=DOT_PREC) * qd[None, :]
+            acc2 = tl.dot(tl.trans(q), s2t.to(dt), acc2, input_precision=DOT_PREC)
+            tl.store(dk_base + rows[None, :] * (H * KD) + o_k[:, None], acc2.to(dk_ptr.dtype.element_ty),
+                     mask=tl.trans(m_rk))
+        else:
+            # dv (complete for this slice of E)
+            acc = tl.dot(k, Pb, input_precision=DOT_PREC) * qd[:, None]
+            s = tl.dot(k, tl.trans(q), input_precision=DOT_PREC) * m_intra
+            acc = tl.dot(s.to(dt), do, acc, input_precision=DOT_PREC)
+            tl.store(dv_base + rows[:, None] * (H * VD) + o_v[None, :], acc.to(dv_ptr.dtype.element_ty), mask=m_rv)
+            # dk, this slice's share
+            acc2 = tl.dot(v, tl.trans(Pb), input_precision=DOT_PREC) * qd[:, None]
+            s2 = tl.dot(v, tl.trans(do), input_precision=DOT_PREC) * m_intra
+            acc2 = tl.dot(s2.to(dt), q, acc2, input_precision=DOT_PREC)
+            tl.store(dk_base + rows[:, None] * (H * KD) + o_k[None, :], acc2.to(dk_ptr.dtype.element_ty), mask=m_rk)
+        # P = λ^L·P + qᵀ·diag(λ^(L−1−p))·dO·scale
+        kd = tl.where(valid, tl.exp(gam * tl.maximum(n_valid - 1 - pf, 0.0)), 0.0) * scale
+        dow = (do * kd[:, None]).to(dt)
+        P = tl.dot(tl.trans(q), dow, P * tl.exp(gam * (n_valid - 1 + shift)), input_precision=DOT_PREC)
+    if STORE_DH0:
+        P = P * tl.exp(gam * tl.where(n_chunks > 0, 1.0, 0.0))
+        tl.store(dh0_ptr + state_off + s_idx, P, mask=m_s)
+
+
+@triton.jit(do_not_specialize=["T_BUCKET", "DK_STRIDE"])
+def lightning_bwd_dkdv_kernel(
+    q, k, v, do, dht, g, cu,
+    T, H, HKV, scale, T_BUCKET, DK_STRIDE,
+    dk, dv, dh0,
+    KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr, TRANS: tl.constexpr = False,
+):
+    """Fused backward for dk and dv (+dh0); grid (cdiv(E, BV), N·H). BV is chosen by the caller
+    (it fixes the dk partial buffer: DK_STRIDE elements between slices), BT/warps/stages tuned."""
+    i_v = tl.program_id(0)
+    i_nh = tl.program_id(1)
+    _dkdv_pass(q, k, v, do, dht, dh0, g, cu, dk, dv, T, H, HKV, scale, DK_STRIDE, i_v, i_nh,
+               KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, HAS_H0, IS_VARLEN, DOT_PREC, TRANS)
+
+
 # Autotuned launchers on a GPU; under the interpreter autotune cannot run ("0 active drivers"),
 # so the wrappers launch the plain kernels with the single fixed config of _fwd_configs().
 if INTERPRET:
-    lightning_fwd = lightning_bwd = None
+    lightning_fwd = lightning_bwd = lightning_bwd_dkdv = None
 else:
     _prune_by = {"early_config_prune": _prune}
     lightning_fwd = triton.autotune(configs=_configs(FWD_CONFIGS), key=["KD", "VD", "T_BUCKET"],
                                     prune_configs_by=_prune_by)(lightning_fwd_kernel)
     lightning_bwd = triton.autotune(configs=_configs(BWD_CONFIGS), key=["KD", "VD", "T_BUCKET", "ROLE"],
                                     prune_configs_by=_prune_by)(lightning_bwd_kernel)
+    lightning_bwd_dkdv = triton.autotune(
+        configs=[triton.Config({"BT": bt}, num_warps=w, num_stages=st) for bt, w, st in FUSED_CONFIGS],
+        key=["KD", "VD", "T_BUCKET", "BV"])(lightning_bwd_dkdv_kernel)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import torch
@@ -14,6 +15,41 @@ Tensor = torch.Tensor
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # fixed launch config under the interpreter (autotune cannot run there)
 _INTERP_META = dict(zip(("BT", "BV", "num_warps", "num_stages"), _k.INTERP_CONFIG))
+
+
+# Backward path: "split" (three independent passes: dq, dk, dv+dh0) or "fused" (dq pass + one
+# dk+dv+dh0 pass). The env var LIGHTNING_TRITON_BWD is read at every backward call; set_bwd_path()
+# overrides it for the process (None = back to the env var).
+_BWD_PATHS = ("split", "fused")
+_BWD_OVERRIDE: str | None = None
+# E-slice width of the fused pass: None = the whole (padded) E when it is <= FUSED_FULL_MAX (dk
+# written directly), otherwise slices of FUSED_FULL_MAX with fp32 dk partials summed afterwards.
+FUSED_BV: int | None = None
+FUSED_FULL_MAX = 128
+# transposed products in the fused pass (interpreter / fixed-config launches; autotune picks its own)
+FUSED_TRANS = False
+
+
+def set_bwd_path(path: str | None, fused_bv: int | None = None) -> None:
+    """Select the backward path for this process ("split" / "fused"; None = env var / default),
+    and optionally the fused pass's E-slice width (a power of two >= 16; None = automatic)."""
+    global _BWD_OVERRIDE, FUSED_BV
+    if path is not None and path not in _BWD_PATHS:
+        raise ValueError(f"backward path must be one of {_BWD_PATHS}, got {path!r}")
+    if fused_bv is not None and (fused_bv < 16 or fused_bv & (fused_bv - 1)):
+        raise ValueError(f"fused_bv must be a power of two >= 16, got {fused_bv}")
+    _BWD_OVERRIDE = path
+    FUSED_BV = fused_bv
+
+
+def bwd_path() -> str:
+    """The backward path in force now: set_bwd_path()'s choice, else $LIGHTNING_TRITON_BWD, else split."""
+    if _BWD_OVERRIDE is not None:
+        return _BWD_OVERRIDE
+    path = os.environ.get("LIGHTNING_TRITON_BWD", "split").strip().lower() or "split"
+    if path not in _BWD_PATHS:
+        raise ValueError(f"LIGHTNING_TRITON_BWD must be one of {_BWD_PATHS}, got {path!r}")
+    return path
 
 
 def _empty(*shape, dtype, device) -> Tensor:
@@ -107,7 +143,8 @@ def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
 
 
 def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n):
-    """Backward launches (dq; dk; dv and dh0), one independent pass each; inputs contiguous."""
+    """Backward launches; inputs contiguous. split: dq; dk; dv and dh0, one independent pass each.
+    fused: dq; then dk, dv and dh0 in one pass (bwd_path())."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
@@ -121,10 +158,36 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n):
     kw = dict(KD=d, VD=e, BKD=max(16, triton.next_power_of_2(d)), BVD=max(16, triton.next_power_of_2(e)),
               REVERSE=bool(reverse), HAS_H0=h0 is not None, HAS_DHT=dht is not None,
               IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(q.dtype))
-    for role, out, split in ((0, dq, d), (1, dk, d), (2, dv, e)):
+    roles = ((0, dq, d), (1, dk, d), (2, dv, e))
+    fused = bwd_path() == "fused"
+    if fused:
+        roles = roles[:1]
+    for role, out, split in roles:
         grid = lambda meta, split=split: (triton.cdiv(split, meta["BV"]), n * h)  # noqa: E731
         args = (q, k, v, do) + common + (out, dh0 if dh0 is not None else g)
         _launch(_k.lightning_bwd, _k.lightning_bwd_kernel, grid, args, dict(kw, ROLE=role))
+    if fused:
+        bvd = kw["BVD"]
+        bv = FUSED_BV or (bvd if bvd <= FUSED_FULL_MAX else FUSED_FULL_MAX)
+        bv = min(bv, bvd)
+        ns = triton.cdiv(e, bv)
+        if ns > 1:  # fp32 partial dk per E-slice, summed below
+            dk = _empty(ns, b, t, h, d, dtype=torch.float32, device=q.device)
+        stride = b * t * h * d if ns > 1 else 0
+        args = (q, k, v, do, dht if dht is not None else g, g, cu if cu is not None else g,
+                t, h, hkv, float(scale), _t_bucket(t), stride, dk, dv, dh0 if dh0 is not None else g)
+        fkw = dict(KD=d, VD=e, BKD=kw["BKD"], REVERSE=bool(reverse), HAS_H0=h0 is not None,
+                   HAS_DHT=dht is not None, IS_VARLEN=cu is not None, DOT_PREC=kw["DOT_PREC"], BV=bv)
+        if _k.lightning_bwd_dkdv is None:  # interpreter: fixed config
+            _k.lightning_bwd_dkdv_kernel[(ns, n * h)](*args, **fkw, BT=_INTERP_META["BT"], TRANS=FUSED_TRANS,
+                                                      num_warps=_INTERP_META["num_warps"],
+                                                      num_stages=_INTERP_META["num_stages"])
+        else:
+            _k.lightning_bwd_dkdv[(ns, n * h)](*args, **fkw)
+        if ns > 1:
+            dk = dk.sum(0)
+            if grp == 1:
+                dk = dk.to(q.dtype)
     if grp > 1:
         dk = dk.view(b, t, hkv, grp, d).sum(3).to(q.dtype)
         dv = dv.view(b, t, hkv, grp, e).sum(3).to(q.dtype)

@@ -3,7 +3,8 @@
 On a machine without a GPU the kernels run in the Triton interpreter (tests/conftest.py sets
 TRITON_INTERPRET=1), which cannot do bf16 dots: fp32 and fp16 here, bf16 on the GPU.
 Outputs and gradients (q, k, v, initial_state) are checked with random ``do`` and random
-``dS_T``; every buffer the kernels must fully write is NaN-poisoned first.
+``dS_T``; every buffer the kernels must fully write is NaN-poisoned first. Every test runs with
+both backward paths (split: three passes; fused: dq pass + one dk+dv pass), set per test.
 """
 from __future__ import annotations
 
@@ -19,6 +20,14 @@ from lattnbench.tolerance import TOLERANCE, err_ratio
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+@pytest.fixture(autouse=True, params=["split", "fused"])
+def bwd_path(request):
+    """Run each test under both backward paths (set_bwd_path overrides $LIGHTNING_TRITON_BWD)."""
+    tl_ops.set_bwd_path(request.param)
+    yield request.param
+    tl_ops.set_bwd_path(None)
 
 
 @pytest.fixture(autouse=True)
@@ -212,3 +221,87 @@ def test_bad_input_raises(case):
         kw["gamma"] = [0.0, -1.0]
     with pytest.raises(ValueError):
         lightning_attn_triton(q, k, v, **kw)
+
+
+@pytest.mark.parametrize("trans", [False, True])
+@pytest.mark.parametrize("case", ["gqa_reverse", "varlen_d96", "d_lt_e"])
+def test_fused_partial_dk_slices(bwd_path, case, trans, monkeypatch):
+    """Fused path with E split into several slices (fp32 dk partials summed after the pass), in
+    both product orientations (TRANS: transposed dots and stores)."""
+    if bwd_path == "split":
+        pytest.skip("fused-only")
+    monkeypatch.setattr(tl_ops, "FUSED_TRANS", trans)
+    tl_ops.set_bwd_path("fused", fused_bv=16)
+    if case == "gqa_reverse":
+        check(seed=20, b=1, t=66, h=4, hkv=2, d=32, e=48, reverse=True)
+    elif case == "varlen_d96":
+        check(seed=21, b=1, t=99, h=2, d=96, e=40, dtype=torch.float16, cu_seqlens=[0, 37, 38, 99])
+    else:
+        check(seed=22, b=2, t=45, h=2, d=32, e=72, h0=True)
+
+
+class _Spy:
+    """Counts launches of a kernel (kernel[grid](...)) and forwards them."""
+
+    def __init__(self, kern):
+        self.kern, self.grids = kern, []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return self.kern[grid]
+
+
+def test_bwd_path_selects_launches(bwd_path, monkeypatch):
+    from lattnbench.kernels.triton.lightning import kernels as K
+
+    if K.lightning_bwd_dkdv is not None:
+        pytest.skip("launch spy written for the interpreter's plain launches")
+    fused_spy, roles = _Spy(K.lightning_bwd_dkdv_kernel), []
+    plain = K.lightning_bwd_kernel
+
+    class RoleSpy(_Spy):
+        def __getitem__(self, grid):
+            launch = plain[grid]
+            return lambda *a, **kw: (roles.append(kw["ROLE"]), launch(*a, **kw))[1]
+
+    monkeypatch.setattr(K, "lightning_bwd_dkdv_kernel", fused_spy)
+    monkeypatch.setattr(K, "lightning_bwd_kernel", RoleSpy(plain))
+    g, q, k, v, _ = _inputs(30, 1, 40, 2, 2, 32, 32, torch.float32, h0=False)
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    o, _ = lightning_attn_triton(*leaves, gamma=[-0.1, -0.5])
+    o.backward(torch.randn(o.shape, generator=g))
+    if bwd_path == "fused":
+        assert roles == [0] and len(fused_spy.grids) == 1
+    else:
+        assert roles == [0, 1, 2] and not fused_spy.grids
+    assert all(torch.isfinite(x.grad).all() for x in leaves)
+
+
+@pytest.mark.parametrize("case", ["h0_dst", "reverse_varlen"])
+def test_fused_transposed_one_slice(bwd_path, case, monkeypatch):
+    """TRANS=True with the whole E in one slice (dk written directly), fp32 and fp16."""
+    if bwd_path == "split":
+        pytest.skip("fused-only")
+    monkeypatch.setattr(tl_ops, "FUSED_TRANS", True)
+    if case == "h0_dst":
+        check(seed=23, b=2, t=70, h=2, d=48, e=32, dtype=torch.float16)
+    else:
+        check(seed=24, b=1, t=99, h=2, hkv=1, d=32, e=48, reverse=True, cu_seqlens=[0, 37, 38, 99])
+
+
+def test_bwd_path_env_var(monkeypatch):
+    tl_ops.set_bwd_path(None)
+    monkeypatch.delenv("LIGHTNING_TRITON_BWD", raising=False)
+    assert tl_ops.bwd_path() == "split"
+    monkeypatch.setenv("LIGHTNING_TRITON_BWD", "fused")
+    assert tl_ops.bwd_path() == "fused"
+    tl_ops.set_bwd_path("split")
+    assert tl_ops.bwd_path() == "split"  # the override wins over the env var
+    tl_ops.set_bwd_path(None)
+    monkeypatch.setenv("LIGHTNING_TRITON_BWD", "bogus")
+    with pytest.raises(ValueError):
+        tl_ops.bwd_path()
+    with pytest.raises(ValueError):
+        tl_ops.set_bwd_path("fast")
+    with pytest.raises(ValueError):
+        tl_ops.set_bwd_path("fused", fused_bv=24)
