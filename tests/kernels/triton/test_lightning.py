@@ -22,9 +22,16 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
-@pytest.fixture(autouse=True, params=["split", "fused"])
+def pytest_generate_tests(metafunc):
+    """Every test runs under both backward paths, tests marked ``fused_only`` under the fused one."""
+    if "bwd_path" in metafunc.fixturenames:
+        fused_only = metafunc.definition.get_closest_marker("fused_only") is not None
+        metafunc.parametrize("bwd_path", ["fused"] if fused_only else ["split", "fused"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
 def bwd_path(request):
-    """Run each test under both backward paths (set_bwd_path overrides $LIGHTNING_TRITON_BWD)."""
+    """The backward path in force for a test (set_bwd_path overrides $LIGHTNING_TRITON_BWD)."""
     tl_ops.set_bwd_path(request.param)
     yield request.param
     tl_ops.set_bwd_path(None)
@@ -223,13 +230,12 @@ def test_bad_input_raises(case):
         lightning_attn_triton(q, k, v, **kw)
 
 
+@pytest.mark.fused_only
 @pytest.mark.parametrize("trans", [False, True])
 @pytest.mark.parametrize("case", ["gqa_reverse", "varlen_d96", "d_lt_e"])
 def test_fused_partial_dk_slices(bwd_path, case, trans, monkeypatch):
     """Fused path with E split into several slices (fp32 dk partials summed after the pass), in
     both product orientations (TRANS: transposed dots and stores)."""
-    if bwd_path == "split":
-        pytest.skip("fused-only")
     monkeypatch.setattr(tl_ops, "FUSED_TRANS", trans)
     tl_ops.set_bwd_path("fused", fused_bv=16)
     if case == "gqa_reverse":
@@ -277,11 +283,10 @@ def test_bwd_path_selects_launches(bwd_path, monkeypatch):
     assert all(torch.isfinite(x.grad).all() for x in leaves)
 
 
+@pytest.mark.fused_only
 @pytest.mark.parametrize("case", ["h0_dst", "reverse_varlen"])
 def test_fused_transposed_one_slice(bwd_path, case, monkeypatch):
     """TRANS=True with the whole E in one slice (dk written directly), fp32 and fp16."""
-    if bwd_path == "split":
-        pytest.skip("fused-only")
     monkeypatch.setattr(tl_ops, "FUSED_TRANS", True)
     if case == "h0_dst":
         check(seed=23, b=2, t=70, h=2, d=48, e=32, dtype=torch.float16)
