@@ -33,5 +33,18 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point: usage errors become one line on stderr with exit status 2."""
+    import sys
+
+    from typer import _click  # the click Typer runs on (bundled in recent Typer)
+    from typer.exceptions import Abort
+
+    try:
+        code = app(standalone_mode=False)
+    except _click.exceptions.ClickException as exc:  # usage errors: exit 2
+        print(f"error: {exc.format_message()}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

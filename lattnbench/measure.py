@@ -108,12 +108,30 @@ class Sweeper:
     skip: frozenset = frozenset()
 
     def _gate(self, entry: KernelEntry, case: Case, modes: Iterable[str], metric: str) -> list[dict] | None:
-        """Rows for points that cannot run (unavailable / unsupported), or None to go ahead."""
+        """Rows for points that cannot run (unavailable / unsupported / oom), or None to go ahead.
+
+        Memory sense: a mode whose estimated need (``lattnbench.memory_estimate``) exceeds what
+        the device has free is recorded as ``oom`` without running. When only some modes of
+        the point are too big, their rows are emitted here and they are dropped from ``modes``
+        (the list ``_todo`` made for this point) so that the others still run.
+        """
         reason = entry.available(self.device)
         status = "unavailable"
         if reason is None:
             reason, status = entry.supports(case, self.device), "unsupported"
         if reason is None:
+            from lattnbench.memory_estimate import free_bytes, too_big
+
+            free = free_bytes(self.device)
+            big = {m: r for m in modes if (r := too_big(entry, case, m, self.device, free)) is not None}
+            if not big:
+                return None
+            rows = [{**base_row(entry, case, self.device, m, metric), "status": "oom", "reason": r}
+                    for m, r in big.items()]
+            if len(big) == len(modes):
+                return rows
+            self.emit(rows)
+            modes[:] = [m for m in modes if m not in big]
             return None
         return [{**base_row(entry, case, self.device, m, metric), "status": status, "reason": reason}
                 for m in modes]

@@ -55,7 +55,10 @@ class ResultsWriter:
                                     "ceilings": ceilings or {}, "rows": []}
         if resume and self.path.exists():
             old = load(self.path)
-            self.doc["rows"] = old["rows"]
+            for key, value in old.items():  # keep what the first run recorded (reference, ...)
+                if key not in ("schema", "env", "rows", "ceilings"):
+                    self.doc.setdefault(key, value)
+            self.doc["rows"] = [{k: _clean(v) for k, v in r.items()} for r in old["rows"]]
             self.doc["ceilings"] = self.doc["ceilings"] or old.get("ceilings", {})
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -82,6 +85,7 @@ class ResultsWriter:
     def _flush(self) -> None:
         try:
             fd, tmp = tempfile.mkstemp(prefix=".lattnbench-", suffix=".json", dir=self.path.parent)
+            os.fchmod(fd, 0o644)  # mkstemp makes 0600; results are meant to be shared
             with os.fdopen(fd, "w") as f:
                 json.dump(self.doc, f, indent=1)
                 f.write("\n")

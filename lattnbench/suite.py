@@ -110,6 +110,8 @@ def cases_from_axes(axes: dict, where: str) -> list[Case]:
     dvs = _range(axes["dim_v"], _where(where, "axes.dim_v")) if "dim_v" in axes else None
     dtype = axes.get("dtype", "bf16")
     _typed(dtype, (str, list), _where(where, "axes.dtype"), "a string or list of dtypes")
+    if isinstance(dtype, list):
+        dtype = _str_list(dtype, _where(where, "axes.dtype"))
     dts = parse_choices(dtype, DTYPES, "dtype")
     decay = _typed(axes.get("decay", "alibi"), (str,), _where(where, "axes.decay"), "a string")
     if decay not in DECAYS:
@@ -124,6 +126,8 @@ def cases_from_axes(axes: dict, where: str) -> list[Case]:
         for x in varlen:
             _typed(x, (int,), _where(where, "axes.varlen"), "a list of positive integers")
     out = []
+    if varlen:
+        bs = [1]  # packed sequences: batch 1 by definition
     for dt in dts:
         for b in bs:
             for h in hs:
@@ -165,8 +169,12 @@ def parse(doc: dict, where: str, default_name: str) -> Suite:
             m.modes = parse_choices(modes, MODES, "mode")
         if kind == "speed":
             m.budget = float(_typed(sec.get("budget", 0.5), (int, float), _where(where, "speed.budget"), "seconds"))
+            if not m.budget > 0:
+                raise SpecError(f"{_where(where, 'speed.budget')} must be positive seconds, got {m.budget}")
         if kind == "check-grad":
             m.seed = _typed(sec.get("seed", 0), (int,), _where(where, "check-grad.seed"), "an integer")
+            if m.seed < 0:
+                raise SpecError(f"{_where(where, 'check-grad.seed')} must be >= 0, got {m.seed}")
         measurements.append(m)
     if not measurements:
         raise SpecError(f"{where}: nothing to measure (add a [speed], [memory] or [check-grad] section)")

@@ -1,1 +1,11 @@
-"""Pure JAX/XLA kernels and the jax-triton bridge."""
+"""Pure JAX/XLA kernels (recurrent, chunked) with their naive references, and the jax-triton bridge.
+
+Public API (the seeds'): ``recurrent``, ``lightning_attn``, ``recurrent_gla``, each with ``impl=``.
+"""
+from .api import IMPLS, lightning_attn, recurrent, recurrent_gla
+from .chunked import chunked_attention
+from .naive import lightning_naive, recurrent_naive
+from .recurrent import recurrent_attention
+
+__all__ = ["IMPLS", "chunked_attention", "lightning_attn", "lightning_naive", "recurrent", "recurrent_attention",
+           "recurrent_gla", "recurrent_naive"]

@@ -12,11 +12,13 @@ HIGHEST = lax.Precision.HIGHEST
 
 def is_concrete(x) -> bool:
     """True when x has a value now (numpy, list, or a JAX array outside a trace)."""
-    if x is None:
+    if x is None or isinstance(x, (np.ndarray, list, tuple)):
         return True
-    if isinstance(x, jax.core.Tracer):
-        return False
-    return True
+    try:
+        tracer = jax.core.Tracer
+    except AttributeError:  # moved in newer JAX
+        from jax._src.core import Tracer as tracer
+    return not isinstance(x, tracer)
 
 
 def concrete_cu(cu_seqlens, what: str = "this implementation") -> np.ndarray:

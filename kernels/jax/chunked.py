@@ -34,6 +34,7 @@ from ._common import (HIGHEST, check_inputs, concrete_cu, default_scale, expand_
                       gamma_array)
 
 F32 = jnp.float32
+SCANS = ("sequential", "associative", "blocked")
 
 
 def _cpu() -> bool:
@@ -59,51 +60,92 @@ def _chunks(x, c):
 # chunk-state recurrence
 # ----------------------------------------------------------------------------------------------
 
-def _state_scan(lam, u, h0, resets, scan):
-    """States entering each chunk. lam broadcastable to u [B, NC, H, D, E]; h0 [N, H, D, E].
+def _state_scan(ll, u, h0, resets, scan, out_dtype, group=16):
+    """States entering each chunk, from log chunk decays ``ll`` (broadcastable to u [B,NC,H,D,E]
+    as [1|B, 1|NC, H, 1|D, 1]) and chunk contributions ``u``; h0 [N, H, D, E].
 
-    Dense (resets None): S_0 = h0 (N = B). Varlen (B = 1): resets = (flag [NC], seq [NC]).
-    Returns (S_in [B, NC, H, D, E], S_out of the last chunk).
+    Dense (resets None): S_0 = h0 (N = B); scan = "sequential" (lax.scan over chunks),
+    "associative" (lax.associative_scan) or "blocked" (groups of ``group`` chunks in one
+    batched einsum with the exact decay matrix, a short lax.scan across groups).
+    Varlen (B = 1): resets = (first-chunk flag [NC], sequence [NC], last-chunk flag [NC]),
+    always sequential. Returns (S_in [B, NC, H, D, E] in out_dtype, final state fp32).
     """
     b, nc = u.shape[:2]
-    if resets is None and scan == "associative":
+    lam = jnp.exp(ll)
+    if resets is not None:
+        flag, seq, is_last = (jnp.asarray(x) for x in resets)
+        lam_t = jnp.moveaxis(jnp.broadcast_to(lam, (lam.shape[0], nc) + lam.shape[2:]), 1, 0)
+
+        def step(carry, x):
+            s, fin = carry
+            lam_n, u_n, f_n, q_n, l_n = x
+            s = jnp.where(f_n, h0[q_n][None], s)
+            s_out = lam_n * s + u_n
+            fin = fin.at[q_n].set(jnp.where(l_n, s_out[0], fin[q_n]))
+            return (s_out, fin), s.astype(out_dtype)
+
+        (_, final), s_in = lax.scan(step, (jnp.zeros((b,) + u.shape[2:], F32), h0),
+                                    (lam_t, jnp.moveaxis(u, 1, 0), flag, seq, is_last))
+        return jnp.moveaxis(s_in, 0, 1), final
+    if scan == "associative":
         lam_b = jnp.broadcast_to(lam, (b, nc) + lam.shape[2:])
 
         def comb(x, y):
             return x[0] * y[0], y[0] * x[1] + y[1]
 
-        # S_out[n] = Λ(0..n) h0 + Σ ... ; inclusive scan over chunk elements (λ_n, U_n)
         cum_lam, cum_u = lax.associative_scan(comb, (lam_b, u), axis=1)
         s_out = cum_lam * h0[:, None] + cum_u
         s_in = jnp.concatenate([h0[:, None], s_out[:, :-1]], axis=1)
-        return s_in, s_out[:, -1]
+        return s_in.astype(out_dtype), s_out[:, -1]
+    if scan == "blocked":
+        el = min(group, nc)
+        ng = -(-nc // el)
+        pad = ng * el - nc
+        llb = jnp.broadcast_to(ll, (ll.shape[0], nc) + ll.shape[2:])[..., 0]   # [Bx, NC, H, Dl]
+        ub = u
+        if pad:
+            llb = jnp.pad(llb, [(0, 0), (0, pad), (0, 0), (0, 0)])
+            ub = jnp.pad(u, [(0, 0), (0, pad)] + [(0, 0)] * 3)
+        llb = llb.reshape((llb.shape[0], ng, el) + llb.shape[2:])             # [Bx, G, L, H, Dl]
+        ub = ub.reshape((b, ng, el) + u.shape[2:])                            # [B, G, L, H, D, E]
+        cl = jnp.cumsum(llb, axis=2)
+        cl_ex = cl - llb
+        lower = jnp.tril(jnp.ones((el, el), bool), -1)[:, :, None, None]
+        diff = cl_ex[:, :, :, None] - cl[:, :, None, :]                       # [Bx, G, L(i), L(j), H, Dl]
+        w = jnp.where(lower, jnp.exp(jnp.where(lower, diff, 0.0)), 0.0)
+        w = jnp.broadcast_to(w, (b,) + w.shape[1:])
+        if w.shape[-1] == 1:
+            local = jnp.einsum("bgijh,bgjhde->bgihde", w[..., 0], ub, precision=HIGHEST)
+        else:
+            local = jnp.einsum("bgijhd,bgjhde->bgihde", w, ub, precision=HIGHEST)
+        p_ex = jnp.exp(cl_ex)[..., None]                                      # [Bx, G, L, H, Dl, 1]
+        g_lam = jnp.exp(cl[:, :, -1])[..., None]                              # [Bx, G, H, Dl, 1]
+        g_u = jnp.exp(llb[:, :, -1])[..., None] * local[:, :, -1] + ub[:, :, -1]  # group's own sum
 
+        def gstep(s, x):
+            lam_g, u_g = x
+            return lam_g * s + u_g, s
+
+        g_lam_t = jnp.moveaxis(jnp.broadcast_to(g_lam, (g_lam.shape[0], ng) + g_lam.shape[2:]), 1, 0)
+        final, s_g = lax.scan(gstep, h0, (g_lam_t, jnp.moveaxis(g_u, 1, 0)))
+        s_in = local + p_ex * jnp.moveaxis(s_g, 0, 1)[:, :, None]
+        s_in = s_in.reshape((b, ng * el) + u.shape[2:])[:, :nc]
+        return s_in.astype(out_dtype), final
     lam_t = jnp.moveaxis(jnp.broadcast_to(lam, (lam.shape[0], nc) + lam.shape[2:]), 1, 0)
-    u_t = jnp.moveaxis(u, 1, 0)
-    if resets is None:
-        def step(s, x):
-            lam_n, u_n = x
-            return lam_n * s + u_n, s
 
-        s_last, s_in = lax.scan(step, h0, (lam_t, u_t))
-    else:
-        flag, seq = resets
+    def step(s, x):
+        lam_n, u_n = x
+        return lam_n * s + u_n, s.astype(out_dtype)
 
-        def step(s, x):
-            lam_n, u_n, f_n, q_n = x
-            s = jnp.where(f_n, h0[q_n][None], s)
-            return lam_n * s + u_n, s
-
-        s_last, s_in = lax.scan(step, jnp.zeros((b,) + u.shape[2:], F32),
-                                (lam_t, u_t, jnp.asarray(flag), jnp.asarray(seq)))
-    return jnp.moveaxis(s_in, 0, 1), s_last
+    final, s_in = lax.scan(step, h0, (lam_t, jnp.moveaxis(u, 1, 0)))
+    return jnp.moveaxis(s_in, 0, 1), final
 
 
 # ----------------------------------------------------------------------------------------------
 # Lightning: scalar log decay per head (per token when padding / varlen need identities)
 # ----------------------------------------------------------------------------------------------
 
-def _lightning_chunks(q, k, v, gamma, la, h0, scale, c, resets, scan):
+def _lightning_chunks(q, k, v, gamma, la, h0, scale, c, resets, scan, group=16):
     """q [B, Tp, H, D] (Tp = NC·C), k/v expanded; gamma [H] (constant) or la [1|B, Tp, H]."""
     b, tp, h, d = q.shape
     cdt = q.dtype if q.dtype in (jnp.bfloat16, jnp.float16) else F32
@@ -115,10 +157,10 @@ def _lightning_chunks(q, k, v, gamma, la, h0, scale, c, resets, scan):
     a_last = a[:, :, -1:, :]                               # [Bx, NCx, 1, H]
     k_w = jnp.exp(a_last - a)[..., None]                   # decay s -> chunk end, ≤ 1
     u = _mm("bnchd,bnche->bnhde", kc * k_w, vc, cdt)       # [B, NC, H, D, E] fp32
-    lam = jnp.exp(a_last[:, :, 0, :])[..., None, None]     # [Bx, NCx, H, 1, 1]
-    s_in, s_last = _state_scan(lam, u, h0, resets, scan)
+    ll = a_last[:, :, 0, :][..., None, None]               # [Bx, NCx, H, 1, 1]
+    s_in, final = _state_scan(ll, u, h0, resets, scan, cdt, group)
     q_w = jnp.exp(a)[..., None]                            # decay chunk start -> t, ≤ 1
-    o = _mm("bnchd,bnhde->bnche", qc * q_w, s_in.astype(cdt) if cdt != F32 else s_in, cdt)
+    o = _mm("bnchd,bnhde->bnche", qc * q_w, s_in, cdt)
     # intra-chunk: (Q Kᵀ ⊙ M) V, M[t, s] = exp(a_t − a_s) for s ≤ t
     causal = jnp.tril(jnp.ones((c, c), bool))
     diff = a[..., :, None, :] - a[..., None, :, :]         # [Bx, NCx, C(t), C(s), H]
@@ -127,7 +169,7 @@ def _lightning_chunks(q, k, v, gamma, la, h0, scale, c, resets, scan):
     scores = _mm("bnthd,bnshd->bnhts", qc, kc, cdt) * mask
     o = o + _mm("bnhts,bnshe->bnthe", scores, vc, cdt)
     o = (scale * o).reshape(b, tp, h, v.shape[-1])
-    return o, s_in, s_last, lam, u
+    return o, final
 
 
 # ----------------------------------------------------------------------------------------------
@@ -135,44 +177,52 @@ def _lightning_chunks(q, k, v, gamma, la, h0, scale, c, resets, scan):
 # ----------------------------------------------------------------------------------------------
 
 def _gla_intra(qc, kc, gc, sub, cdt):
-    """Intra-chunk scores A[b, n, h, t, s] = Σ_d q_t k_s exp(G_t − G_s) (s ≤ t), all exponents ≤ 0."""
+    """Intra-chunk scores A[b, n, h, t, s] = Σ_d q_t k_s exp(G_t − G_s) (s ≤ t), all exponents ≤ 0.
+
+    Batch and chunk axes are merged into one (rank ≤ 6 everywhere): XLA:CPU's YNNPACK fusion
+    (jax 0.10.2) segfaults in a transpose of the rank-7 / batch-1 form of the same gradient.
+    """
     b, nc, c, h, d = qc.shape
     ns = c // sub
-    qs = qc.reshape(b, nc, ns, sub, h, d).astype(F32)
-    ks = kc.reshape(b, nc, ns, sub, h, d).astype(F32)
-    gs = gc.reshape(b, nc, ns, sub, h, d)
-    # off-diagonal blocks (query block i > key block j): reference = last position of block j
-    ref = gs[:, :, :, -1]                                   # [B, NC, ns(j), H, D]
-    lower = jnp.tril(jnp.ones((ns, ns), bool), -1)          # i > j
-    dq = gs[:, :, :, None] - ref[:, :, None, :, None]       # [B, NC, i, j, sub, H, D]
-    dq = jnp.where(lower[:, :, None, None, None], dq, -jnp.inf)
-    q_t = qs[:, :, :, None] * jnp.exp(dq)                   # ≤ |q|
-    k_t = ks * jnp.exp(ref[:, :, :, None] - gs)             # ≤ |k|
-    off = _mm("bnijthd,bnjshd->bnhitjs", q_t, k_t, cdt)     # [B, NC, H, i, sub, j, sub]
-    # diagonal blocks, exactly
-    causal = jnp.tril(jnp.ones((sub, sub), bool))
-    gd = gs[:, :, :, :, None] - gs[:, :, :, None, :]        # [B, NC, ns, sub(t), sub(s), H, D]
-    gd = jnp.where(causal[:, :, None, None], gd, -jnp.inf)
-    diag = jnp.einsum("bnithd,bnishd,bnitshd->bnhits", qs, ks, jnp.exp(gd), precision=HIGHEST)
+    p = b * nc
+    qs = qc.reshape(p, ns, sub, h, d).astype(F32)
+    ks = kc.reshape(p, ns, sub, h, d).astype(F32)
+    gs = gc.reshape(p, ns, sub, h, d)
+    # off-diagonal blocks (query block i > key block j): reference = last position of block j,
+    # so both factors exp(G_t − ref) and exp(ref − G_s) are ≤ 1; one einsum per key block j.
+    rows = []
+    for j in range(ns - 1):
+        ref = gs[:, j, -1]                                             # [P, H, D]
+        q_j = qs[:, j + 1:] * jnp.exp(gs[:, j + 1:] - ref[:, None, None])   # ≤ |q|
+        k_j = ks[:, j] * jnp.exp(ref[:, None] - gs[:, j])                   # ≤ |k|
+        a = _mm("pithd,pshd->phits", q_j, k_j, cdt)                   # [P, H, i > j, sub, sub]
+        rows.append(jnp.pad(a, [(0, 0), (0, 0), (j + 1, 0), (0, 0), (0, 0)]))
+    rows.append(jnp.zeros((p, h, ns, sub, sub), F32))
+    off = jnp.stack(rows, axis=4)                                       # [P, H, i, t, j, s]
+    # diagonal blocks, exactly (exponents G_t − G_s ≤ 0 for s ≤ t)
+    causal = jnp.tril(jnp.ones((sub, sub), bool))[:, :, None, None]
+    gd = gs[:, :, :, None] - gs[:, :, None, :]                          # [P, ns, t, s, H, D]
+    w = jnp.where(causal, jnp.exp(jnp.where(causal, gd, 0.0)), 0.0)
+    diag = jnp.einsum("pithd,pishd,pitshd->phits", qs, ks, w, precision=HIGHEST)
     eye = jnp.eye(ns, dtype=F32)
-    full = off + eye[:, None, :, None] * diag[:, :, :, :, :, None, :]
+    full = off + eye[:, None, :, None] * diag[:, :, :, :, None, :]
     return full.reshape(b, nc, h, c, c)
 
 
-def _gla_chunks(q, k, v, lg, h0, scale, c, sub, resets, scan):
+def _gla_chunks(q, k, v, lg, h0, scale, c, sub, resets, scan, group=16):
     b, tp, h, d = q.shape
     cdt = q.dtype if q.dtype in (jnp.bfloat16, jnp.float16) else F32
     qc, kc, vc = _chunks(q, c), _chunks(k, c), _chunks(v, c)
     g = jnp.cumsum(_chunks(lg.astype(F32), c), axis=2)     # [B, NC, C, H, D], ≤ 0, falling
     g_last = g[:, :, -1:]
     u = _mm("bnchd,bnche->bnhde", kc * jnp.exp(g_last - g), vc, cdt)
-    lam = jnp.exp(g_last[:, :, 0])[..., None]              # [B, NC, H, D, 1]
-    s_in, s_last = _state_scan(lam, u, h0, resets, scan)
-    o = _mm("bnchd,bnhde->bnche", qc * jnp.exp(g), s_in.astype(cdt) if cdt != F32 else s_in, cdt)
+    ll = g_last[:, :, 0][..., None]                        # [B, NC, H, D, 1]
+    s_in, final = _state_scan(ll, u, h0, resets, scan, cdt, group)
+    o = _mm("bnchd,bnhde->bnche", qc * jnp.exp(g), s_in, cdt)
     scores = jax.checkpoint(partial(_gla_intra, sub=sub, cdt=cdt))(qc, kc, g)
     o = o + _mm("bnhts,bnshe->bnthe", scores, vc, cdt)
     o = (scale * o).reshape(b, tp, h, v.shape[-1])
-    return o, s_in, s_last, lam, u
+    return o, final
 
 
 # ----------------------------------------------------------------------------------------------
@@ -203,15 +253,24 @@ def _varlen_layout(cu, t, c):
 
 
 def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None, reverse=False,
-                      cu_seqlens=None, chunk: int = 64, sub: int = 16, scan: str = "sequential"):
+                      cu_seqlens=None, chunk: int | None = None, sub: int = 16, scan: str | None = None, group: int = 16):
     """Chunked linear attention: Lightning when ``g`` is None (decay ``g_gamma`` [H] or none), GLA
     when ``g [B,T,H,D]`` is given (``g_gamma`` adds to it). Returns (o in q's dtype, final state fp32).
+
+    chunk: block length C; sub: GLA sub-block length; scan / group: how the chunk states are
+    propagated (see ``_state_scan``; varlen always uses the sequential scan). Defaults, from the
+    H200 run in bench/NOTES-jax.md: Lightning chunk 256 with the blocked scan, GLA chunk 64 / sub 16
+    with the sequential scan.
     """
+    if chunk is None:
+        chunk = 64 if g is not None else 256
+    if scan is None:
+        scan = "sequential" if g is not None else "blocked"
     b, t, h, d = q.shape
     e = v.shape[3]
     n = check_inputs(q, k, v, initial_state, cu_seqlens, gates=(("g", g, d),))
-    if scan not in ("sequential", "associative"):
-        raise ValueError(f"scan must be 'sequential' or 'associative', got {scan!r}")
+    if scan not in SCANS:
+        raise ValueError(f"scan must be one of {SCANS}, got {scan!r}")
     scale = float(default_scale(scale, d))
     k, v = expand_kv(k, h), expand_kv(v, h)
     gamma = gamma_array(g_gamma, h)
@@ -241,7 +300,9 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
         toks = [take(x) for x in toks]
         real = np.zeros(len(src), np.float32)
         real[dst] = 1.0
-        resets = (flag, seq)
+        is_last = np.zeros(len(flag), bool)
+        is_last[last[last >= 0]] = True
+        resets = (flag, seq, is_last)
     else:
         pad = -t % c
         if pad:
@@ -250,7 +311,7 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
         resets = None
     q_, k_, v_, lg_ = toks
     if gla:
-        o, s_in, s_last, lam, u = _gla_chunks(q_, k_, v_, lg_, h0, scale, c, sub, resets, scan)
+        o, final = _gla_chunks(q_, k_, v_, lg_, h0, scale, c, sub, resets, scan, group)
     else:
         la = None
         if gamma is None:
@@ -259,19 +320,13 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
             gamma_c = gamma
         if (varlen or not real.all()) and gamma is not None:
             la = jnp.asarray(real)[None, :, None] * gamma[None, None, :]  # identities on padding
-        o, s_in, s_last, lam, u = _lightning_chunks(q_, k_, v_, gamma_c, la, h0, scale, c, resets, scan)
+        o, final = _lightning_chunks(q_, k_, v_, gamma_c, la, h0, scale, c, resets, scan, group)
     if varlen:
         o = o[:, dst]
-        nc = s_in.shape[1]
-        lam_b = jnp.broadcast_to(lam, (1, nc) + lam.shape[2:])
-        li = np.maximum(last, 0)
-        fin = lam_b[0, li] * s_in[0, li] + u[0, li]
-        final = jnp.where(jnp.asarray(last >= 0)[:, None, None, None], fin, h0)
         if reverse:
             final = jnp.flip(final, axis=0)
     else:
         o = o[:, :t]
-        final = s_last
     if reverse:
         o = jnp.flip(o, axis=1)
     return o.astype(cdt), final.astype(F32)

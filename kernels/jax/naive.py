@@ -26,8 +26,8 @@ def _per_sequence(fn, q, k, v, gates, initial_state, cu_seqlens, **kw):
     for i in range(len(cu) - 1):
         sl = slice(int(cu[i]), int(cu[i + 1]))
         h0 = None if initial_state is None else initial_state[i : i + 1]
-        g_i = [None if g is None else g[:, sl] for g in gates]
-        o, s = fn(q[:, sl], k[:, sl], v[:, sl], *g_i, initial_state=h0, **kw)
+        g_i = {name: (None if g is None else g[:, sl]) for name, g in gates.items()}
+        o, s = fn(q[:, sl], k[:, sl], v[:, sl], initial_state=h0, **g_i, **kw)
         outs.append(o)
         states.append(s)
     return jnp.concatenate(outs, axis=1), jnp.concatenate(states, axis=0)
@@ -46,7 +46,7 @@ def lightning_naive(q, k, v, gamma=None, scale=None, initial_state=None, reverse
     """Quadratic form: o = scale·((Q Kᵀ) ⊙ M) V + decayed S_0 term, M[t,s] = exp(γ(t−s)), s ≤ t."""
     check_inputs(q, k, v, initial_state, cu_seqlens)
     if cu_seqlens is not None:
-        return _per_sequence(lightning_naive, q, k, v, [], initial_state, cu_seqlens,
+        return _per_sequence(lightning_naive, q, k, v, {}, initial_state, cu_seqlens,
                              gamma=gamma, scale=scale, reverse=reverse)
     b, t, h, d = q.shape
     e = v.shape[3]
@@ -80,7 +80,7 @@ def recurrent_naive(q, k, v, g=None, g_gamma=None, gk=None, gv=None, scale=None,
     e = v.shape[3]
     check_inputs(q, k, v, initial_state, cu_seqlens, gates=(("g", g, d), ("gk", gk, d), ("gv", gv, e)))
     if cu_seqlens is not None:
-        return _per_sequence(recurrent_naive, q, k, v, [g, gk, gv], initial_state, cu_seqlens,
+        return _per_sequence(recurrent_naive, q, k, v, {"g": g, "gk": gk, "gv": gv}, initial_state, cu_seqlens,
                              g_gamma=g_gamma, scale=scale, reverse=reverse)
     dt = q.dtype
     scale = default_scale(scale, d)

@@ -30,7 +30,7 @@ OUT = Annotated[str | None, typer.Option(
 JSON = Annotated[bool, typer.Option("--json", help="Print the results document on stdout; progress goes to stderr.")]
 DECAY = Annotated[str, typer.Option("--decay", help=f"Per-head decay: {', '.join(DECAYS)}.")]
 RESUME = Annotated[bool, typer.Option("--resume", help="Skip points already in --out.")]
-SEED = Annotated[int, typer.Option("--seed", help="Seed of the random inputs.")]
+SEED = Annotated[int, typer.Option("--seed", min=0, help="Seed of the random inputs (>= 0).")]
 
 
 @dataclass
@@ -54,13 +54,14 @@ def cases(defaults: Defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, deca
           initial_state: tuple[bool, ...] = (False,), reverse: bool = False,
           varlen: str | None = None) -> list[Case]:
     """Every case of the sweep, shape-major then n; raises SpecError on bad input."""
-    ns = parse_range(n or defaults.n, "--n")
-    bs = parse_range(batch or defaults.batch, "--batch")
-    hs = parse_range(heads or defaults.heads, "--heads")
-    ds = parse_range(dim or defaults.dim, "--dim")
-    dvs = parse_range(dim_v, "--dim-v") if dim_v else None
-    kvs = parse_range(kv_heads, "--kv-heads") if kv_heads else None
-    dts = parse_choices(dtype or defaults.dtype, DTYPES, "dtype")
+    pick = lambda given, default: default if given is None else given  # noqa: E731 - "" is an error
+    ns = parse_range(pick(n, defaults.n), "--n")
+    bs = parse_range(pick(batch, defaults.batch), "--batch")
+    hs = parse_range(pick(heads, defaults.heads), "--heads")
+    ds = parse_range(pick(dim, defaults.dim), "--dim")
+    dvs = None if dim_v is None else parse_range(dim_v, "--dim-v")
+    kvs = None if kv_heads is None else parse_range(kv_heads, "--kv-heads")
+    dts = parse_choices(pick(dtype, defaults.dtype), DTYPES, "dtype")
     if decay not in DECAYS:
         raise SpecError(f"unknown decay {decay!r}: choose from {', '.join(DECAYS)}")
     out: list[Case] = []

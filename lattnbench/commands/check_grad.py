@@ -6,6 +6,7 @@ import typer
 from lattnbench.commands import axes
 from lattnbench.commands.sweep import finish, guarded, open_writer, pick_kernels, run_points, setup
 from lattnbench.commands.tables import check_tables
+from lattnbench.supervise import POINT_TIMEOUT
 
 EXAMPLE = """Examples:
 
@@ -28,6 +29,7 @@ def register(app: typer.Typer) -> None:
         initial_state: str = typer.Option("both", help="Run with an initial state: off, on or both."),
         reverse: bool = typer.Option(False, "--reverse", help="Run the recurrence backwards in time."),
         varlen: str | None = typer.Option(None, help="Packed sequences (batch 1), e.g. 60,1,37."),
+        resume: axes.RESUME = False, point_timeout: POINT_TIMEOUT = "0",
     ) -> None:
         """Error ratios of o, final state, dq, dk, dv, dh0 (and dg) against the fp64 reference.
 
@@ -36,9 +38,12 @@ def register(app: typer.Typer) -> None:
         dtype (README, "Tolerances"). Softmax kernels are checked against the naive softmax.
         Exit 1 when anything fails.
         """
+        from lattnbench.commands.run import _check_once
         from lattnbench.env import collect
+        from lattnbench.supervise import heartbeat_check, parse_timeout, supervise
         from lattnbench.verify import check
 
+        timeout_s = parse_timeout(point_timeout)
         dev, reg = setup(device, kernel)
         defaults = axes.CHECK_GPU if dev == "cuda" else axes.CHECK_CPU
         h0 = {"off": (False,), "on": (True,), "both": (False, True)}.get(initial_state)
@@ -49,13 +54,16 @@ def register(app: typer.Typer) -> None:
                                            initial_state=h0, reverse=reverse, varlen=varlen))
         chosen = guarded(lambda: pick_kernels(reg, kernels, dev))
         if not kernels and dev == "cpu":  # the interpreter checks Triton kernels for correctness
-            chosen = [e for e in reg if not e.reference and e.available(dev) is None]
-        writer = open_writer(out, "check-grad", collect(), resume=False)
+            chosen = [e for e in reg if not e.reference and e.origin == "bundled" and e.available(dev) is None]
+        writer = open_writer(out, "check-grad", collect(), resume=resume)
+        supervise(writer.path, timeout_s)
+        done = frozenset(writer.done_keys()) if resume else frozenset()
 
         def point(entry, case):
             if entry.family == "softmax" and case.initial_state:
                 return  # softmax attention has no state: the h0 variant does not apply
-            writer.add(check(entry, case, dev, seed))
+            heartbeat_check(entry, case, dev)
+            _check_once(writer, done, check, entry, case, dev, seed)
 
         run_points("check-grad", chosen, cases, point)
         finish(writer, json_, check_tables)

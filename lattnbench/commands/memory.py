@@ -5,6 +5,7 @@ import typer
 
 from lattnbench.commands import axes
 from lattnbench.commands.speed import _run
+from lattnbench.supervise import POINT_TIMEOUT
 
 EXAMPLE = """Examples:
 
@@ -21,7 +22,7 @@ def register(app: typer.Typer) -> None:
         dim: axes.DIM = None, dim_v: axes.DIM_V = None, dtype: axes.DTYPE = None,
         kernels: axes.KERNELS = None, kernel: axes.PLUGIN = None, mode: axes.MODE = "fwd,fwdbwd",
         device: axes.DEVICE = "auto", out: axes.OUT = None, json_: axes.JSON = False,
-        decay: axes.DECAY = "alibi", resume: axes.RESUME = False,
+        decay: axes.DECAY = "alibi", resume: axes.RESUME = False, point_timeout: POINT_TIMEOUT = "0",
     ) -> None:
         """Peak memory above the live inputs, in MB, for fwd (no autograd graph) and fwd+bwd.
 
@@ -30,4 +31,4 @@ def register(app: typer.Typer) -> None:
         JAX: XLA's compiled memory analysis (temporaries + outputs). Each row records its method.
         """
         _run("memory", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
-             json_, decay, resume, 0.0)
+             json_, decay, resume, 0.0, point_timeout)

@@ -6,6 +6,7 @@ from pathlib import Path
 import typer
 
 from lattnbench.commands.common import die, err
+from lattnbench.supervise import POINT_TIMEOUT
 
 EXAMPLE = """Examples:
 
@@ -25,6 +26,7 @@ def register(app: typer.Typer) -> None:
         resume: bool = typer.Option(False, "--resume", help="Keep the points already in the output; run the rest."),
         kernel: list[str] | None = typer.Option(None, "--kernel", help="Plugin kernels package.module:function."),
         json_: bool = typer.Option(False, "--json", help="Print the results document on stdout."),
+        point_timeout: POINT_TIMEOUT = "0",
     ) -> None:
         """Run every measurement of a suite (speed, memory, check-grad) under one progress bar.
 
@@ -38,8 +40,10 @@ def register(app: typer.Typer) -> None:
         from lattnbench.results import ResultsError, ResultsWriter
         from lattnbench.spec import SpecError
         from lattnbench.suite import load_suite
+        from lattnbench.supervise import heartbeat, heartbeat_check, parse_timeout, supervise
         from lattnbench.verify import check
 
+        timeout_s = parse_timeout(point_timeout)
         try:
             spec = load_suite(suite)
         except SpecError as exc:
@@ -56,6 +60,7 @@ def register(app: typer.Typer) -> None:
         except ResultsError as exc:
             die(str(exc))
         writer.doc["reference"] = spec.reference
+        supervise(writer.path, timeout_s, out_arg=target)
         ceilings = writer.doc.get("ceilings") or {}
         if dev == "cuda" and not ceilings and any(m.kind == "speed" for m in spec.measurements):
             from lattnbench.roofline import measure_ceilings
@@ -71,6 +76,10 @@ def register(app: typer.Typer) -> None:
                     for case in m.cases:
                         for entry in kernels:
                             bar.update(task, description=f"{m.kind} {entry.name} {case.label()}")
+                            if m.kind == "check-grad":
+                                heartbeat_check(entry, case, dev)
+                            else:
+                                heartbeat(entry, case, dev, m.modes, "time_ms" if m.kind == "speed" else "peak_mb")
                             if m.kind == "speed":
                                 sweeper.speed(entry, case, m.modes)
                             elif m.kind == "memory":

@@ -19,10 +19,13 @@ from lattnbench.spec import Case, SpecError
 
 
 def pick_kernels(reg: Registry, patterns: list[str] | None, device: str, families=None) -> list[KernelEntry]:
-    """Named kernels, or by default every available, non-reference kernel of ``families``."""
+    """Named kernels, or by default every available, non-reference bundled kernel of ``families``.
+
+    Peers and plugins run when named (``-k 'lightning/*'`` includes them).
+    """
     if patterns:
         return reg.select(patterns)
-    chosen = [e for e in reg if not e.reference and e.available(device) is None
+    chosen = [e for e in reg if not e.reference and e.origin == "bundled" and e.available(device) is None
               and (families is None or e.family in families)]
     if device == "cpu":
         chosen = [e for e in chosen if not e.interpreted_on_cpu]
@@ -69,7 +72,9 @@ def run_points(command: str, kernels: list[KernelEntry], cases: list[Case],
 def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], list]) -> None:
     """Print the tables (or JSON), the file paths and a status summary; exit 1 on failures."""
     from lattnbench.measure import any_failed, summarize
+    from lattnbench.supervise import heartbeat
 
+    heartbeat()  # no point in flight any more (a supervising parent stops the clock)
     rows = writer.rows
     try:
         write_csv(writer.doc, writer.path.with_suffix(".csv"))

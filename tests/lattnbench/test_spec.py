@@ -80,3 +80,53 @@ def test_case_validation():
     with pytest.raises(SpecError, match="dtype"):
         Case(1, 10, 4, 4, 8, 8, dtype="int8")
     assert Case(1, 10, 4, 4, 8, 8, varlen=(9, 1)).num_sequences == 2
+
+
+# ---- comma lists of ranges, suffixes, spaces (properties) --------------------------------------
+
+@st.composite
+def range_items(draw):
+    """One valid item of the grammar, as text, and the values it stands for."""
+    kind = draw(st.sampled_from(["single", "doubling", "times", "plus", "k"]))
+    start = draw(st.integers(1, 5000))
+    if kind == "single":
+        return str(start), [start]
+    if kind == "k":
+        return f"{start % 64 + 1}k", [(start % 64 + 1) * 1024]
+    if kind == "plus":
+        step, count = draw(st.integers(1, 500)), draw(st.integers(0, 20))
+        return f"{start}..{start + step * count}:+{step}", list(range(start, start + step * count + 1, step))
+    factor = 2 if kind == "doubling" else draw(st.integers(2, 5))
+    count = draw(st.integers(0, 8))
+    last = start * factor**count
+    stop = last + draw(st.integers(0, last * (factor - 1) - 1))  # any stop short of the next value
+    text = f"{start}..{stop}" if kind == "doubling" else f"{start}..{stop}:x{factor}"
+    return text, [start * factor**i for i in range(count + 1)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(range_items(), min_size=1, max_size=5), st.lists(st.sampled_from(["", " ", "  "]), min_size=10,
+                                                                   max_size=10))
+def test_comma_lists_are_the_sorted_union_of_their_items(items, spaces):
+    text = ",".join(f"{spaces[i]}{t}{spaces[-i - 1]}" for i, (t, _) in enumerate(items))
+    want = sorted(set().union(*(set(v) for _, v in items)))
+    assert parse_range(text) == want
+    assert parse_range(",".join(reversed([t for t, _ in items]))) == want  # order does not matter
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(range_items(), min_size=1, max_size=4),
+       st.sampled_from(["0", "-1", "abc", "1.5", "", "8..4", "4..", "1..8:x1", "1..8:+0", "x2"]),
+       st.integers(0, 4))
+def test_one_bad_item_spoils_a_comma_list(items, bad_item, where):
+    parts = [t for t, _ in items]
+    parts.insert(where % (len(parts) + 1), bad_item)
+    with pytest.raises(SpecError) as info:
+        parse_range(",".join(parts), "--n")
+    assert "\n" not in str(info.value) and "--n" in str(info.value)
+
+
+def test_a_comma_list_too_long_in_total_is_refused():
+    items = ",".join(f"{i * 10000 + 1}..{i * 10000 + 1000}:+1" for i in range(MAX_POINTS // 1000 + 1))
+    with pytest.raises(SpecError, match="more than"):
+        parse_range(items)
