@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import math
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -20,16 +21,22 @@ FAILED = ("error", "fail", "timeout")
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; ``cuda``/``cpu`` checked."""
+    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; ``cuda``/``cpu`` checked.
+
+    On the CPU, Triton kernels run in Triton's interpreter: TRITON_INTERPRET is set here,
+    before any kernel module is imported (Triton reads it when a kernel is defined).
+    """
     import torch
 
     device = device.lower()
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise Unsupported("--device cuda was asked for, but no CUDA GPU is visible")
     if device not in ("cuda", "cpu"):
         raise Unsupported(f"unknown device {device!r}: choose auto, cuda or cpu")
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     return device
 
 

@@ -109,3 +109,21 @@ def test_unsupported_points_are_recorded_not_fatal(tmp_path):
     status = {(r["kernel"], r["status"]) for r in rows}
     assert ("softmax/sdpa-flash", "unavailable") in status
     assert ("lightning/naive-torch", "unsupported") in status  # CPU torch keeps no peak
+
+
+def test_triton_kernel_runs_interpreted_from_a_plain_shell(tmp_path):
+    """Without TRITON_INTERPRET in the environment, `--device cpu` still runs the Triton kernel
+    (the harness switches the interpreter on before the kernel module is imported)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = tmp_path / "cg.json"
+    proc = subprocess.run([sys.executable, "-c", "from lattnbench.cli import main; main()", "check-grad",
+                           "-k", "lightning/triton", "--device", "cpu", "--n", "40", "--initial-state", "on",
+                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["tensor"] for r in rows} == {"o", "final_state", "dq", "dk", "dv", "dh0"}
+    assert all(r["status"] == "ok" and r["median"] <= r["tol"] for r in rows)
