@@ -59,7 +59,9 @@ def figure(doc: dict, kind: str, reference: str | None = None) -> "Figure":
         raise PlotError(f"no ok {'peak_mb' if kind == 'memory' else 'time_ms'} points to plot")
     families = {r["kernel"]: r.get("family", "") for r in doc["rows"]}
     kernels = sorted({r["kernel"] for r in rows}, key=lambda k: kernel_sort_key(k, families))
-    colors = {k: f"C{i % 10}" for i, k in enumerate(kernels)}
+    # colours from every kernel of the file, so one kernel keeps its colour in every plot kind
+    everyone = sorted(families, key=lambda k: kernel_sort_key(k, families))
+    colors = {k: f"C{i % 10}" for i, k in enumerate(everyone)}
     groups = sorted({shape_key(r) for r in rows})
     ncols = min(2, len(groups))
     nrows = -(-len(groups) // ncols)
