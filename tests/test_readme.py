@@ -3,6 +3,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from lattnbench.cli import app
@@ -22,10 +23,18 @@ def test_every_block_has_committed_results():
         assert len(results_for(name)) == 1, f"block {name!r} needs exactly one results/*/{name}.json"
 
 
-def test_readme_tables_regenerate_byte_identical(tmp_path, monkeypatch):
-    readme = tmp_path / "README.md"
-    shutil.copy(ROOT / "README.md", readme)
-    monkeypatch.chdir(ROOT)  # plot links are written relative to the README
+@pytest.fixture
+def readme_copy():
+    """A copy beside the README (plot links are relative to the README's folder)."""
+    copy = ROOT / ".README.regenerated.md"
+    shutil.copy(ROOT / "README.md", copy)
+    yield copy
+    copy.unlink(missing_ok=True)
+
+
+def test_readme_tables_regenerate_byte_identical(readme_copy, monkeypatch):
+    readme = readme_copy
+    monkeypatch.chdir(ROOT)
     for name in BLOCK.findall(readme.read_text()):
         args = ["report", *map(str, results_for(name)), "--readme", str(readme), "--name", name]
         plots = ROOT / "results" / results_for(name)[0].parent.name / "plots"
