@@ -38,7 +38,7 @@ def test_readme_tables_regenerate_byte_identical(readme_copy, monkeypatch):
     for name in BLOCK.findall(readme.read_text()):
         args = ["report", *map(str, results_for(name)), "--readme", str(readme), "--name", name]
         plots = ROOT / "results" / results_for(name)[0].parent.name / "plots"
-        if plots.is_dir():
+        if any(plots.glob(f"{name}-*.png")):  # blocks link the plots made of their own results
             args += ["--plots", str(plots)]
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 0, res.output
