@@ -55,8 +55,12 @@ def base_row(entry: KernelEntry, case: Case, device: str, mode: str, metric: str
 
 
 def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """``Type: message`` on one line; a message whose first line only says where (a Triton
+    CompilationError's ``at 11:4:``) gets its last line, the actual error, appended."""
+    text = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     msg = text[0] if text else ""
+    if msg.endswith(":") and len(text) > 1:
+        msg = f"{msg} {text[-1]}"
     return f"{type(exc).__name__}: {msg}"[:300]
 
 
