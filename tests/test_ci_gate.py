@@ -1,0 +1,56 @@
+"""The CI gate's threshold against real CPU runs: unchanged code passes, a slow-down fails."""
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lattnbench.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ROOT / "results/cpu/ci.json"
+GATE = ["--baseline", str(BASE), "--threshold", "100%", "--reference", "lightning/naive-torch"]
+
+
+def ci_threshold() -> str:
+    """The threshold .ci/run uses (this test must follow it)."""
+    line = next(x for x in (ROOT / ".ci/run").read_text().splitlines() if x.startswith("lattnbench gate"))
+    return line.split("--threshold")[1].split()[0]
+
+
+def test_ci_uses_the_threshold_tested_here():
+    assert ci_threshold() == "100%"
+
+
+@pytest.mark.parametrize("run", sorted((ROOT / "results/cpu/ci-spread").glob("run*.json")), ids=lambda p: p.stem)
+def test_reruns_of_unchanged_code_pass(run):
+    res = CliRunner().invoke(app, ["gate", str(run), *GATE])
+    assert res.exit_code == 0, res.output[-1500:]
+
+
+def _slowed(tmp_path, kernel: str, factor: float) -> Path:
+    doc = json.loads(BASE.read_text())
+    for r in doc["rows"]:
+        if r["kernel"] == kernel and r["metric"] == "time_ms" and r["status"] == "ok":
+            for k in ("median", "p20", "p80"):
+                r[k] *= factor
+            r["samples_ms"] = [x * factor for x in r["samples_ms"]]
+    out = tmp_path / "slow.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_a_2_5x_slowdown_of_one_kernel_fails(tmp_path):
+    res = CliRunner().invoke(app, ["gate", str(_slowed(tmp_path, "lightning/jax-chunked", 2.5)), *GATE, "--json"])
+    assert res.exit_code == 1
+    bad = {p["kernel"] for p in json.loads(res.stdout)["points"] if p["verdict"] == "REGRESSION"}
+    assert bad == {"lightning/jax-chunked"}
+
+
+def test_a_correctness_failure_fails(tmp_path):
+    doc = json.loads(BASE.read_text())
+    row = next(r for r in doc["rows"] if r["kernel"] == "lightning/triton" and r["metric"] == "err_ratio")
+    row.update(status="fail", median=10 * row["tol"], err=10 * row["tol"])
+    out = tmp_path / "wrong.json"
+    out.write_text(json.dumps(doc))
+    assert CliRunner().invoke(app, ["gate", str(out), *GATE]).exit_code == 1
