@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from . import kernels as _k
 
 # (BT, BV, num_warps, num_stages): the autotuner's pick at D=E=128 bf16 on the H200 (torch path)
@@ -59,7 +61,7 @@ def _fwd_call(q, k, v, g, h0, scale, reverse, store_ht=True):
     bt, bv, w, s = JAX_FWD_CONFIG
     outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
     o, ht = jt.triton_call(
-        q, k, v, h0 if h0 is not None else g, g, g, t, h, hkv, float(scale), _t_bucket(t),
+        q, k, v, h0 if h0 is not None else g, g, g, t, h, hkv, np.float32(scale), _t_bucket(t),
         kernel=_k.lightning_fwd_kernel, out_shape=outs, grid=(-(-e // bv), b * h),
         num_warps=w, num_stages=s,
         KD=d, VD=e, BK=_pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=store_ht,
@@ -81,7 +83,7 @@ def _bwd_call(q, k, v, do, g, h0, dht, scale, reverse):
     for role, dim, odt in ((0, d, q.dtype), (1, d, gdt), (2, e, gdt)):
         outs = [jax.ShapeDtypeStruct((b, t, h, dim), odt), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
         dx, dh0 = jt.triton_call(
-            q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, float(scale), _t_bucket(t),
+            q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, np.float32(scale), _t_bucket(t),
             kernel=_k.lightning_bwd_kernel, out_shape=outs, grid=(-(-dim // bv), b * h),
             num_warps=w, num_stages=s,
             KD=d, VD=e, BKD=_pow2(d), BVD=_pow2(e), ROLE=role, REVERSE=bool(reverse),
