@@ -72,7 +72,5 @@ def _run(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, plugins
         return point(entry, case, want)
 
     run_points(command, chosen, cases, one)
-    if command == "speed":
-        finish(writer, as_json, speed_tables)
     from lattnbench.commands.tables import memory_tables
-    finish(writer, as_json, memory_tables)
+    finish(writer, as_json, speed_tables if command == "speed" else memory_tables)
