@@ -137,14 +137,18 @@ class Sweeper:
             big = {m: r for m in modes if (r := too_big(entry, case, m, self.device, free)) is not None}
             if not big:
                 return None
-            rows = [{**base_row(entry, case, self.device, m, metric), "status": "oom", "reason": r}
-                    for m, r in big.items()]
+            rows = self._rows(entry, case, list(big), metric, "oom", big)
             if len(big) == len(modes):
                 return rows
             self.emit(rows)
             modes[:] = [m for m in modes if m not in big]
             return None
-        return [{**base_row(entry, case, self.device, m, metric), "status": status, "reason": reason}
+        return self._rows(entry, case, modes, metric, status, reason)
+
+    def _rows(self, entry, case, modes, metric, status: str, reason: str | dict[str, str]) -> list[dict]:
+        """One row per mode with a status and a reason (one for all, or one per mode)."""
+        why = reason if isinstance(reason, dict) else dict.fromkeys(modes, reason)
+        return [{**base_row(entry, case, self.device, m, metric), "status": status, "reason": why[m]}
                 for m in modes]
 
     def _todo(self, entry, case, modes, metric) -> list[str]:
@@ -167,8 +171,7 @@ class Sweeper:
             problem = make_problem(entry, case, self.device)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a row
             status, reason = classify(exc, entry)
-            rows = [{**base_row(entry, case, self.device, m, "time_ms"), "status": status, "reason": reason}
-                    for m in modes]
+            rows = self._rows(entry, case, modes, "time_ms", status, reason)
             self.emit(rows)
             return rows
         flush = None

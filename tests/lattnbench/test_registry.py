@@ -1,7 +1,7 @@
 """The registry: names, selection by glob, suggestions, availability and support reasons."""
 import pytest
 
-from lattnbench.registry import default_registry, load_plugin
+from lattnbench.registry import default_registry
 from lattnbench.spec import Case, SpecError
 
 STABLE_NAMES = ["lightning/naive-torch", "lightning/naive-jax", "lightning/triton", "lightning/jax-triton",
@@ -50,12 +50,3 @@ def test_support_reasons():
     assert "quadratic" in reg["lightning/naive-torch"].supports(big, "cuda")
     odd = Case(1, 64, 4, 4, 48, 48, "bf16")
     assert "power" in reg["lightning/opennlplab"].supports(odd, "cuda")
-
-
-def test_plugin_loading_errors():
-    with pytest.raises(SpecError, match="package.module:function"):
-        load_plugin("nocolon")
-    with pytest.raises(SpecError, match="cannot import"):
-        load_plugin("no_such_module_xyz:f")
-    with pytest.raises(SpecError, match="has no function"):
-        load_plugin("math:no_such_function")
