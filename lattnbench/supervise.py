@@ -111,25 +111,14 @@ def heartbeat(entry=None, case=None, device: str | None = None, modes=(), metric
         pass  # the parent then sees an older heartbeat; a missing one must not fail a point
 
 
-def check_tensors(entry, case) -> list[str]:
-    """The tensors ``verify.check`` reports for a kernel and case (its ``expected`` list)."""
-    names = ["o", "dq", "dk", "dv"]
-    if entry.family != "softmax":
-        names[1:1] = ["final_state"]
-        if case.initial_state:
-            names.append("dh0")
-        if entry.family == "gla":
-            names.append("dg")
-    return names
-
-
 def heartbeat_check(entry, case, device: str) -> None:
     """Heartbeat for one check-grad point (its err_ratio rows, one per tensor, with tol)."""
     if not os.environ.get(CHILD_ENV):
         return
     from lattnbench.tolerance import TOLERANCE
+    from lattnbench.verify import expected_tensors
 
-    heartbeat(entry, case, device, ["fwdbwd"], "err_ratio", tensors=check_tensors(entry, case),
+    heartbeat(entry, case, device, ["fwdbwd"], "err_ratio", tensors=expected_tensors(entry, case),
               tol=TOLERANCE[case.dtype])
 
 

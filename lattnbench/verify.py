@@ -60,6 +60,18 @@ def reference(family: str, case: Case, arrays: dict[str, np.ndarray], entry: Ker
     return {k: v.detach().cpu().numpy() for k, v in got.items() if v is not None}
 
 
+def expected_tensors(entry: KernelEntry, case: Case) -> list[str]:
+    """The tensors check-grad reports for a kernel and case, in table order."""
+    names = ["o", "dq", "dk", "dv"]
+    if entry.family != "softmax":
+        names[1:1] = ["final_state"]
+        if case.initial_state:
+            names.append("dh0")
+        if entry.family == "gla":
+            names.append("dg")
+    return names
+
+
 def check(entry: KernelEntry, case: Case, device: str, seed: int = 0) -> list[dict]:
     """err_ratio rows, one per tensor, each with its tolerance and PASS (ok) / FAIL (fail)."""
     tol = TOLERANCE[case.dtype]
@@ -67,13 +79,7 @@ def check(entry: KernelEntry, case: Case, device: str, seed: int = 0) -> list[di
     def row(tensor: str, **kw) -> dict:
         return {**base_row(entry, case, device, "fwdbwd", "err_ratio"), "tensor": tensor, "tol": tol, **kw}
 
-    expected = ["o", "dq", "dk", "dv"]
-    if entry.family != "softmax":
-        expected[1:1] = ["final_state"]
-        if case.initial_state:
-            expected.append("dh0")
-        if entry.family == "gla":
-            expected.append("dg")
+    expected = expected_tensors(entry, case)
     reason = entry.available(device)
     status = "unavailable"
     if reason is None:
