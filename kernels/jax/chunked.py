@@ -252,16 +252,47 @@ def _varlen_layout(cu, t, c):
     return src, dst, flag, seq, last
 
 
+#: Lightning algorithm used when ``chunked_attention(lightning=None)``: "vjp" (``lightning_chunked``:
+#: hand-written backward, matrix state pass) or "autodiff" (``_lightning_chunks`` below, the first
+#: version). One line to flip after a GPU run.
+LIGHTNING_ALGO = "vjp"
+LIGHTNING_ALGOS = ("vjp", "autodiff")
+#: defaults of the "vjp" algorithm (chunk length, state pass, ...); keyword arguments override them
+VJP_DEFAULTS = dict(chunk=256, state="twolevel", group=None, save_states=True, scores="f32",
+                    state_precision="highest")
+
+
 def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None, reverse=False,
-                      cu_seqlens=None, chunk: int | None = None, sub: int = 16, scan: str | None = None, group: int = 16):
+                      cu_seqlens=None, chunk: int | None = None, sub: int = 16, scan: str | None = None,
+                      group: int | None = None, lightning: str | None = None, **vjp_opts):
     """Chunked linear attention: Lightning when ``g`` is None (decay ``g_gamma`` [H] or none), GLA
     when ``g [B,T,H,D]`` is given (``g_gamma`` adds to it). Returns (o in q's dtype, final state fp32).
 
     chunk: block length C; sub: GLA sub-block length; scan / group: how the chunk states are
-    propagated (see ``_state_scan``; varlen always uses the sequential scan). Defaults, from the
-    H200 run in bench/NOTES-jax.md: Lightning chunk 256 with the blocked scan, GLA chunk 64 / sub 16
-    with the sequential scan.
+    propagated by the autodiff path (see ``_state_scan``; varlen always uses the sequential scan).
+    Defaults, from the H200 run in bench/NOTES-jax.md: GLA chunk 64 / sub 16 with the sequential
+    scan; Lightning "autodiff" chunk 256 with the blocked scan.
+
+    lightning: "vjp" or "autodiff" (default ``LIGHTNING_ALGO``, or "autodiff" when ``scan`` is given);
+    only for Lightning (g None).
+    vjp_opts (Lightning "vjp" only): state ("twolevel" | "matrix" | "scan"), save_states (bool),
+    scores ("f32" | "low"), state_precision ("highest" | "default"); ``group`` is the two-level
+    group size there (default ≈ sqrt(number of chunks)). Defaults in ``VJP_DEFAULTS``.
     """
+    if lightning is None:
+        # an explicit scan= names the autodiff path's state scan: keep callers that pass it there
+        lightning = "autodiff" if scan is not None else LIGHTNING_ALGO
+    if lightning not in LIGHTNING_ALGOS:
+        raise ValueError(f"lightning must be one of {LIGHTNING_ALGOS}, got {lightning!r}")
+    if g is None and lightning == "vjp":
+        if scan is not None:
+            raise ValueError("scan= belongs to lightning='autodiff'; the 'vjp' algorithm takes state=")
+        return _lightning_vjp(q, k, v, g_gamma, scale, initial_state, reverse, cu_seqlens, chunk, group,
+                              vjp_opts)
+    if vjp_opts:
+        raise TypeError(f"unexpected keyword arguments {sorted(vjp_opts)} (they belong to lightning='vjp')")
+    if group is None:
+        group = 16
     if chunk is None:
         chunk = 64 if g is not None else 256
     if scan is None:
@@ -330,3 +361,26 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
     if reverse:
         o = jnp.flip(o, axis=1)
     return o.astype(cdt), final.astype(F32)
+
+
+def _lightning_vjp(q, k, v, g_gamma, scale, initial_state, reverse, cu_seqlens, chunk, group, opts):
+    from .lightning_chunked import lightning_chunked
+
+    unknown = set(opts) - set(VJP_DEFAULTS)
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
+    kw = dict(VJP_DEFAULTS, **opts)
+    if chunk is not None:
+        kw["chunk"] = chunk
+    if group is not None:
+        kw["group"] = group
+    b, t, h, d = q.shape
+    e = v.shape[3]
+    n = check_inputs(q, k, v, initial_state, cu_seqlens)
+    scale = float(default_scale(scale, d))
+    k, v = expand_kv(k, h), expand_kv(v, h)
+    gamma = gamma_array(g_gamma, h)
+    h0 = jnp.zeros((n, h, d, e), F32) if initial_state is None else initial_state.astype(F32)
+    cu = None if cu_seqlens is None else concrete_cu(cu_seqlens, "impl='chunked'")
+    o, final = lightning_chunked(q, k, v, gamma, h0, scale, reverse=reverse, cu=cu, **kw)
+    return o.astype(q.dtype), final.astype(F32)

@@ -1,0 +1,340 @@
+"""Lightning (scalar per-head decay) chunked form with a hand-written backward, pure JAX/XLA.
+
+Same maths as ``chunked._lightning_chunks`` (Lightning Attention-2), organised for speed:
+
+- one layout change at entry (``[B, T, H, D] → [B, H, NC, C, D]``, batch axes leading so the
+  batched matmuls need no further transposes) and one at exit;
+- per chunk n (C tokens, ``L_n`` of them real): ``U_n = Σ_s λ^{L_n−1−s} k_s v_sᵀ`` (fp32), then
+  the states entering every chunk with no long sequential scan: the recurrence
+  ``S_{n+1} = λ^C S_n + U_n`` is linear with a per-head scalar decay, so
+  ``S_in = M U + m0 ⊙ h0`` with ``M[n, j] = λ^{C(n−1−j)}`` (j < n). ``state="matrix"`` does that
+  in one [NC, NC] matmul; ``state="twolevel"`` (default) in groups of ``group`` chunks ([G+1, G]
+  matrix inside a group, [NG+1, NG] across groups), ``state="scan"`` is the plain ``lax.scan``
+  (kept for comparison). Every exponent is ≤ 0 (λ^{C·k} underflows to 0, harmlessly);
+- outputs ``o = scale·[λ^{i+1}·(q S_n) + ((Q Kᵀ) ⊙ M_C) V]`` in batched einsums;
+- a ``jax.custom_vjp``: residuals are q, k, v (already in the chunked layout) and the entering
+  states in the compute dtype (``save_states=False`` recomputes them instead); the backward
+  recomputes the intra-chunk scores, gets dS_in per chunk from one einsum, dU and dh0 from the
+  transpose of the (linear) state pass, and dq, dk, dv from per-chunk einsums. Nothing of size
+  [·, C, C] is stored between the passes.
+
+Packed varlen: each sequence starts a new chunk (padding at the end of a sequence's last chunk,
+zero rows); states restart per sequence, which only the ``"matrix"`` state pass handles (the
+decay matrix is zero across sequences). T not a multiple of C: zero padding at the end; the last
+chunk's contribution and final state use its real length.
+
+Compute dtypes: bf16 / fp16 inputs run the matmuls on that dtype with fp32 accumulation
+(``scores="low"`` additionally writes the Q Kᵀ scores in bf16 before the mask — bf16 only);
+fp32 inputs use ``Precision.HIGHEST`` everywhere (no TF32). The state pass is fp32 at
+``state_precision`` (HIGHEST by default).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from functools import partial
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ._common import HIGHEST
+
+F32 = jnp.float32
+STATES = ("twolevel", "matrix", "scan")
+SCORES = ("f32", "low")
+
+
+def _cpu() -> bool:
+    return jax.default_backend() == "cpu"
+
+
+def _dot(spec, a, b, cdt, out=F32):
+    """einsum with fp32 accumulation: operands rounded to cdt; result in ``out``."""
+    if cdt == F32 or _cpu():
+        # XLA:CPU has no bf16 x bf16 -> f32 dot: round the operands to cdt, multiply in fp32
+        # (products of bf16/fp16 numbers are exact in fp32: the same arithmetic)
+        a, b = a.astype(cdt).astype(F32), b.astype(cdt).astype(F32)
+        return jnp.einsum(spec, a, b, precision=HIGHEST).astype(out)
+    return jnp.einsum(spec, a.astype(cdt), b.astype(cdt), preferred_element_type=out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Static description of one call (hashable: it is a custom_vjp non-diff argument)."""
+    c: int                     # chunk length
+    nc: int                    # number of chunks
+    lens: tuple                # real tokens per chunk (L_n), C for every full chunk
+    scale: float
+    state: str
+    group: int
+    save_states: bool
+    scores: str
+    state_precision: str       # "highest" | "default"
+    # varlen (None when dense): per chunk the sequence id and the first chunk of its sequence;
+    # per sequence the index of its last chunk (-1 when the sequence is empty)
+    seq: tuple | None = None
+    first: tuple | None = None
+    last: tuple | None = None
+
+    @property
+    def full(self) -> bool:
+        return all(x == self.c for x in self.lens)
+
+
+def _prec(cfg):
+    return HIGHEST if cfg.state_precision == "highest" else lax.Precision.DEFAULT
+
+
+# ----------------------------------------------------------------------------------------------
+# decay factors (fp32, all exponents ≤ 0)
+# ----------------------------------------------------------------------------------------------
+
+def _weights(gamma, cfg):
+    """wq [H, 1, C] (chunk start → t, λ^{i+1}), wk [H, 1|NC, C] (s → last real token of the
+    chunk, 0 on padding), mask [H, C, C] (λ^{i−j} for j ≤ i, else 0)."""
+    c = cfg.c
+    i = jnp.arange(c, dtype=F32)
+    g = gamma[:, None]
+    wq = jnp.exp(g * (i + 1.0))[:, None, :]
+    if cfg.full:
+        wk = jnp.exp(g * (c - 1.0 - i))[:, None, :]
+    else:
+        lens = np.asarray(cfg.lens, np.float32)
+        expo = lens[:, None] - 1.0 - np.arange(c, dtype=np.float32)[None, :]   # [NC, C]
+        real = expo >= 0
+        wk = jnp.where(real[None], jnp.exp(gamma[:, None, None] * np.maximum(expo, 0.0)[None]), 0.0)
+    dist = i[:, None] - i[None, :]
+    causal = dist >= 0
+    mask = jnp.where(causal[None], jnp.exp(gamma[:, None, None] * jnp.where(causal, dist, 0.0)[None]), 0.0)
+    return wq, wk, mask
+
+
+# ----------------------------------------------------------------------------------------------
+# the chunk-state pass: linear in (U, h0)
+# ----------------------------------------------------------------------------------------------
+
+def _tri_decay(gamma, step, rows, cols, shift):
+    """[H, rows, cols]: λ^{step·(i − 1 − j + shift)} where i − 1 − j + shift ≥ 0, else 0."""
+    i = np.arange(rows)[:, None]
+    j = np.arange(cols)[None, :]
+    e = (i - 1 - j + shift).astype(np.float32)
+    ok = e >= 0
+    return jnp.where(ok[None], jnp.exp(gamma[:, None, None] * (step * np.where(ok, e, 0.0))[None]), 0.0)
+
+
+def _state_pass(u, h0, gamma, cfg):
+    """States entering each chunk and the final states, fp32.
+
+    u [B, H, NC, X] (X = D·E), h0 [N, H, X]. Returns (S_in [B, H, NC, X], final [N, H, X]).
+    """
+    b, h, nc, x = u.shape
+    c = cfg.c
+    prec = _prec(cfg)
+    lam_last = jnp.exp(gamma * float(cfg.lens[-1]))                       # [H]
+    if cfg.seq is not None:                                               # varlen, B = 1: matrix form
+        seq, first = np.asarray(cfg.seq), np.asarray(cfg.first)
+        n = np.arange(nc)
+        e = (n[:, None] - 1 - n[None, :]).astype(np.float32)
+        ok = (e >= 0) & (seq[:, None] == seq[None, :])
+        m = jnp.where(ok[None], jnp.exp(gamma[:, None, None] * (c * np.where(ok, e, 0.0))[None]), 0.0)
+        nseq = h0.shape[0]
+        ok0 = seq[:, None] == np.arange(nseq)[None, :]                    # [NC, N]
+        e0 = (c * (n - first)).astype(np.float32)
+        m0 = jnp.where(ok0[None], jnp.exp(gamma[:, None] * e0[None])[:, :, None], 0.0)  # [H, NC, N]
+        s_in = (jnp.einsum("hnj,hjx->hnx", m, u[0], precision=prec)
+                + jnp.einsum("hni,ihx->hnx", m0, h0, precision=prec))[None]
+        last = np.asarray(cfg.last)
+        has = last >= 0
+        li = np.where(has, last, 0)
+        lens = np.asarray(cfg.lens, np.float32)[li]                      # real length of each last chunk
+        lam = jnp.exp(gamma[None, :] * lens[:, None])[..., None]          # [N, H, 1]
+        fin = lam * jnp.moveaxis(s_in[0][:, li], 1, 0) + jnp.moveaxis(u[0][:, li], 1, 0)
+        final = jnp.where(has[:, None, None], fin, h0)
+        return s_in, final
+    if cfg.state == "scan":
+        lam = jnp.exp(gamma * float(c))[None, :, None]
+
+        def step(s, u_n):
+            return lam * s + u_n, s
+
+        _, s_in = lax.scan(step, h0, jnp.moveaxis(u, 2, 0))
+        s_in = jnp.moveaxis(s_in, 0, 2)
+    elif cfg.state == "matrix" or nc == 1:
+        m = _tri_decay(gamma, c, nc, nc, 0)                              # [H, NC, NC]
+        m0 = jnp.exp(gamma[:, None] * (c * np.arange(nc, dtype=np.float32))[None])  # [H, NC]
+        s_in = jnp.einsum("hnj,bhjx->bhnx", m, u, precision=prec) + m0[None, :, :, None] * h0[:, :, None]
+    else:                                                                 # two-level
+        g = max(1, min(cfg.group or int(round(math.sqrt(nc))), nc))
+        ng = -(-nc // g)
+        up = jnp.pad(u, [(0, 0), (0, 0), (0, ng * g - nc), (0, 0)]) if ng * g != nc else u
+        ug = up.reshape(b, h, ng, g, x)
+        a = _tri_decay(gamma, c, g + 1, g, 0)                            # [H, G+1, G]; row G: group total
+        loc = jnp.einsum("hij,bhgjx->bhgix", a, ug, precision=prec)      # [B, H, NG, G+1, X]
+        tot = loc[:, :, :, g]                                             # [B, H, NG, X]
+        bm = _tri_decay(gamma, c * g, ng, ng, 0)                          # [H, NG, NG]
+        b0 = jnp.exp(gamma[:, None] * (c * g * np.arange(ng, dtype=np.float32))[None])  # [H, NG]
+        sg = jnp.einsum("hgk,bhkx->bhgx", bm, tot, precision=prec) + b0[None, :, :, None] * h0[:, :, None]
+        pin = jnp.exp(gamma[:, None] * (c * np.arange(g, dtype=np.float32))[None])       # [H, G]
+        s_in = loc[:, :, :, :g] + pin[None, :, None, :, None] * sg[:, :, :, None]
+        s_in = s_in.reshape(b, h, ng * g, x)[:, :, :nc]
+    final = lam_last[None, :, None] * s_in[:, :, -1] + u[:, :, -1]
+    return s_in, final
+
+
+# ----------------------------------------------------------------------------------------------
+# the core: chunked layout in, custom VJP
+# ----------------------------------------------------------------------------------------------
+
+def _cdt(x):
+    return x.dtype if x.dtype in (jnp.bfloat16, jnp.float16) else F32
+
+
+def _score_dt(cfg, cdt):
+    return jnp.bfloat16 if (cfg.scores == "low" and cdt == jnp.bfloat16) else F32
+
+
+def _states(k, v, h0, gamma, wk, cfg):
+    """U (fp32) and the state pass; returns (S_in fp32 [B,H,NC,D,E], final [N,H,D,E])."""
+    b, h, nc, c, d = k.shape
+    e = v.shape[-1]
+    cdt = _cdt(k)
+    u = _dot("bhncd,bhnce->bhnde", k * wk[None, :, :, :, None], v, cdt)
+    s_in, final = _state_pass(u.reshape(b, h, nc, d * e), h0.reshape(h0.shape[0], h, d * e), gamma, cfg)
+    return s_in.reshape(b, h, nc, d, e), final.reshape(h0.shape[0], h, d, e)
+
+
+def _forward(q, k, v, h0, gamma, cfg):
+    cdt = _cdt(q)
+    wq, wk, mask = _weights(gamma, cfg)
+    s_in, final = _states(k, v, h0, gamma, wk, cfg)
+    s_c = s_in.astype(cdt)
+    o_inter = _dot("bhncd,bhnde->bhnce", q, s_c, cdt) * wq[None, :, :, :, None]
+    s = _dot("bhnid,bhnjd->bhnij", q, k, cdt, out=_score_dt(cfg, cdt))
+    p = (s * mask[None, :, None]).astype(cdt)
+    o_intra = _dot("bhnij,bhnje->bhnie", p, v, cdt)
+    o = (cfg.scale * (o_inter + o_intra)).astype(cdt)
+    return o, final, s_c
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(5,))
+def lightning_core(q, k, v, h0, gamma, cfg):
+    """q, k [B, H, NC, C, D], v [B, H, NC, C, E] (cdt), h0 [N, H, D, E] fp32, gamma [H] fp32 (≤ 0).
+    Returns (o [B, H, NC, C, E] in q's dtype, final state [N, H, D, E] fp32)."""
+    o, final, _ = _forward(q, k, v, h0, gamma, cfg)
+    return o, final
+
+
+def _core_fwd(q, k, v, h0, gamma, cfg):
+    o, final, s_c = _forward(q, k, v, h0, gamma, cfg)
+    return (o, final), (q, k, v, gamma, s_c if cfg.save_states else None, h0 if not cfg.save_states else None)
+
+
+def _core_bwd(cfg, res, cts):
+    q, k, v, gamma, s_c, h0 = res
+    do, dfinal = cts
+    b, h, nc, c, d = q.shape
+    e = v.shape[-1]
+    n = dfinal.shape[0]
+    cdt = _cdt(q)
+    sc = cfg.scale
+    wq, wk, mask = _weights(gamma, cfg)
+    if s_c is None:
+        s_c = _states(k, v, h0, gamma, wk, cfg)[0].astype(cdt)
+    do = do.astype(cdt)
+    mask_b = mask[None, :, None]
+    # intra-chunk, recomputed scores
+    s = _dot("bhnid,bhnjd->bhnij", q, k, cdt, out=_score_dt(cfg, cdt))
+    p = (s * mask_b).astype(cdt)
+    dp = (_dot("bhnie,bhnje->bhnij", do, v, cdt, out=_score_dt(cfg, cdt)) * mask_b).astype(cdt)
+    # dq: intra + through the entering state
+    dq = sc * (_dot("bhnij,bhnjd->bhnid", dp, k, cdt)
+               + wq[None, :, :, :, None] * _dot("bhnie,bhnde->bhnid", do, s_c, cdt))
+    # dS_in per chunk, then dU and dh0 through the transpose of the linear state pass
+    ds_in = sc * _dot("bhnid,bhnie->bhnde", q, do * wq[None, :, :, :, None], cdt)
+
+    def spass(u, h0_):
+        return _state_pass(u, h0_, gamma, cfg)
+
+    tr = jax.linear_transpose(spass, jax.ShapeDtypeStruct((b, h, nc, d * e), F32),
+                              jax.ShapeDtypeStruct((n, h, d * e), F32))
+    du, dh0 = tr((ds_in.reshape(b, h, nc, d * e), dfinal.astype(F32).reshape(n, h, d * e)))
+    du = du.reshape(b, h, nc, d, e).astype(cdt)
+    wk_b = wk[None, :, :, :, None]
+    dk = sc * _dot("bhnij,bhnid->bhnjd", dp, q, cdt) + wk_b * _dot("bhnje,bhnde->bhnjd", v, du, cdt)
+    dv = sc * _dot("bhnij,bhnie->bhnje", p, do, cdt) + wk_b * _dot("bhnjd,bhnde->bhnje", k, du, cdt)
+    return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dh0.reshape(n, h, d, e),
+            jnp.zeros_like(gamma))
+
+
+lightning_core.defvjp(_core_fwd, _core_bwd)
+
+
+# ----------------------------------------------------------------------------------------------
+# layout: [B, T, H, D] in and out, padding, reverse, varlen
+# ----------------------------------------------------------------------------------------------
+
+def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, state="twolevel",
+                      group=None, save_states=True, scores="f32", state_precision="highest"):
+    """q [B, T, H, D], k [B, T, H, D], v [B, T, H, E] (kv already expanded to H heads), gamma [H]
+    fp32 or None, h0 [N, H, D, E] fp32, cu: concrete numpy cu_seqlens or None. Returns
+    (o [B, T, H, E] in q's dtype, final state fp32). Inputs are checked by the caller."""
+    from .chunked import _varlen_layout  # the same chunk-aligned layout as the autodiff path
+
+    if state not in STATES:
+        raise ValueError(f"state must be one of {STATES}, got {state!r}")
+    if scores not in SCORES:
+        raise ValueError(f"scores must be one of {SCORES}, got {scores!r}")
+    if state_precision not in ("highest", "default"):
+        raise ValueError(f"state_precision must be 'highest' or 'default', got {state_precision!r}")
+    b, t, h, d = q.shape
+    e = v.shape[3]
+    cdt = _cdt(q)
+    c = max(1, min(chunk, t))
+    gamma = jnp.zeros((h,), F32) if gamma is None else jnp.asarray(gamma, F32)
+    to_chunks = lambda x: jnp.transpose(x, (0, 2, 1, 3))  # noqa: E731  [B, T, H, *] -> [B, H, T, *]
+    if reverse:
+        q, k, v = (jnp.flip(x, axis=1) for x in (q, k, v))
+    seq = first = last = None
+    if cu is not None:
+        cu = np.asarray(cu, np.int64)
+        if reverse:
+            cu = t - cu[::-1]
+            h0 = jnp.flip(h0, axis=0)
+        src, dst, flag, seqc, lastc = _varlen_layout(cu, t, c)
+        nc = len(src) // c
+        real = np.zeros(len(src), np.int64)
+        real[dst] = 1
+        lens = tuple(int(x) for x in real.reshape(nc, c).sum(axis=1))
+        firsts = np.zeros(nc, np.int64)
+        for i in range(nc):
+            firsts[i] = i if flag[i] else firsts[i - 1]
+        seq, first, last = tuple(int(x) for x in seqc), tuple(int(x) for x in firsts), tuple(int(x) for x in lastc)
+
+        def lay(x):
+            xp = jnp.concatenate([x, jnp.zeros((1, 1) + x.shape[2:], x.dtype)], axis=1)[:, src]
+            return to_chunks(xp)
+    else:
+        nc = -(-t // c)
+        pad = nc * c - t
+        lens = tuple([c] * (nc - 1) + [t - (nc - 1) * c])
+
+        def lay(x):
+            x = to_chunks(x)
+            return jnp.pad(x, [(0, 0), (0, 0), (0, pad), (0, 0)]) if pad else x
+
+    qc, kc, vc = (lay(x.astype(cdt)).reshape(b, h, nc, c, x.shape[3]) for x in (q, k, v))
+    cfg = Config(c=c, nc=nc, lens=lens, scale=float(scale), state=state if cu is None else "matrix",
+                 group=int(group or 0), save_states=bool(save_states), scores=scores,
+                 state_precision=state_precision, seq=seq, first=first, last=last)
+    o, final = lightning_core(qc, kc, vc, h0.astype(F32), gamma, cfg)
+    o = o.reshape(b, h, nc * c, e)
+    o = o[:, :, dst] if cu is not None else o[:, :, :t]
+    o = jnp.transpose(o, (0, 2, 1, 3))
+    if reverse:
+        o = jnp.flip(o, axis=1)
+        if cu is not None:
+            final = jnp.flip(final, axis=0)
+    return o, final
