@@ -163,20 +163,23 @@ def _state_pass(u, h0, gamma, cfg):
         _, s_in = lax.scan(step, h0, jnp.moveaxis(u, 2, 0))
         s_in = jnp.moveaxis(s_in, 0, 2)
     elif cfg.state == "matrix" or nc == 1:
-        m = _tri_decay(gamma, c, nc, nc, 0)                              # [H, NC, NC]
+        # the (small) decay matrices are broadcast over the batch so that every einsum has its batch
+        # axes leading and contracts a contiguous axis: plain batched GEMMs, no transposes of U
+        m = jnp.broadcast_to(_tri_decay(gamma, c, nc, nc, 0)[None], (b, h, nc, nc))
         m0 = jnp.exp(gamma[:, None] * (c * np.arange(nc, dtype=np.float32))[None])  # [H, NC]
-        s_in = jnp.einsum("hnj,bhjx->bhnx", m, u, precision=prec) + m0[None, :, :, None] * h0[:, :, None]
+        s_in = jnp.einsum("bhnj,bhjx->bhnx", m, u, precision=prec) + m0[None, :, :, None] * h0[:, :, None]
     else:                                                                 # two-level
         g = max(1, min(cfg.group or int(round(math.sqrt(nc))), nc))
         ng = -(-nc // g)
         up = jnp.pad(u, [(0, 0), (0, 0), (0, ng * g - nc), (0, 0)]) if ng * g != nc else u
         ug = up.reshape(b, h, ng, g, x)
         a = _tri_decay(gamma, c, g + 1, g, 0)                            # [H, G+1, G]; row G: group total
-        loc = jnp.einsum("hij,bhgjx->bhgix", a, ug, precision=prec)      # [B, H, NG, G+1, X]
+        a = jnp.broadcast_to(a[None, :, None], (b, h, ng, g + 1, g))      # batch axes leading (see above)
+        loc = jnp.einsum("bhgij,bhgjx->bhgix", a, ug, precision=prec)    # [B, H, NG, G+1, X]
         tot = loc[:, :, :, g]                                             # [B, H, NG, X]
-        bm = _tri_decay(gamma, c * g, ng, ng, 0)                          # [H, NG, NG]
+        bm = jnp.broadcast_to(_tri_decay(gamma, c * g, ng, ng, 0)[None], (b, h, ng, ng))
         b0 = jnp.exp(gamma[:, None] * (c * g * np.arange(ng, dtype=np.float32))[None])  # [H, NG]
-        sg = jnp.einsum("hgk,bhkx->bhgx", bm, tot, precision=prec) + b0[None, :, :, None] * h0[:, :, None]
+        sg = jnp.einsum("bhgk,bhkx->bhgx", bm, tot, precision=prec) + b0[None, :, :, None] * h0[:, :, None]
         pin = jnp.exp(gamma[:, None] * (c * np.arange(g, dtype=np.float32))[None])       # [H, G]
         s_in = loc[:, :, :, :g] + pin[None, :, None, :, None] * sg[:, :, :, None]
         s_in = s_in.reshape(b, h, ng * g, x)[:, :, :nc]
