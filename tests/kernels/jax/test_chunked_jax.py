@@ -38,26 +38,29 @@ def test_lightning_chunked_dense(dtype, reverse, scan):
     gamma = _gamma(1)
     ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(gamma), reverse=reverse)
     got = jax_run(chunked_attention, inp, do, ds, dtype, g_gamma=gamma, reverse=reverse,
-                  chunk=8, scan=scan, group=2)
+                  chunk=8, scan=scan, group=2, lightning="autodiff")
     assert_close(got, ref, dtype)
 
 
+# the Lightning tests below run both algorithms; test_lightning_vjp_jax.py covers the "vjp" one in depth
+@pytest.mark.parametrize("lightning", ["autodiff", "vjp"])
 @pytest.mark.parametrize("dtype,reverse", [("fp32", False), ("bf16", True)])
-def test_lightning_chunked_varlen(dtype, reverse):
+def test_lightning_chunked_varlen(dtype, reverse, lightning):
     inp, do, ds = _case(32, dtype, True, ())
     gamma = _gamma(2)
     ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(gamma),
                           reverse=reverse, cu_seqlens=CU)
     got = jax_run(chunked_attention, inp, do, ds, dtype, g_gamma=gamma, reverse=reverse,
-                  cu_seqlens=CU, chunk=8)
+                  cu_seqlens=CU, chunk=8, lightning=lightning)
     assert_close(got, ref, dtype)
 
 
-def test_lightning_chunked_no_decay_no_state_scale():
+@pytest.mark.parametrize("lightning", ["autodiff", "vjp"])
+def test_lightning_chunked_no_decay_no_state_scale(lightning):
     """Plain linear attention (γ absent), no initial state, explicit scale, chunk > T."""
     inp, do, ds = _case(33, "fp32", False, (), t=21, h0=False)
     ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, scale=0.7)
-    got = jax_run(chunked_attention, inp, do, ds, "fp32", scale=0.7, chunk=64)
+    got = jax_run(chunked_attention, inp, do, ds, "fp32", scale=0.7, chunk=64, lightning=lightning)
     assert_close(got, ref, "fp32")
 
 
@@ -96,8 +99,10 @@ def test_chunked_checks_can_fail():
     inp, do, ds = _case(36, "bf16", False, ())
     gamma = _gamma(4)
     ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(gamma))
-    wrong_dir = jax_run(chunked_attention, inp, do, ds, "bf16", g_gamma=gamma, reverse=True, chunk=8)
-    wrong_decay = jax_run(chunked_attention, inp, do, ds, "bf16", g_gamma=gamma * 1.1, chunk=8)
+    wrong_dir = jax_run(chunked_attention, inp, do, ds, "bf16", g_gamma=gamma, reverse=True, chunk=8,
+                        lightning="autodiff")
+    wrong_decay = jax_run(chunked_attention, inp, do, ds, "bf16", g_gamma=gamma * 1.1, chunk=8,
+                          lightning="autodiff")
     for got in (wrong_dir, wrong_decay):
         errs = {key: err_ratio(got[key], ref[key]) for key in ref}
         assert max(errs.values()) > TOLERANCE["bf16"], errs

@@ -1,0 +1,172 @@
+"""The Lightning ``lightning="vjp"`` chunked path (custom VJP, matrix state pass) against the fp64
+torch reference: every option, forward and gradients (o, S_T, dq, dk, dv, dh0)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import jax
+import jax.numpy as jnp
+
+from jax_testutil import assert_close, cotangents, jax_run, make_inputs, torch_reference
+from lattnbench.kernels.jax import chunked
+from lattnbench.kernels.jax.api import lightning_attn
+from lattnbench.kernels.jax.chunked import chunked_attention
+from lattnbench.kernels.naive import torch_ref
+from lattnbench.tolerance import TOLERANCE, err_ratio
+
+H, HK, D, E = 4, 2, 48, 80      # GQA, non-power-of-two D != E
+CU = np.array([0, 17, 18, 45])  # unequal lengths, one of length 1
+
+
+def _gamma(seed, strong=False):
+    g = -np.random.default_rng(seed).uniform(0.02, 0.5, H)
+    if strong:
+        g[0] = -5.8             # the seeds' strongest head: λ^C and the decay matrix underflow to 0
+    return g
+
+
+def _check(seed, dtype, *, t=45, varlen=False, cu=CU, h0=True, gamma=True, strong=False, reverse=False,
+           scale=None, **kw):
+    b = 1 if varlen else 2
+    n = len(cu) - 1 if varlen else b
+    inp = make_inputs(seed, b, t, H, HK, D, E, dtype, h0=h0, n=n if varlen else None)
+    do, ds = cotangents(seed, (b, t, H, E), (n, H, D, E))
+    ref_kw, kw = dict(reverse=reverse), dict(kw, reverse=reverse, lightning="vjp")
+    if gamma:
+        g = _gamma(seed, strong)
+        ref_kw["gamma"], kw["g_gamma"] = torch.tensor(g), g
+    if varlen:
+        ref_kw["cu_seqlens"] = kw["cu_seqlens"] = cu
+    if scale is not None:
+        ref_kw["scale"] = kw["scale"] = scale
+    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, **ref_kw)
+    got = jax_run(chunked_attention, inp, do, ds, dtype, **kw)
+    return assert_close(got, ref, dtype)
+
+
+# chunk 8 with T = 45: 6 chunks, a partial last one; group 4 leaves the last group short
+@pytest.mark.parametrize("dtype,reverse,state,save", [
+    ("fp32", False, "twolevel", True), ("fp32", True, "twolevel", False), ("fp32", False, "matrix", False),
+    ("fp32", True, "scan", True), ("bf16", False, "twolevel", True), ("bf16", True, "matrix", True),
+    ("bf16", False, "scan", False), ("bf16", True, "twolevel", False),
+])
+def test_vjp_dense(dtype, reverse, state, save):
+    _check(41, dtype, reverse=reverse, chunk=8, state=state, group=4, save_states=save)
+
+
+@pytest.mark.parametrize("t,chunk,group", [(64, 8, None), (64, 16, 3), (70, 8, 1), (9, 8, 2)])
+def test_vjp_chunk_and_group_shapes(t, chunk, group):
+    """T a multiple of C (no padding), default group ≈ sqrt(NC), group 1, NC = 2 < group."""
+    _check(42, "fp32", t=t, chunk=chunk, group=group)
+
+
+@pytest.mark.parametrize("dtype,reverse,save", [("fp32", False, True), ("fp32", True, False),
+                                                ("bf16", True, True), ("bf16", False, False)])
+def test_vjp_varlen(dtype, reverse, save):
+    _check(43, dtype, varlen=True, reverse=reverse, chunk=8, save_states=save)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_vjp_varlen_empty_and_aligned_sequences(reverse):
+    """A zero-length sequence (its final state is h0), one exactly 2 chunks long, one of 1 token."""
+    _check(44, "fp32", t=30, varlen=True, cu=np.array([0, 0, 16, 17, 30]), reverse=reverse, chunk=8)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_vjp_strong_decay(dtype):
+    """γ = −5.8 (the seeds' strongest head): λ^C ≈ e^-371 underflows; every exponent stays ≤ 0."""
+    _check(45, dtype, t=300, strong=True, chunk=64, group=2)
+    _check(45, dtype, t=100, varlen=True, cu=np.array([0, 70, 100]), strong=True, chunk=32)
+
+
+def test_vjp_no_decay_no_state_scale_chunk_over_t():
+    _check(46, "fp32", t=21, h0=False, gamma=False, scale=0.7, chunk=64)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_vjp_low_scores_bf16(reverse):
+    """scores='low': Q Kᵀ written in bf16 before the mask, same tolerance."""
+    _check(47, "bf16", t=90, reverse=reverse, chunk=32, scores="low")
+
+
+def test_vjp_state_precision_default():
+    """state_precision='default' (TF32 on a GPU; exact fp32 on CPU) runs and agrees here."""
+    _check(48, "bf16", t=90, chunk=16, state_precision="default")
+
+
+def test_vjp_fp16():
+    """fp16 inputs (fp16 operands, fp32 accumulation), against the fp16 bound."""
+    b, t = 2, 45
+    rng = np.random.default_rng(49)
+    r16 = lambda shape, s=1.0: (s * rng.standard_normal(shape)).astype(np.float16).astype(np.float64)  # noqa: E731
+    inp = {"q": r16((b, t, H, D)), "k": r16((b, t, HK, D)), "v": r16((b, t, HK, E)),
+           "initial_state": r16((b, H, D, E), 0.5)}
+    do, ds = cotangents(49, (b, t, H, E), (b, H, D, E))
+    g = _gamma(49)
+    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(g))
+    names = list(inp)
+    args = [jnp.asarray(inp[nm], jnp.float32 if nm == "initial_state" else jnp.float16) for nm in names]
+
+    def f(*a):
+        return chunked_attention(*a[:3], g_gamma=g, initial_state=a[3], chunk=16, lightning="vjp")
+
+    (o, s), vjp = jax.vjp(f, *args)
+    grads = vjp((jnp.asarray(do, jnp.float16), jnp.asarray(ds, jnp.float32)))
+    assert o.dtype == jnp.float16 and grads[0].dtype == jnp.float16 and s.dtype == jnp.float32
+    got = {"o": o, "final_state": s, **{"d" + nm: gr for nm, gr in zip(names, grads)}}
+    assert_close(got, ref, "fp16")
+
+
+def test_vjp_grad_through_final_state_only():
+    """Only S_T carries a cotangent (do = 0): dq = 0, and dk, dv, dh0 match the reference."""
+    b, t = 2, 40
+    inp = make_inputs(50, b, t, H, HK, D, E, "fp32")
+    _, ds = cotangents(50, (b, t, H, E), (b, H, D, E))
+    do = np.zeros((b, t, H, E))
+    g = _gamma(50)
+    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(g))
+    got = jax_run(chunked_attention, inp, do, ds, "fp32", g_gamma=g, chunk=16, lightning="vjp")
+    assert float(np.abs(np.asarray(got["dq"])).max()) == 0.0
+    assert_close(got, ref, "fp32", keys=["final_state", "dk", "dv", "dinitial_state"])
+
+
+def test_vjp_is_the_default_and_api_routes_to_it(monkeypatch):
+    """lightning_attn(impl='chunked') takes LIGHTNING_ALGO; flipping it flips the path."""
+    q = jnp.asarray(np.random.default_rng(51).standard_normal((1, 50, 2, 16)), jnp.float32)
+    calls = []
+    real = chunked._lightning_vjp
+    monkeypatch.setattr(chunked, "_lightning_vjp", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    o_new, s_new = lightning_attn(q, q, q, 1, 4, impl="chunked", chunk=16)
+    assert calls and chunked.LIGHTNING_ALGO == "vjp"
+    monkeypatch.setattr(chunked, "LIGHTNING_ALGO", "autodiff")
+    o_old, s_old = lightning_attn(q, q, q, 1, 4, impl="chunked", chunk=16)
+    assert len(calls) == 1
+    assert err_ratio(o_new, o_old) < 1e-6 and err_ratio(s_new, s_old) < 1e-6
+
+
+def test_vjp_catches_wrong_decay_and_direction():
+    """The same comparison fails on a wrong decay or direction (the checks can fail)."""
+    inp = make_inputs(52, 2, 45, H, HK, D, E, "bf16")
+    do, ds = cotangents(52, (2, 45, H, E), (2, H, D, E))
+    g = _gamma(52)
+    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(g))
+    for kw in (dict(g_gamma=g * 1.1), dict(g_gamma=g, reverse=True)):
+        got = jax_run(chunked_attention, inp, do, ds, "bf16", chunk=8, lightning="vjp", **kw)
+        errs = {key: err_ratio(got[key], ref[key]) for key in ref}
+        assert max(errs.values()) > TOLERANCE["bf16"], errs
+
+
+def test_vjp_option_errors():
+    q = jnp.zeros((1, 8, H, D))
+    with pytest.raises(ValueError, match="state must be one of"):
+        chunked_attention(q, q, q, lightning="vjp", state="blocked")
+    with pytest.raises(ValueError, match="scan= belongs"):
+        chunked_attention(q, q, q, lightning="vjp", scan="blocked")
+    with pytest.raises(ValueError, match="lightning must be one of"):
+        chunked_attention(q, q, q, lightning="fast")
+    with pytest.raises(TypeError, match="belong to lightning='vjp'"):
+        chunked_attention(q, q, q, lightning="autodiff", state="matrix")
+    with pytest.raises(TypeError, match="belong to lightning='vjp'"):
+        chunked_attention(q, q, q, g=jnp.zeros((1, 8, H, D)), save_states=False)
