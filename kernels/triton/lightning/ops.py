@@ -9,6 +9,7 @@ import torch
 import triton
 
 from . import kernels as _k
+from .launch import Launcher
 
 Tensor = torch.Tensor
 
@@ -118,12 +119,8 @@ def _gamma_tensor(gamma, h: int, device) -> Tensor:
     return g.contiguous()
 
 
-def _launch(kernel, plain, grid, args, kw):
-    if kernel is None:  # interpreter: plain kernel, fixed config
-        meta = dict(_INTERP_META)
-        plain[grid(meta)](*args, **kw, **meta)
-    else:
-        kernel[grid](*args, **kw)
+_FWD_LAUNCH = Launcher(_k, "lightning_fwd", "lightning_fwd_kernel", _INTERP_META)
+_BWD_LAUNCH = Launcher(_k, "lightning_bwd", "lightning_bwd_kernel", _INTERP_META)
 
 
 def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
@@ -138,7 +135,7 @@ def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
     kw = dict(KD=d, VD=e, BK=max(16, triton.next_power_of_2(d)), REVERSE=bool(reverse),
               HAS_H0=h0 is not None, STORE_HT=store_ht, IS_VARLEN=cu is not None,
               DOT_PREC=_dot_prec(q.dtype))
-    _launch(_k.lightning_fwd, _k.lightning_fwd_kernel, grid, args, kw)
+    _FWD_LAUNCH(grid, args, kw)
     return o, ht
 
 
@@ -165,7 +162,7 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n):
     for role, out, split in roles:
         grid = lambda meta, split=split: (triton.cdiv(split, meta["BV"]), n * h)  # noqa: E731
         args = (q, k, v, do) + common + (out, dh0 if dh0 is not None else g)
-        _launch(_k.lightning_bwd, _k.lightning_bwd_kernel, grid, args, dict(kw, ROLE=role))
+        _BWD_LAUNCH(grid, args, dict(kw, ROLE=role))
     if fused:
         bvd = kw["BVD"]
         bv = FUSED_BV or (bvd if bvd <= FUSED_FULL_MAX else FUSED_FULL_MAX)
