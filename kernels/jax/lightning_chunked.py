@@ -26,7 +26,12 @@ chunk's contribution and final state use its real length.
 Compute dtypes: bf16 / fp16 inputs run the matmuls on that dtype with fp32 accumulation
 (``scores="low"`` additionally writes the Q Kᵀ scores in bf16 before the mask — bf16 only);
 fp32 inputs use ``Precision.HIGHEST`` everywhere (no TF32). The state pass is fp32 at
-``state_precision`` (HIGHEST by default).
+``state_precision`` (HIGHEST by default). ``combine`` (bf16 / fp16 inputs; fp32 always sums in
+fp32): "f32" adds the inter- and intra-chunk matmul results of o, dq, dk, dv in fp32; "low" has
+the matmuls write them in bf16 first (half the traffic, one more rounding; bf16 only); "concat" does
+each as ONE matmul over a concatenated contraction axis, e.g. ``o = [s·P | s·λ^{i+1}q] @ [V ; S_n]``,
+written once in the compute dtype (no fp32 intermediates; q, dO, λ-weighted k / v are rounded once
+more as operands).
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ from ._common import HIGHEST
 F32 = jnp.float32
 STATES = ("twolevel", "matrix", "scan")
 SCORES = ("f32", "low")
+COMBINES = ("f32", "low", "concat")
 
 
 def _cpu() -> bool:
@@ -73,6 +79,7 @@ class Config:
     save_states: bool
     scores: str
     state_precision: str       # "highest" | "default"
+    combine: str = "f32"       # how the inter- and intra-chunk parts of o, dq, dk, dv are added
     # varlen (None when dense): per chunk the sequence id and the first chunk of its sequence;
     # per sequence the index of its last chunk (-1 when the sequence is empty)
     seq: tuple | None = None
@@ -199,6 +206,18 @@ def _score_dt(cfg, cdt):
     return jnp.bfloat16 if (cfg.scores == "low" and cdt == jnp.bfloat16) else F32
 
 
+def _part_dt(cfg, cdt):
+    return jnp.bfloat16 if (cfg.combine == "low" and cdt == jnp.bfloat16) else F32
+
+
+def _cat_dot(spec, lhs, rhs, cdt):
+    """One einsum over a concatenated contraction axis (intra-chunk part | inter-chunk part): the two
+    partial products are summed inside one matmul and the result is written once, in cdt."""
+    a = jnp.concatenate([x.astype(cdt) for x in lhs], axis=-1)
+    b = jnp.concatenate([x.astype(cdt) for x in rhs], axis=-2)
+    return _dot(spec, a, b, cdt, out=cdt)
+
+
 def _states(k, v, h0, gamma, wk, cfg):
     """U (fp32) and the state pass; returns (S_in fp32 [B,H,NC,D,E], final [N,H,D,E])."""
     b, h, nc, c, d = k.shape
@@ -214,11 +233,17 @@ def _forward(q, k, v, h0, gamma, cfg):
     wq, wk, mask = _weights(gamma, cfg)
     s_in, final = _states(k, v, h0, gamma, wk, cfg)
     s_c = s_in.astype(cdt)
-    o_inter = _dot("bhncd,bhnde->bhnce", q, s_c, cdt) * wq[None, :, :, :, None]
     s = _dot("bhnid,bhnjd->bhnij", q, k, cdt, out=_score_dt(cfg, cdt))
+    if cfg.combine == "concat" and cdt != F32:
+        # o = [scale·P | scale·λ^{i+1} q] @ [V ; S_in]: one matmul, written once in cdt
+        p = (cfg.scale * s * mask[None, :, None]).astype(cdt)
+        qw = (cfg.scale * q * wq[None, :, :, :, None]).astype(cdt)
+        return _cat_dot("bhnij,bhnje->bhnie", (p, qw), (v, s_c), cdt), final, s_c
+    pdt = _part_dt(cfg, cdt)
+    o_inter = _dot("bhncd,bhnde->bhnce", q, s_c, cdt, out=pdt) * wq[None, :, :, :, None]
     p = (s * mask[None, :, None]).astype(cdt)
-    o_intra = _dot("bhnij,bhnje->bhnie", p, v, cdt)
-    o = (cfg.scale * (o_inter + o_intra)).astype(cdt)
+    o_intra = _dot("bhnij,bhnje->bhnie", p, v, cdt, out=pdt)
+    o = (cfg.scale * (o_inter.astype(F32) + o_intra)).astype(cdt)
     return o, final, s_c
 
 
@@ -249,12 +274,21 @@ def _core_bwd(cfg, res, cts):
     do = do.astype(cdt)
     mask_b = mask[None, :, None]
     # intra-chunk, recomputed scores
+    concat = cfg.combine == "concat" and cdt != F32
+    pdt = _part_dt(cfg, cdt)
     s = _dot("bhnid,bhnjd->bhnij", q, k, cdt, out=_score_dt(cfg, cdt))
-    p = (s * mask_b).astype(cdt)
-    dp = (_dot("bhnie,bhnje->bhnij", do, v, cdt, out=_score_dt(cfg, cdt)) * mask_b).astype(cdt)
-    # dq: intra + through the entering state
-    dq = sc * (_dot("bhnij,bhnjd->bhnid", dp, k, cdt)
-               + wq[None, :, :, :, None] * _dot("bhnie,bhnde->bhnid", do, s_c, cdt))
+    dps = _dot("bhnie,bhnje->bhnij", do, v, cdt, out=_score_dt(cfg, cdt))
+    wq_b = wq[None, :, :, :, None]
+    if concat:                                   # scale folded into the (rounded once) score operands
+        p = (sc * s * mask_b).astype(cdt)
+        dp = (sc * dps * mask_b).astype(cdt)
+        dq = _cat_dot("bhnij,bhnjd->bhnid", (dp, sc * do * wq_b), (k, jnp.swapaxes(s_c, -1, -2)), cdt)
+    else:
+        p = (s * mask_b).astype(cdt)
+        dp = (dps * mask_b).astype(cdt)
+        # dq: intra + through the entering state
+        dq = sc * (_dot("bhnij,bhnjd->bhnid", dp, k, cdt, out=pdt).astype(F32)
+                   + wq_b * _dot("bhnie,bhnde->bhnid", do, s_c, cdt, out=pdt))
     # dS_in per chunk, then dU and dh0 through the transpose of the linear state pass
     ds_in = sc * _dot("bhnid,bhnie->bhnde", q, do * wq[None, :, :, :, None], cdt)
 
@@ -266,8 +300,14 @@ def _core_bwd(cfg, res, cts):
     du, dh0 = tr((ds_in.reshape(b, h, nc, d * e), dfinal.astype(F32).reshape(n, h, d * e)))
     du = du.reshape(b, h, nc, d, e).astype(cdt)
     wk_b = wk[None, :, :, :, None]
-    dk = sc * _dot("bhnij,bhnid->bhnjd", dp, q, cdt) + wk_b * _dot("bhnje,bhnde->bhnjd", v, du, cdt)
-    dv = sc * _dot("bhnij,bhnie->bhnje", p, do, cdt) + wk_b * _dot("bhnjd,bhnde->bhnje", k, du, cdt)
+    if concat:
+        dk = _cat_dot("bhnji,bhnid->bhnjd", (jnp.swapaxes(dp, -1, -2), v * wk_b), (q, jnp.swapaxes(du, -1, -2)), cdt)
+        dv = _cat_dot("bhnji,bhnie->bhnje", (jnp.swapaxes(p, -1, -2), k * wk_b), (do, du), cdt)
+    else:
+        dk = (sc * _dot("bhnij,bhnid->bhnjd", dp, q, cdt, out=pdt).astype(F32)
+              + wk_b * _dot("bhnje,bhnde->bhnjd", v, du, cdt, out=pdt))
+        dv = (sc * _dot("bhnij,bhnie->bhnje", p, do, cdt, out=pdt).astype(F32)
+              + wk_b * _dot("bhnjd,bhnde->bhnje", k, du, cdt, out=pdt))
     return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dh0.reshape(n, h, d, e),
             jnp.zeros_like(gamma))
 
@@ -280,7 +320,7 @@ lightning_core.defvjp(_core_fwd, _core_bwd)
 # ----------------------------------------------------------------------------------------------
 
 def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, state="twolevel",
-                      group=None, save_states=True, scores="f32", state_precision="highest"):
+                      group=None, save_states=True, scores="f32", state_precision="highest", combine="f32"):
     """q [B, T, H, D], k [B, T, H, D], v [B, T, H, E] (kv already expanded to H heads), gamma [H]
     fp32 or None, h0 [N, H, D, E] fp32, cu: concrete numpy cu_seqlens or None. Returns
     (o [B, T, H, E] in q's dtype, final state fp32). Inputs are checked by the caller."""
@@ -290,6 +330,8 @@ def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, 
         raise ValueError(f"state must be one of {STATES}, got {state!r}")
     if scores not in SCORES:
         raise ValueError(f"scores must be one of {SCORES}, got {scores!r}")
+    if combine not in COMBINES:
+        raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
     if state_precision not in ("highest", "default"):
         raise ValueError(f"state_precision must be 'highest' or 'default', got {state_precision!r}")
     b, t, h, d = q.shape
@@ -331,7 +373,7 @@ def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, 
     qc, kc, vc = (lay(x.astype(cdt)).reshape(b, h, nc, c, x.shape[3]) for x in (q, k, v))
     cfg = Config(c=c, nc=nc, lens=lens, scale=float(scale), state=state if cu is None else "matrix",
                  group=int(group or 0), save_states=bool(save_states), scores=scores,
-                 state_precision=state_precision, seq=seq, first=first, last=last)
+                 state_precision=state_precision, combine=combine, seq=seq, first=first, last=last)
     o, final = lightning_core(qc, kc, vc, h0.astype(F32), gamma, cfg)
     o = o.reshape(b, h, nc * c, e)
     o = o[:, :, dst] if cu is not None else o[:, :, :t]

@@ -170,3 +170,35 @@ def test_vjp_option_errors():
         chunked_attention(q, q, q, lightning="autodiff", state="matrix")
     with pytest.raises(TypeError, match="belong to lightning='vjp'"):
         chunked_attention(q, q, q, g=jnp.zeros((1, 8, H, D)), save_states=False)
+
+
+@pytest.mark.parametrize("combine,dtype,varlen,reverse", [
+    ("low", "bf16", False, False), ("low", "bf16", True, True), ("concat", "bf16", False, True),
+    ("concat", "bf16", True, False), ("concat", "fp32", False, False), ("low", "fp32", True, False),
+])
+def test_vjp_combine(combine, dtype, varlen, reverse):
+    """combine='low' / 'concat' (inter + intra parts summed in bf16 / in one matmul); fp32 inputs
+    ignore the knob and keep fp32 sums, so the fp32 bound still holds."""
+    _check(53, dtype, t=45, varlen=varlen, reverse=reverse, chunk=8, combine=combine)
+
+
+def test_vjp_combine_concat_fp16_and_low_scores():
+    b, t = 2, 45
+    rng = np.random.default_rng(54)
+    r16 = lambda shape, s=1.0: (s * rng.standard_normal(shape)).astype(np.float16).astype(np.float64)  # noqa: E731
+    inp = {"q": r16((b, t, H, D)), "k": r16((b, t, HK, D)), "v": r16((b, t, HK, E)),
+           "initial_state": r16((b, H, D, E), 0.5)}
+    do, ds = cotangents(54, (b, t, H, E), (b, H, D, E))
+    g = _gamma(54)
+    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(g))
+    names = list(inp)
+    args = [jnp.asarray(inp[nm], jnp.float32 if nm == "initial_state" else jnp.float16) for nm in names]
+
+    def f(*a):
+        return chunked_attention(*a[:3], g_gamma=g, initial_state=a[3], chunk=16, lightning="vjp",
+                                 combine="concat", scores="low")
+
+    (o, s), vjp = jax.vjp(f, *args)
+    grads = vjp((jnp.asarray(do, jnp.float16), jnp.asarray(ds, jnp.float32)))
+    got = {"o": o, "final_state": s, **{"d" + nm: gr for nm, gr in zip(names, grads)}}
+    assert_close(got, ref, "fp16")
