@@ -29,7 +29,7 @@ BUDGET = float(os.environ.get("DEV2_BUDGET_S", "200"))
 OUT = os.environ.get("OUT", "out")
 os.makedirs(OUT, exist_ok=True)
 LOG = open(os.path.join(OUT, "triton_dev2.log"), "a")
-R: dict = {"host": {}, "tma": {}, "fast": {}, "prof": {}, "fail": []}
+R: dict = {"host": {}, "tma": {}, "fast": {}, "prof": {}, "thread": {}, "fail": []}
 B, H, D = 4, 32, 128
 
 
@@ -431,13 +431,57 @@ def prof_section():
     guarded("prof", "torch.profiler fwd+bwd n512", trace)
 
 
+def thread_section():
+    """Is Python slower inside an autograd backward (the CUDA device thread) than on the main thread?"""
+    import statistics
+
+    def pure():
+        t = time.perf_counter()
+        acc = 0
+        for i in range(2000):
+            acc += i * i
+        return (time.perf_counter() - t) * 1e6
+
+    def torchy():
+        t = time.perf_counter()
+        for _ in range(50):
+            torch.empty(1000, device="cuda")
+        return (time.perf_counter() - t) * 1e6
+
+    for name, work in (("pure python 2000-iter loop", pure), ("50 x torch.empty", torchy)):
+        times: list = []
+
+        class F(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, a):
+                return a.view_as(a)
+
+            @staticmethod
+            def backward(ctx, ga, work=work):
+                times.append(work())
+                return ga
+
+        x = torch.randn(10, device="cuda", requires_grad=True)
+        gx = torch.randn_like(x)
+
+        def run(work=work, F=F, x=x, gx=gx):
+            times.clear()
+            for _ in range(60):
+                torch.autograd.grad(F.apply(x), (x,), (gx,))
+            main = [work() for _ in range(60)]
+            return {"main_thread_us": round(statistics.median(main), 1),
+                    "autograd_backward_us": round(statistics.median(times), 1)}
+        guarded("thread", name, run)
+
+
 def main():
     import sys
     log("env", {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name()})
     sections = sys.argv[1:] or ["fast"]
     for sec in sections:
         try:
-            {"host": host_section, "tma": tma_section, "fast": fast_section, "prof": prof_section}[sec]()
+            {"host": host_section, "tma": tma_section, "fast": fast_section, "prof": prof_section,
+             "thread": thread_section}[sec]()
         except Exception as exc:  # noqa: BLE001
             R["fail"].append(f"{sec}: {type(exc).__name__}: {exc}"[:400])
             log("FAIL section", sec, type(exc).__name__, str(exc)[:300])

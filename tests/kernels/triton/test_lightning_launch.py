@@ -29,7 +29,7 @@ class Compiled:
         self.log = log
 
     def __getitem__(self, grid):
-        return lambda *args: self.log.append(("compiled", grid, args))
+        return lambda *args, stream=None: self.log.append(("compiled", grid, args, stream))
 
 
 class Plain:
@@ -86,7 +86,8 @@ def test_second_call_goes_to_the_compiled_kernel_with_bound_arguments(monkeypatc
     assert [e[0] for e in log] == ["autotuned", "compiled"] and launch.fast_launches == 1
     bound = inspect.signature(kernel_fn).bind(*second, **KW, **meta)
     bound.apply_defaults()
-    _, grid, passed = log[1]
+    _, grid, passed, stream = log[1]
+    assert stream is None
     assert grid == (128 // meta["BV"], 6, 1)
     assert len(passed) == len(bound.arguments)
     assert all(a is b or a == b for a, b in zip(passed, bound.arguments.values()))
@@ -135,3 +136,28 @@ def test_interpreter_runs_the_plain_kernel_with_the_fixed_config():
     launch(GRID, args_for(), KW)
     kind, grid, _, kw = log[0]
     assert kind == "plain" and grid == (4, 6) and kw == {**KW, "BT": 32, "BV": 32}
+
+
+def test_caller_vouched_alignment_and_stream(monkeypatch):
+    """aligned=True skips the per-tensor alignment in the key (a separate cache entry from the
+    checked one); the stream reaches the compiled kernel."""
+    monkeypatch.delenv("LIGHTNING_TRITON_FAST_LAUNCH", raising=False)
+    launch, mod, log, _ = make()
+    launch(GRID, args_for(), KW, aligned=True)
+    launch(GRID, args_for(), KW, aligned=True, stream=1234)
+    launch(GRID, args_for(), KW)  # unchecked call: its own key, so Triton's path once more
+    assert [e[0] for e in log] == ["autotuned", "compiled", "autotuned"]
+    assert log[1][3] == 1234
+
+
+def test_runner_without_stream_keyword_is_retried_once(monkeypatch):
+    monkeypatch.delenv("LIGHTNING_TRITON_FAST_LAUNCH", raising=False)
+    launch, mod, log, _ = make()
+
+    class OldCompiled(Compiled):
+        def __getitem__(self, grid):
+            return lambda *args: self.log.append(("compiled", grid, args, None))
+    mod.plain.warmup = lambda *a, grid, **kw: OldCompiled(log)
+    for _ in range(3):
+        launch(GRID, args_for(), KW, aligned=True, stream=99)
+    assert [e[0] for e in log] == ["autotuned", "compiled", "compiled"] and not launch.stream_kw
