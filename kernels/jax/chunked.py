@@ -259,7 +259,7 @@ LIGHTNING_ALGO = "vjp"
 LIGHTNING_ALGOS = ("vjp", "autodiff")
 #: defaults of the "vjp" algorithm (chunk length, state pass, ...); keyword arguments override them
 VJP_DEFAULTS = dict(chunk=256, state="twolevel", group=None, save_states=True, scores="f32",
-                    state_precision="highest", combine="f32")
+                    state_precision="auto", combine="f32", layout="bhtd")
 
 
 def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None, reverse=False,
@@ -276,7 +276,7 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
     lightning: "vjp" or "autodiff" (default ``LIGHTNING_ALGO``, or "autodiff" when ``scan`` is given);
     only for Lightning (g None).
     vjp_opts (Lightning "vjp" only): state ("twolevel" | "matrix" | "scan"), save_states (bool),
-    scores ("f32" | "low"), state_precision ("highest" | "default"), combine ("f32" | "low" |
+    scores ("f32" | "low"), state_precision ("auto" | "highest" | "default"), layout ("bhtd" | "bthd"), combine ("f32" | "low" |
     "concat", see ``lightning_chunked``); ``group`` is the two-level
     group size there (default ≈ sqrt(number of chunks)). Defaults in ``VJP_DEFAULTS``.
     """

@@ -51,6 +51,8 @@ F32 = jnp.float32
 STATES = ("twolevel", "matrix", "scan")
 SCORES = ("f32", "low")
 COMBINES = ("f32", "low", "concat")
+LAYOUTS = ("bhtd", "bthd")
+STATE_PRECISIONS = ("auto", "highest", "default")
 
 
 def _cpu() -> bool:
@@ -80,6 +82,7 @@ class Config:
     scores: str
     state_precision: str       # "highest" | "default"
     combine: str = "f32"       # how the inter- and intra-chunk parts of o, dq, dk, dv are added
+    layout: str = "bhtd"       # per-token tensors: [B, H, NC, C, D] ("bhtd") or [B, NC, C, H, D] ("bthd")
     # varlen (None when dense): per chunk the sequence id and the first chunk of its sequence;
     # per sequence the index of its last chunk (-1 when the sequence is empty)
     seq: tuple | None = None
@@ -93,6 +96,38 @@ class Config:
 
 def _prec(cfg):
     return HIGHEST if cfg.state_precision == "highest" else lax.Precision.DEFAULT
+
+
+def _sp(spec, cfg):
+    """Einsum spec for cfg's layout. Specs are written for "bhtd" (per-token tensors ``bhn`` + token
+    letter c/i/j + feature letter d/e); "bthd" reorders those terms to ``bn`` + token + ``h`` + feature
+    (the [B, T, H, D] input viewed as [B, NC, C, H, D]: no transpose). Per-chunk tensors (scores
+    ``bhnij``, states ``bhnde``) keep their order."""
+    if cfg.layout == "bhtd":
+        return spec
+
+    def fix(t):
+        if len(t) == 5 and t[:3] == "bhn" and t[3] in "cij" and t[4] in "de":
+            return "bn" + t[3] + "h" + t[4]
+        return t
+
+    ins, out = spec.split("->")
+    return ",".join(fix(t) for t in ins.split(",")) + "->" + fix(out)
+
+
+def _tok(w, cfg):
+    """A per-token weight [H, 1|NC, C] broadcast against a per-token tensor of cfg's layout."""
+    if cfg.layout == "bhtd":
+        return w[None, :, :, :, None]
+    return jnp.transpose(w, (1, 2, 0))[None, :, :, :, None]
+
+
+def _shape(x, cfg):
+    """(B, H, NC, C, feature) of a per-token tensor."""
+    if cfg.layout == "bhtd":
+        return x.shape
+    b, nc, c, h, f = x.shape
+    return b, h, nc, c, f
 
 
 # ----------------------------------------------------------------------------------------------
@@ -130,6 +165,15 @@ def _tri_decay(gamma, step, rows, cols, shift):
     e = (i - 1 - j + shift).astype(np.float32)
     ok = e >= 0
     return jnp.where(ok[None], jnp.exp(gamma[:, None, None] * (step * np.where(ok, e, 0.0))[None]), 0.0)
+
+
+def _auto_group(nc):
+    """≈ √NC, preferring a divisor of NC in [√NC / 2, 2√NC] (no padding of U, no slice of S_in)."""
+    r = math.sqrt(nc)
+    divs = [g for g in range(1, nc + 1) if nc % g == 0 and r / 2 <= g <= 2 * r]
+    if divs:
+        return min(divs, key=lambda g: (abs(math.log(g / r)), g))
+    return max(1, int(round(r)))
 
 
 def _state_pass(u, h0, gamma, cfg):
@@ -176,7 +220,7 @@ def _state_pass(u, h0, gamma, cfg):
         m0 = jnp.exp(gamma[:, None] * (c * np.arange(nc, dtype=np.float32))[None])  # [H, NC]
         s_in = jnp.einsum("bhnj,bhjx->bhnx", m, u, precision=prec) + m0[None, :, :, None] * h0[:, :, None]
     else:                                                                 # two-level
-        g = max(1, min(cfg.group or int(round(math.sqrt(nc))), nc))
+        g = max(1, min(cfg.group or _auto_group(nc), nc))
         ng = -(-nc // g)
         up = jnp.pad(u, [(0, 0), (0, 0), (0, ng * g - nc), (0, 0)]) if ng * g != nc else u
         ug = up.reshape(b, h, ng, g, x)
@@ -220,10 +264,10 @@ def _cat_dot(spec, lhs, rhs, cdt):
 
 def _states(k, v, h0, gamma, wk, cfg):
     """U (fp32) and the state pass; returns (S_in fp32 [B,H,NC,D,E], final [N,H,D,E])."""
-    b, h, nc, c, d = k.shape
+    b, h, nc, c, d = _shape(k, cfg)
     e = v.shape[-1]
     cdt = _cdt(k)
-    u = _dot("bhncd,bhnce->bhnde", k * wk[None, :, :, :, None], v, cdt)
+    u = _dot(_sp("bhncd,bhnce->bhnde", cfg), k * _tok(wk, cfg), v, cdt)
     s_in, final = _state_pass(u.reshape(b, h, nc, d * e), h0.reshape(h0.shape[0], h, d * e), gamma, cfg)
     return s_in.reshape(b, h, nc, d, e), final.reshape(h0.shape[0], h, d, e)
 
@@ -233,16 +277,16 @@ def _forward(q, k, v, h0, gamma, cfg):
     wq, wk, mask = _weights(gamma, cfg)
     s_in, final = _states(k, v, h0, gamma, wk, cfg)
     s_c = s_in.astype(cdt)
-    s = _dot("bhnid,bhnjd->bhnij", q, k, cdt, out=_score_dt(cfg, cdt))
+    s = _dot(_sp("bhnid,bhnjd->bhnij", cfg), q, k, cdt, out=_score_dt(cfg, cdt))
     if cfg.combine == "concat" and cdt != F32:
         # o = [scale·P | scale·λ^{i+1} q] @ [V ; S_in]: one matmul, written once in cdt
         p = (cfg.scale * s * mask[None, :, None]).astype(cdt)
         qw = (cfg.scale * q * wq[None, :, :, :, None]).astype(cdt)
         return _cat_dot("bhnij,bhnje->bhnie", (p, qw), (v, s_c), cdt), final, s_c
     pdt = _part_dt(cfg, cdt)
-    o_inter = _dot("bhncd,bhnde->bhnce", q, s_c, cdt, out=pdt) * wq[None, :, :, :, None]
+    o_inter = _dot(_sp("bhncd,bhnde->bhnce", cfg), q, s_c, cdt, out=pdt) * _tok(wq, cfg)
     p = (s * mask[None, :, None]).astype(cdt)
-    o_intra = _dot("bhnij,bhnje->bhnie", p, v, cdt, out=pdt)
+    o_intra = _dot(_sp("bhnij,bhnje->bhnie", cfg), p, v, cdt, out=pdt)
     o = (cfg.scale * (o_inter.astype(F32) + o_intra)).astype(cdt)
     return o, final, s_c
 
@@ -263,7 +307,7 @@ def _core_fwd(q, k, v, h0, gamma, cfg):
 def _core_bwd(cfg, res, cts):
     q, k, v, gamma, s_c, h0 = res
     do, dfinal = cts
-    b, h, nc, c, d = q.shape
+    b, h, nc, c, d = _shape(q, cfg)
     e = v.shape[-1]
     n = dfinal.shape[0]
     cdt = _cdt(q)
@@ -276,9 +320,9 @@ def _core_bwd(cfg, res, cts):
     # intra-chunk, recomputed scores
     concat = cfg.combine == "concat" and cdt != F32
     pdt = _part_dt(cfg, cdt)
-    s = _dot("bhnid,bhnjd->bhnij", q, k, cdt, out=_score_dt(cfg, cdt))
-    dps = _dot("bhnie,bhnje->bhnij", do, v, cdt, out=_score_dt(cfg, cdt))
-    wq_b = wq[None, :, :, :, None]
+    s = _dot(_sp("bhnid,bhnjd->bhnij", cfg), q, k, cdt, out=_score_dt(cfg, cdt))
+    dps = _dot(_sp("bhnie,bhnje->bhnij", cfg), do, v, cdt, out=_score_dt(cfg, cdt))
+    wq_b = _tok(wq, cfg)
     if concat:                                   # scale folded into the (rounded once) score operands
         p = (sc * s * mask_b).astype(cdt)
         dp = (sc * dps * mask_b).astype(cdt)
@@ -287,10 +331,10 @@ def _core_bwd(cfg, res, cts):
         p = (s * mask_b).astype(cdt)
         dp = (dps * mask_b).astype(cdt)
         # dq: intra + through the entering state
-        dq = sc * (_dot("bhnij,bhnjd->bhnid", dp, k, cdt, out=pdt).astype(F32)
-                   + wq_b * _dot("bhnie,bhnde->bhnid", do, s_c, cdt, out=pdt))
+        dq = sc * (_dot(_sp("bhnij,bhnjd->bhnid", cfg), dp, k, cdt, out=pdt).astype(F32)
+                   + wq_b * _dot(_sp("bhnie,bhnde->bhnid", cfg), do, s_c, cdt, out=pdt))
     # dS_in per chunk, then dU and dh0 through the transpose of the linear state pass
-    ds_in = sc * _dot("bhnid,bhnie->bhnde", q, do * wq[None, :, :, :, None], cdt)
+    ds_in = sc * _dot(_sp("bhnid,bhnie->bhnde", cfg), q, do * wq_b, cdt)
 
     def spass(u, h0_):
         return _state_pass(u, h0_, gamma, cfg)
@@ -299,15 +343,15 @@ def _core_bwd(cfg, res, cts):
                               jax.ShapeDtypeStruct((n, h, d * e), F32))
     du, dh0 = tr((ds_in.reshape(b, h, nc, d * e), dfinal.astype(F32).reshape(n, h, d * e)))
     du = du.reshape(b, h, nc, d, e).astype(cdt)
-    wk_b = wk[None, :, :, :, None]
+    wk_b = _tok(wk, cfg)
     if concat:
         dk = _cat_dot("bhnji,bhnid->bhnjd", (jnp.swapaxes(dp, -1, -2), v * wk_b), (q, jnp.swapaxes(du, -1, -2)), cdt)
         dv = _cat_dot("bhnji,bhnie->bhnje", (jnp.swapaxes(p, -1, -2), k * wk_b), (do, du), cdt)
     else:
-        dk = (sc * _dot("bhnij,bhnid->bhnjd", dp, q, cdt, out=pdt).astype(F32)
-              + wk_b * _dot("bhnje,bhnde->bhnjd", v, du, cdt, out=pdt))
-        dv = (sc * _dot("bhnij,bhnie->bhnje", p, do, cdt, out=pdt).astype(F32)
-              + wk_b * _dot("bhnjd,bhnde->bhnje", k, du, cdt, out=pdt))
+        dk = (sc * _dot(_sp("bhnij,bhnid->bhnjd", cfg), dp, q, cdt, out=pdt).astype(F32)
+              + wk_b * _dot(_sp("bhnje,bhnde->bhnjd", cfg), v, du, cdt, out=pdt))
+        dv = (sc * _dot(_sp("bhnij,bhnie->bhnje", cfg), p, do, cdt, out=pdt).astype(F32)
+              + wk_b * _dot(_sp("bhnjd,bhnde->bhnje", cfg), k, du, cdt, out=pdt))
     return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dh0.reshape(n, h, d, e),
             jnp.zeros_like(gamma))
 
@@ -320,7 +364,8 @@ lightning_core.defvjp(_core_fwd, _core_bwd)
 # ----------------------------------------------------------------------------------------------
 
 def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, state="twolevel",
-                      group=None, save_states=True, scores="f32", state_precision="highest", combine="f32"):
+                      group=None, save_states=True, scores="f32", state_precision="auto", combine="f32",
+                      layout="bhtd"):
     """q [B, T, H, D], k [B, T, H, D], v [B, T, H, E] (kv already expanded to H heads), gamma [H]
     fp32 or None, h0 [N, H, D, E] fp32, cu: concrete numpy cu_seqlens or None. Returns
     (o [B, T, H, E] in q's dtype, final state fp32). Inputs are checked by the caller."""
@@ -332,14 +377,23 @@ def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, 
         raise ValueError(f"scores must be one of {SCORES}, got {scores!r}")
     if combine not in COMBINES:
         raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
-    if state_precision not in ("highest", "default"):
-        raise ValueError(f"state_precision must be 'highest' or 'default', got {state_precision!r}")
+    if state_precision not in STATE_PRECISIONS:
+        raise ValueError(f"state_precision must be one of {STATE_PRECISIONS}, got {state_precision!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if layout == "bthd" and combine == "concat":
+        raise ValueError("combine='concat' needs layout='bhtd'")
     b, t, h, d = q.shape
     e = v.shape[3]
     cdt = _cdt(q)
+    if state_precision == "auto":   # TF32 state pass for bf16 / fp16 inputs (S_in is rounded to cdt anyway)
+        state_precision = "highest" if cdt == F32 else "default"
     c = max(1, min(chunk, t))
     gamma = jnp.zeros((h,), F32) if gamma is None else jnp.asarray(gamma, F32)
-    to_chunks = lambda x: jnp.transpose(x, (0, 2, 1, 3))  # noqa: E731  [B, T, H, *] -> [B, H, T, *]
+    bthd = layout == "bthd"
+    # [B, T, H, *] -> [B, H, T, *] ("bhtd"), or unchanged ("bthd")
+    to_chunks = (lambda x: x) if bthd else (lambda x: jnp.transpose(x, (0, 2, 1, 3)))  # noqa: E731
+    tax = 1 if bthd else 2                                            # the token axis after to_chunks
     if reverse:
         q, k, v = (jnp.flip(x, axis=1) for x in (q, k, v))
     seq = first = last = None
@@ -368,16 +422,29 @@ def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, 
 
         def lay(x):
             x = to_chunks(x)
-            return jnp.pad(x, [(0, 0), (0, 0), (0, pad), (0, 0)]) if pad else x
+            if not pad:
+                return x
+            widths = [(0, 0)] * 4
+            widths[tax] = (0, pad)
+            return jnp.pad(x, widths)
 
-    qc, kc, vc = (lay(x.astype(cdt)).reshape(b, h, nc, c, x.shape[3]) for x in (q, k, v))
+    def chunks(x):
+        f = x.shape[3]
+        return lay(x.astype(cdt)).reshape((b, nc, c, h, f) if bthd else (b, h, nc, c, f))
+
+    qc, kc, vc = (chunks(x) for x in (q, k, v))
     cfg = Config(c=c, nc=nc, lens=lens, scale=float(scale), state=state if cu is None else "matrix",
                  group=int(group or 0), save_states=bool(save_states), scores=scores,
-                 state_precision=state_precision, combine=combine, seq=seq, first=first, last=last)
+                 state_precision=state_precision, combine=combine, layout=layout, seq=seq, first=first,
+                 last=last)
     o, final = lightning_core(qc, kc, vc, h0.astype(F32), gamma, cfg)
-    o = o.reshape(b, h, nc * c, e)
-    o = o[:, :, dst] if cu is not None else o[:, :, :t]
-    o = jnp.transpose(o, (0, 2, 1, 3))
+    if bthd:
+        o = o.reshape(b, nc * c, h, e)
+        o = o[:, dst] if cu is not None else (o[:, :t] if nc * c != t else o)
+    else:
+        o = o.reshape(b, h, nc * c, e)
+        o = o[:, :, dst] if cu is not None else o[:, :, :t]
+        o = jnp.transpose(o, (0, 2, 1, 3))
     if reverse:
         o = jnp.flip(o, axis=1)
         if cu is not None:

@@ -202,3 +202,58 @@ def test_vjp_combine_concat_fp16_and_low_scores():
     grads = vjp((jnp.asarray(do, jnp.float16), jnp.asarray(ds, jnp.float32)))
     got = {"o": o, "final_state": s, **{"d" + nm: gr for nm, gr in zip(names, grads)}}
     assert_close(got, ref, "fp16")
+
+
+# layout="bthd": einsums on the [B, NC, C, H, D] view of the inputs (no transposes at entry / exit)
+@pytest.mark.parametrize("dtype,t,varlen,reverse,kw", [
+    ("fp32", 45, False, False, dict(state="twolevel", group=4)),
+    ("fp32", 48, False, True, dict(state="matrix", save_states=False)),
+    ("fp32", 45, True, False, dict()),
+    ("bf16", 45, False, False, dict(state="twolevel", group=4, strong=True)),
+    ("bf16", 64, False, True, dict(combine="low", scores="low")),
+    ("bf16", 45, True, True, dict(combine="low", save_states=False)),
+    ("bf16", 45, False, False, dict(state="scan", combine="low", scores="low", h0=False)),
+    ("fp32", 64, False, False, dict(state="twolevel", combine="low", scores="low", strong=True)),
+])
+def test_vjp_layout_bthd(dtype, t, varlen, reverse, kw):
+    _check(61, dtype, t=t, varlen=varlen, reverse=reverse, chunk=8, layout="bthd", **kw)
+
+
+def test_vjp_layout_bthd_fp16():
+    b, t = 2, 45
+    rng = np.random.default_rng(62)
+    r16 = lambda shape, s=1.0: (s * rng.standard_normal(shape)).astype(np.float16).astype(np.float64)  # noqa: E731
+    inp = {"q": r16((b, t, H, D)), "k": r16((b, t, HK, D)), "v": r16((b, t, HK, E)),
+           "initial_state": r16((b, H, D, E), 0.5)}
+    do, ds = cotangents(62, (b, t, H, E), (b, H, D, E))
+    g = _gamma(62)
+    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(g))
+    names = list(inp)
+    args = [jnp.asarray(inp[nm], jnp.float32 if nm == "initial_state" else jnp.float16) for nm in names]
+
+    def f(*a):
+        return chunked_attention(*a[:3], g_gamma=g, initial_state=a[3], chunk=16, lightning="vjp",
+                                 layout="bthd", combine="low")
+
+    (o, s), vjp = jax.vjp(f, *args)
+    grads = vjp((jnp.asarray(do, jnp.float16), jnp.asarray(ds, jnp.float32)))
+    got = {"o": o, "final_state": s, **{"d" + nm: gr for nm, gr in zip(names, grads)}}
+    assert_close(got, ref, "fp16")
+
+
+def test_vjp_auto_group_divides_chunks():
+    from lattnbench.kernels.jax.lightning_chunked import _auto_group
+    assert _auto_group(128) in (8, 16)
+    assert 128 % _auto_group(128) == 0 and 32 % _auto_group(32) == 0
+    assert _auto_group(1) == 1
+    assert _auto_group(13) == 4          # a prime: no divisor near √13, the rounded root (padding)
+
+
+def test_vjp_state_precision_and_layout_errors():
+    q = jnp.zeros((1, 8, H, D))
+    with pytest.raises(ValueError, match="layout must be one of"):
+        chunked_attention(q, q, q, lightning="vjp", layout="thd")
+    with pytest.raises(ValueError, match="needs layout='bhtd'"):
+        chunked_attention(q, q, q, lightning="vjp", layout="bthd", combine="concat")
+    with pytest.raises(ValueError, match="state_precision must be one of"):
+        chunked_attention(q, q, q, lightning="vjp", state_precision="tf32")
