@@ -39,29 +39,43 @@ RESULTS: dict = {"device": str(jax.devices()[0]), "jax": jax.__version__, "smoke
 
 OLD = dict(lightning="autodiff", chunk=256, scan="blocked")          # the previous default
 # (name, chunked_attention keywords), most informative first
+# v2 (commit after 974d10c): state_precision="auto" (TF32 state pass for bf16) and a two-level group dividing NC
+# are the defaults now, so every "new-*" variant below already has them; "base-c256-lowpart" pins the
+# session-2 configuration (HIGHEST state pass, group 11 = round(sqrt(128)) at n = 32768) for comparison.
+V2 = dict(lightning="vjp", chunk=256, combine="low")
 VARIANTS = [
-    ("new-c256", dict(lightning="vjp", chunk=256)),
+    ("v2-c256-lowpart", dict(V2, layout="bthd")),                       # no entry/exit transposes
+    ("v2-c256-lowall", dict(V2, layout="bthd", scores="low")),
+    ("v2-c256-bhtd-lowpart", dict(V2)),                                 # = the new default
+    ("v2-c256-bhtd-lowall", dict(V2, scores="low")),
+    ("v2-c256-lowall-matrix", dict(V2, layout="bthd", scores="low", state="matrix")),
+    ("v2-c256", dict(lightning="vjp", chunk=256, combine="f32", layout="bthd")),
+    ("v2-c128-lowall", dict(V2, chunk=128, layout="bthd", scores="low")),
+    ("base-c256-lowpart", dict(V2, state_precision="highest", group=11)),
+    ("new-c256", dict(lightning="vjp", chunk=256, combine="f32")),
     ("old-c256-blocked", OLD),
     ("new-c256-concat", dict(lightning="vjp", chunk=256, combine="concat")),
-    ("new-c128", dict(lightning="vjp", chunk=128)),
+    ("new-c128", dict(lightning="vjp", combine="f32", chunk=128)),
     ("new-c256-lowpart", dict(lightning="vjp", chunk=256, combine="low")),
     ("new-c128-concat", dict(lightning="vjp", chunk=128, combine="concat")),
     ("new-c256-concat-low", dict(lightning="vjp", chunk=256, combine="concat", scores="low")),
-    ("new-c256-lowscores", dict(lightning="vjp", chunk=256, scores="low")),
-    ("new-c256-nosave", dict(lightning="vjp", chunk=256, save_states=False)),
-    ("new-c512", dict(lightning="vjp", chunk=512)),
-    ("new-c128-lowscores", dict(lightning="vjp", chunk=128, scores="low")),
-    ("new-c256-statetf32", dict(lightning="vjp", chunk=256, state_precision="default")),
-    ("new-c256-matrix", dict(lightning="vjp", chunk=256, state="matrix")),
-    ("new-c256-scan", dict(lightning="vjp", chunk=256, state="scan")),
-    ("new-c64", dict(lightning="vjp", chunk=64)),
+    ("new-c256-lowscores", dict(lightning="vjp", combine="f32", chunk=256, scores="low")),
+    ("new-c256-nosave", dict(lightning="vjp", combine="f32", chunk=256, save_states=False)),
+    ("new-c512", dict(lightning="vjp", combine="f32", chunk=512)),
+    ("new-c128-lowscores", dict(lightning="vjp", combine="f32", chunk=128, scores="low")),
+    ("new-c256-statetf32", dict(lightning="vjp", combine="f32", chunk=256, state_precision="default")),
+    ("new-c256-matrix", dict(lightning="vjp", combine="f32", chunk=256, state="matrix")),
+    ("new-c256-scan", dict(lightning="vjp", combine="f32", chunk=256, state="scan")),
+    ("new-c64", dict(lightning="vjp", combine="f32", chunk=64)),
 ]
-AGREE = [("new-c64", dict(lightning="vjp", chunk=64)),
+AGREE = [("v2-c256-lowall", dict(V2, layout="bthd", scores="low")),       # TF32 state pass on the GPU
+         ("v2-c128-bhtd-lowpart", dict(V2, chunk=128)),
+         ("new-c64", dict(lightning="vjp", chunk=64, combine="f32")),
          ("new-c256-concat", dict(lightning="vjp", chunk=256, combine="concat")),
          ("new-c128-lowpart", dict(lightning="vjp", chunk=128, combine="low")),
-         ("new-c128-lowscores", dict(lightning="vjp", chunk=128, scores="low")),
-         ("new-c256-matrix-nosave", dict(lightning="vjp", chunk=256, state="matrix", save_states=False)),
-         ("new-c64-scan-tf32", dict(lightning="vjp", chunk=64, state="scan", state_precision="default")),
+         ("new-c128-lowscores", dict(lightning="vjp", combine="f32", chunk=128, scores="low")),
+         ("new-c256-matrix-nosave", dict(lightning="vjp", combine="f32", chunk=256, state="matrix", save_states=False)),
+         ("new-c64-scan-tf32", dict(lightning="vjp", combine="f32", chunk=64, state="scan", state_precision="default")),
          ("old-c128-blocked", dict(lightning="autodiff", chunk=128, scan="blocked"))]
 
 
@@ -205,7 +219,7 @@ def timing():
 
 if __name__ == "__main__":
     log(f"== jax_dev2 {time.strftime('%Y-%m-%d %H:%M:%S')} jax {jax.__version__} {jax.devices()}"
-        f"{' (smoke)' if SMOKE else ''} budget {BUDGET_S:.0f}s")
+        f"{' (smoke)' if SMOKE else ''} budget {BUDGET_S:.0f}s XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
     what = [a for a in sys.argv[1:] if not a.startswith("--")] or ["agree", "time"]
     if "agree" in what:
         agreement()

@@ -259,7 +259,7 @@ LIGHTNING_ALGO = "vjp"
 LIGHTNING_ALGOS = ("vjp", "autodiff")
 #: defaults of the "vjp" algorithm (chunk length, state pass, ...); keyword arguments override them
 VJP_DEFAULTS = dict(chunk=256, state="twolevel", group=None, save_states=True, scores="f32",
-                    state_precision="auto", combine="f32", layout="bhtd")
+                    state_precision="auto", combine="low", layout="bhtd")
 
 
 def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None, reverse=False,

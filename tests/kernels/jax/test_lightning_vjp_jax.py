@@ -175,6 +175,7 @@ def test_vjp_option_errors():
 @pytest.mark.parametrize("combine,dtype,varlen,reverse", [
     ("low", "bf16", False, False), ("low", "bf16", True, True), ("concat", "bf16", False, True),
     ("concat", "bf16", True, False), ("concat", "fp32", False, False), ("low", "fp32", True, False),
+    ("f32", "bf16", False, True), ("f32", "bf16", True, False),
 ])
 def test_vjp_combine(combine, dtype, varlen, reverse):
     """combine='low' / 'concat' (inter + intra parts summed in bf16 / in one matmul); fp32 inputs
