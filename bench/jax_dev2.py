@@ -44,6 +44,9 @@ OLD = dict(lightning="autodiff", chunk=256, scan="blocked")          # the previ
 # session-2 configuration (HIGHEST state pass, group 11 = round(sqrt(128)) at n = 32768) for comparison.
 V2 = dict(lightning="vjp", chunk=256, combine="low")
 VARIANTS = [
+    ("v2-c256-direct-lowpart", dict(V2, state="direct")),               # S_in by one bf16 [NC, NC] matmul
+    ("v2-c256-direct-lowall", dict(V2, state="direct", scores="low")),
+    ("v2-c256-direct-lowall-bthd", dict(V2, state="direct", scores="low", layout="bthd")),
     ("v2-c256-lowpart", dict(V2, layout="bthd")),                       # no entry/exit transposes
     ("v2-c256-lowall", dict(V2, layout="bthd", scores="low")),
     ("v2-c256-bhtd-lowpart", dict(V2)),                                 # = the new default
@@ -68,7 +71,9 @@ VARIANTS = [
     ("new-c256-scan", dict(lightning="vjp", combine="f32", chunk=256, state="scan")),
     ("new-c64", dict(lightning="vjp", combine="f32", chunk=64)),
 ]
-AGREE = [("v2-c256-lowall", dict(V2, layout="bthd", scores="low")),       # TF32 state pass on the GPU
+AGREE = [("v2-c256-direct-lowall", dict(V2, state="direct", scores="low")),
+         ("v2-c64-direct-bthd", dict(V2, chunk=64, state="direct", layout="bthd")),
+         ("v2-c256-lowall", dict(V2, layout="bthd", scores="low")),       # TF32 state pass on the GPU
          ("v2-c128-bhtd-lowpart", dict(V2, chunk=128)),
          ("new-c64", dict(lightning="vjp", chunk=64, combine="f32")),
          ("new-c256-concat", dict(lightning="vjp", chunk=256, combine="concat")),

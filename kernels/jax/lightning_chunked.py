@@ -48,7 +48,7 @@ from jax import lax
 from ._common import HIGHEST
 
 F32 = jnp.float32
-STATES = ("twolevel", "matrix", "scan")
+STATES = ("twolevel", "matrix", "scan", "direct")
 SCORES = ("f32", "low")
 COMBINES = ("f32", "low", "concat")
 LAYOUTS = ("bhtd", "bthd")
@@ -262,8 +262,51 @@ def _cat_dot(spec, lhs, rhs, cdt):
     return _dot(spec, a, b, cdt, out=cdt)
 
 
+def _direct(cfg):
+    return cfg.state == "direct" and cfg.seq is None and cfg.nc > 1
+
+
+def _direct_mats(gamma, cfg):
+    """state="direct": M [H, NC, NC] (λ^{C(n−1−j)}, j < n), the final-state row m_fin [H, NC]
+    (final = m_fin · Ũ, Ũ = U with λ^C h0 added to chunk 0), λ^C [H], λ^{L_last} [H]."""
+    c, nc = cfg.c, cfg.nc
+    m = _tri_decay(gamma, c, nc, nc, 0)
+    lam_c = jnp.exp(gamma * float(c))
+    lam_l = jnp.exp(gamma * float(cfg.lens[-1]))
+    e = (float(cfg.lens[-1]) + c * (nc - 2 - np.arange(nc))).astype(np.float32)   # j ≤ NC − 2
+    m_fin = jnp.where(np.arange(nc)[None] < nc - 1, jnp.exp(gamma[:, None] * np.maximum(e, 0.0)[None]), 1.0)
+    return m, m_fin, lam_c, lam_l
+
+
+def _set_chunk(x, row, i):
+    """x [B, H, NC, X] with chunk i replaced by row [B, H, X] (a dynamic-update-slice: in place)."""
+    return lax.dynamic_update_slice_in_dim(x, row.astype(x.dtype)[:, :, None], i % x.shape[2], axis=2)
+
+
+def _states_direct(k, v, h0, gamma, wk, cfg):
+    """S_in written once in the compute dtype by one [NC, NC] matmul (cdt operands, fp32 accumulation):
+    h0 is folded into chunk 0 (Ũ_0 = U_0 + λ^C h0, so S_in[n] = Σ_{j<n} λ^{C(n−1−j)} Ũ_j for n ≥ 1)
+    and S_in[0] = h0 is written into row 0; the final state is an fp32 matvec over Ũ."""
+    b, h, nc, c, d = _shape(k, cfg)
+    e = v.shape[-1]
+    cdt = _cdt(k)
+    n = h0.shape[0]
+    m, m_fin, lam_c, _ = _direct_mats(gamma, cfg)
+    u = _dot(_sp("bhncd,bhnce->bhnde", cfg), k * _tok(wk, cfg), v, cdt, out=cdt).reshape(b, h, nc, d * e)
+    h0r = h0.reshape(n, h, d * e)
+    u = _set_chunk(u, u[:, :, 0].astype(F32) + lam_c[None, :, None] * h0r, 0)
+    s_in = _dot("bhnj,bhjx->bhnx", jnp.broadcast_to(m[None], (b, h, nc, nc)), u, cdt, out=cdt)
+    s_in = _set_chunk(s_in, h0r, 0)
+    # fp32 weighted sum over the chunks (one reduction reading Ũ once; not a matmul with an fp32 copy)
+    final = jnp.sum(m_fin[None, :, :, None] * u.astype(F32), axis=2)
+    return s_in.reshape(b, h, nc, d, e), final.reshape(n, h, d, e)
+
+
 def _states(k, v, h0, gamma, wk, cfg):
-    """U (fp32) and the state pass; returns (S_in fp32 [B,H,NC,D,E], final [N,H,D,E])."""
+    """U (fp32) and the state pass; returns (S_in fp32 [B,H,NC,D,E], final [N,H,D,E]);
+    state="direct": S_in in the compute dtype."""
+    if _direct(cfg):
+        return _states_direct(k, v, h0, gamma, wk, cfg)
     b, h, nc, c, d = _shape(k, cfg)
     e = v.shape[-1]
     cdt = _cdt(k)
@@ -334,15 +377,27 @@ def _core_bwd(cfg, res, cts):
         dq = sc * (_dot(_sp("bhnij,bhnjd->bhnid", cfg), dp, k, cdt, out=pdt).astype(F32)
                    + wq_b * _dot(_sp("bhnie,bhnde->bhnid", cfg), do, s_c, cdt, out=pdt))
     # dS_in per chunk, then dU and dh0 through the transpose of the linear state pass
-    ds_in = sc * _dot(_sp("bhnid,bhnie->bhnde", cfg), q, do * wq_b, cdt)
+    if _direct(cfg):
+        # the transpose of _states_direct, in the compute dtype: dŨ = Mᵀ dS_in with dfinal entering
+        # through S_in[NC−1] (× λ^L) and Ũ[NC−1]; dh0 = dS_in[0] + λ^C dŨ_0
+        m, _, lam_c, lam_l = _direct_mats(gamma, cfg)
+        dfr = dfinal.astype(F32).reshape(n, h, d * e)
+        ds_in = _dot(_sp("bhnid,bhnie->bhnde", cfg), q, do * (sc * wq_b), cdt, out=cdt).reshape(b, h, nc, d * e)
+        ds_in = _set_chunk(ds_in, ds_in[:, :, -1].astype(F32) + lam_l[None, :, None] * dfr, -1)
+        du = _dot("bhnj,bhnx->bhjx", jnp.broadcast_to(m[None], (b, h, nc, nc)), ds_in, cdt, out=cdt)
+        du = _set_chunk(du, du[:, :, -1].astype(F32) + dfr, -1)
+        dh0 = ds_in[:, :, 0].astype(F32) + lam_c[None, :, None] * du[:, :, 0].astype(F32)
+        du = du.reshape(b, h, nc, d, e)
+    else:
+        ds_in = sc * _dot(_sp("bhnid,bhnie->bhnde", cfg), q, do * wq_b, cdt)
 
-    def spass(u, h0_):
-        return _state_pass(u, h0_, gamma, cfg)
+        def spass(u, h0_):
+            return _state_pass(u, h0_, gamma, cfg)
 
-    tr = jax.linear_transpose(spass, jax.ShapeDtypeStruct((b, h, nc, d * e), F32),
-                              jax.ShapeDtypeStruct((n, h, d * e), F32))
-    du, dh0 = tr((ds_in.reshape(b, h, nc, d * e), dfinal.astype(F32).reshape(n, h, d * e)))
-    du = du.reshape(b, h, nc, d, e).astype(cdt)
+        tr = jax.linear_transpose(spass, jax.ShapeDtypeStruct((b, h, nc, d * e), F32),
+                                  jax.ShapeDtypeStruct((n, h, d * e), F32))
+        du, dh0 = tr((ds_in.reshape(b, h, nc, d * e), dfinal.astype(F32).reshape(n, h, d * e)))
+        du = du.reshape(b, h, nc, d, e).astype(cdt)
     wk_b = _tok(wk, cfg)
     if concat:
         dk = _cat_dot("bhnji,bhnid->bhnjd", (jnp.swapaxes(dp, -1, -2), v * wk_b), (q, jnp.swapaxes(du, -1, -2)), cdt)
@@ -433,7 +488,7 @@ def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, 
         return lay(x.astype(cdt)).reshape((b, nc, c, h, f) if bthd else (b, h, nc, c, f))
 
     qc, kc, vc = (chunks(x) for x in (q, k, v))
-    cfg = Config(c=c, nc=nc, lens=lens, scale=float(scale), state=state if cu is None else "matrix",
+    cfg = Config(c=c, nc=nc, lens=lens, scale=float(scale), state=state if cu is None else "matrix",  # direct: dense
                  group=int(group or 0), save_states=bool(save_states), scores=scores,
                  state_precision=state_precision, combine=combine, layout=layout, seq=seq, first=first,
                  last=last)

@@ -258,3 +258,31 @@ def test_vjp_state_precision_and_layout_errors():
         chunked_attention(q, q, q, lightning="vjp", layout="bthd", combine="concat")
     with pytest.raises(ValueError, match="state_precision must be one of"):
         chunked_attention(q, q, q, lightning="vjp", state_precision="tf32")
+
+
+# state="direct": S_in written once in the compute dtype by one [NC, NC] matmul, h0 folded into chunk 0
+@pytest.mark.parametrize("dtype,t,varlen,reverse,kw", [
+    ("fp32", 45, False, False, dict()),
+    ("fp32", 48, False, True, dict(layout="bthd", save_states=False, strong=True)),
+    ("bf16", 45, False, False, dict(strong=True)),
+    ("bf16", 64, False, True, dict(layout="bthd", scores="low")),
+    ("bf16", 45, False, False, dict(layout="bthd", h0=False, save_states=False)),
+    ("bf16", 45, True, True, dict()),                                   # varlen: the matrix form
+    ("bf16", 6, False, False, dict()),                                  # one chunk: the generic path
+    ("fp32", 16, False, True, dict(layout="bthd")),                     # two full chunks
+])
+def test_vjp_state_direct(dtype, t, varlen, reverse, kw):
+    _check(63, dtype, t=t, varlen=varlen, reverse=reverse, chunk=8, state="direct", **kw)
+
+
+def test_vjp_state_direct_grad_through_final_state_only():
+    b, t = 2, 40
+    inp = make_inputs(64, b, t, H, HK, D, E, "bf16")
+    _, ds = cotangents(64, (b, t, H, E), (b, H, D, E))
+    do = np.zeros((b, t, H, E))
+    g = _gamma(64)
+    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(g))
+    got = jax_run(chunked_attention, inp, do, ds, "bf16", g_gamma=g, chunk=8, lightning="vjp", state="direct",
+                  layout="bthd")
+    assert float(np.abs(np.asarray(got["dq"], np.float32)).max()) == 0.0
+    assert_close(got, ref, "bf16", keys=["final_state", "dk", "dv", "dinitial_state"])
