@@ -275,7 +275,7 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
 
     lightning: "vjp" or "autodiff" (default ``LIGHTNING_ALGO``, or "autodiff" when ``scan`` is given);
     only for Lightning (g None).
-    vjp_opts (Lightning "vjp" only): state ("twolevel" | "matrix" | "scan"), save_states (bool),
+    vjp_opts (Lightning "vjp" only): state ("twolevel" | "matrix" | "scan" | "direct"), save_states (bool),
     scores ("f32" | "low"), state_precision ("auto" | "highest" | "default"), layout ("bhtd" | "bthd"), combine ("f32" | "low" |
     "concat", see ``lightning_chunked``); ``group`` is the two-level
     group size there (default ≈ sqrt(number of chunks)). Defaults in ``VJP_DEFAULTS``.

@@ -2,7 +2,7 @@
 
 Same maths as ``chunked._lightning_chunks`` (Lightning Attention-2), organised for speed:
 
-- one layout change at entry (``[B, T, H, D] → [B, H, NC, C, D]``, batch axes leading so the
+- ``layout="bthd"``: no layout change at all (einsums on the [B, NC, C, H, D] view); ``"bhtd"``: one layout change at entry (``[B, T, H, D] → [B, H, NC, C, D]``, batch axes leading so the
   batched matmuls need no further transposes) and one at exit;
 - per chunk n (C tokens, ``L_n`` of them real): ``U_n = Σ_s λ^{L_n−1−s} k_s v_sᵀ`` (fp32), then
   the states entering every chunk with no long sequential scan: the recurrence
@@ -10,7 +10,8 @@ Same maths as ``chunked._lightning_chunks`` (Lightning Attention-2), organised f
   ``S_in = M U + m0 ⊙ h0`` with ``M[n, j] = λ^{C(n−1−j)}`` (j < n). ``state="matrix"`` does that
   in one [NC, NC] matmul; ``state="twolevel"`` (default) in groups of ``group`` chunks ([G+1, G]
   matrix inside a group, [NG+1, NG] across groups), ``state="scan"`` is the plain ``lax.scan``
-  (kept for comparison). Every exponent is ≤ 0 (λ^{C·k} underflows to 0, harmlessly);
+  (kept for comparison), ``state="direct"`` one [NC, NC] matmul in the compute dtype writing S_in once
+  (h0 folded into chunk 0; see ``_states_direct``). Every exponent is ≤ 0 (λ^{C·k} underflows to 0, harmlessly);
 - outputs ``o = scale·[λ^{i+1}·(q S_n) + ((Q Kᵀ) ⊙ M_C) V]`` in batched einsums;
 - a ``jax.custom_vjp``: residuals are q, k, v (already in the chunked layout) and the entering
   states in the compute dtype (``save_states=False`` recomputes them instead); the backward
