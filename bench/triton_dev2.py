@@ -60,7 +60,7 @@ def guarded(section, key, fn):
 # ---- TMA forward probe (forward direction, T % BT == 0, no varlen, D = E = BK) -------------------
 @triton.jit
 def fwd_tma(q_desc, k_desc, v_desc, o_desc, g, T, H, scale,
-            D: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, STAGES: tl.constexpr):
+            D: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, STAGES: tl.constexpr, WS: tl.constexpr = False):
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
     i_b = i_nh // H
@@ -76,7 +76,7 @@ def fwd_tma(q_desc, k_desc, v_desc, o_desc, g, T, H, scale,
     row0 = i_b * T
     col_k = i_h * D
     col_v = i_h * D + i_v * BV
-    for i_c in tl.range(0, T // BT, num_stages=STAGES):
+    for i_c in tl.range(0, T // BT, num_stages=STAGES, warp_specialize=WS):
         r = row0 + i_c * BT
         a = q_desc.load([r, col_k])
         b = k_desc.load([r, col_k])
@@ -121,15 +121,15 @@ def fwd_ptr(q, k, v, o, g, T, H, scale,
         tl.store(o + base + rows[:, None] + o_v[None, :], acc.to(a.dtype))
 
 
-def tma_section(n_list=(8192, 32768)):
+def tma_section(n_list=(8192, 32768), cfgs=None, kinds=("tma", "ptr")):
     from triton.testing import do_bench
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from lattnbench.kernels.decay import alibi_decay
     from lattnbench.kernels.triton.lightning import lightning_attn_triton
 
-    cfgs = [(64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 32, 4, 3), (128, 64, 8, 2),
-            (64, 128, 4, 2)]
+    cfgs = cfgs or [(64, 64, 4, 2), (64, 64, 4, 3), (64, 128, 8, 2), (64, 128, 8, 3), (64, 32, 4, 3),
+                    (128, 64, 8, 2), (64, 128, 4, 2)]
     for n in n_list:
         torch.manual_seed(0)
         q, k, v = (torch.randn(B, n, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -144,17 +144,18 @@ def tma_section(n_list=(8192, 32768)):
         for bt, bv, w, st in cfgs:
             if time.time() - T0 > BUDGET:
                 break
-            for kind in ("tma", "ptr"):
+            for kind in kinds:
                 o = torch.full_like(q, float("nan"))
                 o2 = o.view(B * n, H * D)
                 grid = (D // bv, B * H)
-                if kind == "tma":
+                if kind in ("tma", "tma-ws"):
                     dq = TensorDescriptor(q2, list(q2.shape), list(q2.stride()), [bt, D])
                     dk = TensorDescriptor(k2, list(k2.shape), list(k2.stride()), [bt, D])
                     dv = TensorDescriptor(v2, list(v2.shape), list(v2.stride()), [bt, bv])
                     do_ = TensorDescriptor(o2, list(o2.shape), list(o2.stride()), [bt, bv])
-                    fn = lambda: fwd_tma[grid](dq, dk, dv, do_, g, n, H, scale, D=D, BT=bt, BV=bv,  # noqa: E731
-                                               STAGES=st, num_warps=w, num_stages=st)
+                    fn = lambda ws=(kind == "tma-ws"): fwd_tma[grid](  # noqa: E731
+                        dq, dk, dv, do_, g, n, H, scale, D=D, BT=bt, BV=bv, STAGES=st, WS=ws,
+                        num_warps=w, num_stages=st)
                 else:
                     fn = lambda: fwd_ptr[grid](q, k, v, o, g, n, H, scale, D=D, BT=bt, BV=bv,  # noqa: E731
                                                STAGES=st, num_warps=w, num_stages=st)
@@ -474,13 +475,19 @@ def thread_section():
         guarded("thread", name, run)
 
 
+def ws_section():
+    """TMA forward with Hopper warp specialization (producer warps issue the loads)."""
+    tma_section(n_list=(32768,), kinds=("tma-ws", "tma"),
+                cfgs=[(64, 64, 4, 2), (64, 64, 4, 3), (64, 64, 8, 2), (64, 128, 8, 2), (64, 128, 4, 2)])
+
+
 def main():
     import sys
     log("env", {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name()})
     sections = sys.argv[1:] or ["fast"]
     for sec in sections:
         try:
-            {"host": host_section, "tma": tma_section, "fast": fast_section, "prof": prof_section,
+            {"host": host_section, "tma": tma_section, "fast": fast_section, "prof": prof_section, "ws": ws_section,
              "thread": thread_section}[sec]()
         except Exception as exc:  # noqa: BLE001
             R["fail"].append(f"{sec}: {type(exc).__name__}: {exc}"[:400])
