@@ -258,7 +258,7 @@ def _varlen_layout(cu, t, c):
 LIGHTNING_ALGO = "vjp"
 LIGHTNING_ALGOS = ("vjp", "autodiff")
 #: defaults of the "vjp" algorithm (chunk length, state pass, ...); keyword arguments override them
-VJP_DEFAULTS = dict(chunk=256, state="twolevel", group=None, save_states=True, scores="f32",
+VJP_DEFAULTS = dict(chunk=256, state="direct", group=None, save_states=True, scores="low",
                     state_precision="auto", combine="low", layout="bhtd")
 
 
