@@ -39,7 +39,14 @@ def _cpu_name() -> str:
 
 
 def commit() -> str | None:
-    """The project's git commit (with ``-dirty`` when the tree has changes), if in a checkout."""
+    """The project's git commit (with ``-dirty`` when the tree has changes), if in a checkout.
+
+    ``LATTNBENCH_COMMIT`` overrides it: a copied working tree (e.g. the lent GPU machine's) can
+    carry a stale ``.git``, so device scripts pass the commit they were launched from.
+    """
+    forced = os.environ.get("LATTNBENCH_COMMIT", "").strip()
+    if forced:
+        return forced
     here = str(Path(__file__).resolve().parent)
     sha = _run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here)
     if sha and _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here):
