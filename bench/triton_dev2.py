@@ -40,6 +40,21 @@ def log(*a):
     LOG.flush()
 
 
+def wall_ms(fn, reps=300, warm=10, sync_each=False, scale=1e3, digits=4):
+    """Host wall time per call of back-to-back calls (one sync at the end unless sync_each), in
+    ms (scale=1e6: µs). Host-bound small calls measure host cost; others the GPU's."""
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+        if sync_each:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return round((time.perf_counter() - t) / reps * scale, digits)
+
+
 def guarded(section, key, fn):
     if time.time() - T0 > BUDGET:
         log(f"skip {section} {key}: over budget")
@@ -196,16 +211,7 @@ def host_section():
             return torch.autograd.grad((o,), (q, k, v), (do,))
 
         for name, fn in (("fwd", fwd), ("fwdbwd", fwdbwd), ("fwdbwd_no_dS", fwdbwd_no_ds)):
-            def wall(fn=fn, reps=300):
-                for _ in range(10):
-                    fn()
-                torch.cuda.synchronize()
-                t = time.perf_counter()
-                for _ in range(reps):
-                    fn()
-                torch.cuda.synchronize()
-                return round((time.perf_counter() - t) / reps * 1e3, 4)
-            guarded("host", f"n{n} {name} wall ms/call (back-to-back)", wall)
+            guarded("host", f"n{n} {name} wall ms/call (back-to-back)", lambda fn=fn: wall_ms(fn))
 
             def gpu(fn=fn):
                 s = torch.cuda.Stream()
@@ -254,14 +260,7 @@ def host_section():
     grid_fn = lambda meta: (triton.cdiv(D, meta["BV"]), 1)  # noqa: E731
 
     def per_launch(fn, reps=2000):
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-        return round((time.perf_counter() - t) / reps * 1e6, 2)
+        return wall_ms(fn, reps, warm=20, scale=1e6, digits=2)
     guarded("host", "launch us autotuned", lambda: per_launch(lambda: K.lightning_fwd[grid_fn](*args, **kw)))
     fixed = dict(BT=64, BV=64, num_warps=4, num_stages=2)
     guarded("host", "launch us plain jit", lambda: per_launch(
@@ -315,16 +314,9 @@ def fast_section():
             return {"bit_identical": ident, "fast_launches": ops._FWD_LAUNCH.fast_launches + ops._BWD_LAUNCH.fast_launches}
         guarded("fast", f"n{n} fast vs triton launch", same)
         for mode in ("0", "1"):
-            def wall(mode=mode, reps=300):
+            def wall(mode=mode):
                 os.environ["LIGHTNING_TRITON_FAST_LAUNCH"] = mode
-                for _ in range(10):
-                    fwdbwd()
-                torch.cuda.synchronize()
-                t = time.perf_counter()
-                for _ in range(reps):
-                    fwdbwd()
-                torch.cuda.synchronize()
-                return round((time.perf_counter() - t) / reps * 1e3, 4)
+                return wall_ms(fwdbwd)
             guarded("fast", f"n{n} fwdbwd wall ms/call FAST_LAUNCH={mode}", wall)
     os.environ["LIGHTNING_TRITON_FAST_LAUNCH"] = "1"
 
@@ -343,14 +335,7 @@ def fast_section():
     gx = torch.randn_like(x)
 
     def ident_wall(reps=1000):
-        for _ in range(10):
-            torch.autograd.grad(Ident.apply(x), (x,), (gx,))
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(reps):
-            torch.autograd.grad(Ident.apply(x), (x,), (gx,))
-        torch.cuda.synchronize()
-        return round((time.perf_counter() - t) / reps * 1e6, 2)
+        return wall_ms(lambda: torch.autograd.grad(Ident.apply(x), (x,), (gx,)), reps, scale=1e6, digits=2)
     guarded("fast", "autograd identity Function us/call", ident_wall)
 
     def sdpa_wall(reps=300):
@@ -363,14 +348,7 @@ def fast_section():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                 o = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=True)
             return torch.autograd.grad(o, (qs, ks, vs), go)
-        for _ in range(10):
-            f()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(reps):
-            f()
-        torch.cuda.synchronize()
-        return round((time.perf_counter() - t) / reps * 1e3, 4)
+        return wall_ms(f, reps)
     guarded("fast", "sdpa-cudnn n512 fwdbwd wall ms/call", sdpa_wall)
 
 
@@ -389,17 +367,7 @@ def prof_section():
     do = torch.randn_like(q)
     ds = torch.randn(B, H, D, D, device="cuda")
 
-    def wall(fn, reps=300, sync_each=False):
-        for _ in range(10):
-            fn()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(reps):
-            fn()
-            if sync_each:
-                torch.cuda.synchronize()
-        torch.cuda.synchronize()
-        return round((time.perf_counter() - t) / reps * 1e3, 4)
+    wall = wall_ms
 
     def fb():
         o, s_ = lightning_attn_triton(q, k, v, gamma=g, scale=D ** -0.5)
@@ -414,7 +382,7 @@ def prof_section():
     }
     for name, fn in parts.items():
         guarded("prof", f"{name} wall ms/call", lambda fn=fn: wall(fn))
-        guarded("prof", f"{name} synced ms/call", lambda fn=fn: wall(fn, 100, True))
+        guarded("prof", f"{name} synced ms/call", lambda fn=fn: wall(fn, 100, sync_each=True))
 
     def trace():
         for _ in range(5):

@@ -183,26 +183,30 @@ def test_vjp_combine(combine, dtype, varlen, reverse):
     _check(53, dtype, t=45, varlen=varlen, reverse=reverse, chunk=8, combine=combine)
 
 
-def test_vjp_combine_concat_fp16_and_low_scores():
+def _check_fp16(seed, **kw):
+    """fp16 inputs (fp32 h0) through the vjp path against the fp64 reference, the fp16 bound."""
     b, t = 2, 45
-    rng = np.random.default_rng(54)
+    rng = np.random.default_rng(seed)
     r16 = lambda shape, s=1.0: (s * rng.standard_normal(shape)).astype(np.float16).astype(np.float64)  # noqa: E731
     inp = {"q": r16((b, t, H, D)), "k": r16((b, t, HK, D)), "v": r16((b, t, HK, E)),
            "initial_state": r16((b, H, D, E), 0.5)}
-    do, ds = cotangents(54, (b, t, H, E), (b, H, D, E))
-    g = _gamma(54)
+    do, ds = cotangents(seed, (b, t, H, E), (b, H, D, E))
+    g = _gamma(seed)
     ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(g))
     names = list(inp)
     args = [jnp.asarray(inp[nm], jnp.float32 if nm == "initial_state" else jnp.float16) for nm in names]
 
     def f(*a):
-        return chunked_attention(*a[:3], g_gamma=g, initial_state=a[3], chunk=16, lightning="vjp",
-                                 combine="concat", scores="low")
+        return chunked_attention(*a[:3], g_gamma=g, initial_state=a[3], chunk=16, lightning="vjp", **kw)
 
     (o, s), vjp = jax.vjp(f, *args)
     grads = vjp((jnp.asarray(do, jnp.float16), jnp.asarray(ds, jnp.float32)))
     got = {"o": o, "final_state": s, **{"d" + nm: gr for nm, gr in zip(names, grads)}}
     assert_close(got, ref, "fp16")
+
+
+def test_vjp_combine_concat_fp16_and_low_scores():
+    _check_fp16(54, combine="concat", scores="low")
 
 
 # layout="bthd": einsums on the [B, NC, C, H, D] view of the inputs (no transposes at entry / exit)
@@ -221,25 +225,7 @@ def test_vjp_layout_bthd(dtype, t, varlen, reverse, kw):
 
 
 def test_vjp_layout_bthd_fp16():
-    b, t = 2, 45
-    rng = np.random.default_rng(62)
-    r16 = lambda shape, s=1.0: (s * rng.standard_normal(shape)).astype(np.float16).astype(np.float64)  # noqa: E731
-    inp = {"q": r16((b, t, H, D)), "k": r16((b, t, HK, D)), "v": r16((b, t, HK, E)),
-           "initial_state": r16((b, H, D, E), 0.5)}
-    do, ds = cotangents(62, (b, t, H, E), (b, H, D, E))
-    g = _gamma(62)
-    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(g))
-    names = list(inp)
-    args = [jnp.asarray(inp[nm], jnp.float32 if nm == "initial_state" else jnp.float16) for nm in names]
-
-    def f(*a):
-        return chunked_attention(*a[:3], g_gamma=g, initial_state=a[3], chunk=16, lightning="vjp",
-                                 layout="bthd", combine="low")
-
-    (o, s), vjp = jax.vjp(f, *args)
-    grads = vjp((jnp.asarray(do, jnp.float16), jnp.asarray(ds, jnp.float32)))
-    got = {"o": o, "final_state": s, **{"d" + nm: gr for nm, gr in zip(names, grads)}}
-    assert_close(got, ref, "fp16")
+    _check_fp16(62, layout="bthd", combine="low")
 
 
 def test_vjp_auto_group_divides_chunks():
