@@ -53,6 +53,20 @@ def bwd_path() -> str:
     return path
 
 
+# Forward path: "chunk" (the chunked pass, one program per (sequence, head, E-slice)) or "lookback"
+# (opt-in, untimed: segments of the sequence in parallel joined by a chained scan of their states,
+# lookback.py; non-varlen only, varlen calls keep the chunk pass). Read at every forward call.
+_FWD_PATHS = ("chunk", "lookback")
+
+
+def fwd_path() -> str:
+    """$LIGHTNING_TRITON_FWD ("chunk" by default, or "lookback")."""
+    path = os.environ.get("LIGHTNING_TRITON_FWD", "chunk").strip().lower() or "chunk"
+    if path not in _FWD_PATHS:
+        raise ValueError(f"LIGHTNING_TRITON_FWD must be one of {_FWD_PATHS}, got {path!r}")
+    return path
+
+
 def _empty(*shape, dtype, device) -> Tensor:
     """Allocation of every buffer the kernels fully write (tests patch it to NaN-fill)."""
     return torch.empty(*shape, dtype=dtype, device=device)
@@ -139,6 +153,10 @@ _BWD_LAUNCH = Launcher(_k, "lightning_bwd", "lightning_bwd_kernel", _INTERP_META
 def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, aligned=False):
     """Forward launch on contiguous inputs; returns (o, final state or None). ``aligned``: the
     caller checked that q, k, v, g, h0 and cu are 16-byte aligned (outputs are fresh)."""
+    if cu is None and fwd_path() == "lookback":
+        from .lookback import lightning_fwd_lookback
+
+        return lightning_fwd_lookback(q, k, v, g, scale, h0, reverse, store_ht, alloc=_empty)
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
