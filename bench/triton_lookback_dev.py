@@ -12,7 +12,8 @@ LOOKBACK_BUDGET_S (default 420) stops starting new measurements after that many 
 2. speed: triton.testing.do_bench medians of the chunk pass (autotuned, as lightning_attn_triton
    runs it) and the look-back pass per (SEG, BT, BV, warps, stages), B4 H32 D=E=128 bf16,
    n = 8192 and 32768; ms and TB/s of the 4 tensor streams (q, k, v, o: 4·B·T·H·128·2 bytes), and
-   the look-back's extra state traffic (scratch write + read, fp32).
+   the look-back's state traffic (scratch write + read, fp32; with the default ring of two slots,
+   16 MB, it should mostly stay in L2; ring=0, one slot per segment, is timed for the first config).
 Every measurement is wrapped: a failure logs one line and the rest goes on.
 """
 from __future__ import annotations
@@ -108,10 +109,10 @@ def chunk_fwd(q, k, v, g, s0, reverse, store_ht):
     return ops.lightning_fwd(q, k, v, g, D ** -0.5, s0, reverse, None, store_ht, q.shape[0])
 
 
-def lookback_fwd(q, k, v, g, s0, reverse, store_ht, cfg):
+def lookback_fwd(q, k, v, g, s0, reverse, store_ht, cfg, ring=2):
     from lattnbench.kernels.triton.lightning.lookback import lightning_fwd_lookback
 
-    return lightning_fwd_lookback(q, k, v, g, D ** -0.5, s0, reverse, store_ht, config=cfg)
+    return lightning_fwd_lookback(q, k, v, g, D ** -0.5, s0, reverse, store_ht, config=cfg, ring=ring)
 
 
 def rel(x, ref):
@@ -153,6 +154,8 @@ def check_section():
                 same += int(torch.equal(o2, o) and torch.equal(ht2, ht))
             sync()
             res["bit_identical_repeats"] = f"{same}/{3 if SMOKE else 20}"
+            o0, ht0 = lookback_fwd(q, k, v, g, s0, reverse, True, cfg, ring=0)  # one slot per segment
+            res["ring0_bit_identical"] = bool(torch.equal(o0, o) and torch.equal(ht0, ht))
             return res
         guarded("check", f"n{BIG_N} h0 reverse={reverse} {cfg}", big)
 
@@ -195,11 +198,14 @@ def speed_section():
                 err = rel(o, ref)
                 ms = bench(lambda: lookback_fwd(q, k, v, g, None, False, False, cfg))
                 n_seg = triton.cdiv(n, cfg[0])
-                state_bytes = 2 * (n_seg - 1) * B * H * D * D * 4
+                state_bytes = 2 * (n_seg - 1) * B * H * D * D * 4  # to L2 at least
                 return {"ms": round(ms, 4), "TB/s": round(stream_bytes / ms / 1e9, 3), "err": err,
-                        "state_GB": round(state_bytes / 1e9, 3),
-                        "TB/s_incl_state": round((stream_bytes + state_bytes) / ms / 1e9, 3)}
+                        "state_GB": round(state_bytes / 1e9, 3)}
             guarded("speed", f"n{n} lookback {cfg}", lb)
+            if cfg == CONFIGS[0]:  # the same with one scratch slot per segment (state hops via DRAM)
+                guarded("speed", f"n{n} lookback {cfg} ring=0", lambda cfg=cfg: {"ms": round(do_bench(
+                    lambda: lookback_fwd(q, k, v, g, None, False, False, cfg, ring=0), warmup=25, rep=100,
+                    return_mode="median"), 4)})
         del q, k, v
         if DEV == "cuda":
             torch.cuda.empty_cache()

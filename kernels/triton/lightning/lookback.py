@@ -30,8 +30,11 @@ orders the other threads' stores before it, as in CUB's look-back). The waiting 
 ``.cg`` loads (L2, never a stale L1 line). Flags and ticket counter are one int32 buffer zeroed
 per launch (a memset; an epoch number instead would break under CUDA-graph replay).
 
-Scratch: P_j for j < n_seg − 1, fp32 ``[n_seg − 1, N·H, KD, VD]`` (at T=32768, SEG=256, B4 H32
-D=E=128: 127·128·64 KB ≈ 1.0 GB; SEG=1024: 0.25 GB). Non-varlen only (B sequences of length T).
+Scratch: P_j in slot j mod RING of fp32 ``[RING, N·H, KD, VD]`` (RING=2: 16 MB at B4 H32
+D=E=128, small enough to stay in L2, so the state hops need not reach DRAM). Two slots suffice:
+program j+1 overwrites P_{j−1}'s slot only after acquiring flag j, which program j released after
+reading P_{j−1} (the release orders that read before it). RING=0 keeps one slot per segment,
+``[n_seg − 1, N·H, KD, VD]`` (T=32768, SEG=256: 1.07 GB). Non-varlen only (B sequences of length T).
 """
 from __future__ import annotations
 
@@ -55,7 +58,7 @@ def _lookback_fwd_kernel(
     o_ptr, ht_ptr, p_ptr, flag_ptr,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
     NSUB: tl.constexpr, REVERSE: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr,
-    DOT_PREC: tl.constexpr,
+    DOT_PREC: tl.constexpr, RING: tl.constexpr = 2,
 ):
     # ---- ticket -> (segment, chain); flag_ptr[0] is the ticket counter, flags follow
     n_chains = NH * N_V
@@ -103,6 +106,13 @@ def _lookback_fwd_kernel(
     slot = NH.to(tl.int64) * (KD * VD)            # elements per scratch segment slot
     dt = q_ptr.dtype.element_ty
     last = i_s == N_SEG - 1
+    # scratch slots of the state published before this segment and of this segment's
+    if RING > 0:
+        prev_slot = ((i_s + RING - 1) % RING).to(tl.int64)
+        my_slot = (i_s % RING).to(tl.int64)
+    else:
+        prev_slot = (i_s - 1).to(tl.int64)
+        my_slot = i_s.to(tl.int64)
 
     # ---- step 1: the segment's own state U (from zero), same recurrence as the chunk pass
     U = tl.zeros([BK, BV], dtype=tl.float32)
@@ -137,14 +147,14 @@ def _lookback_fwd_kernel(
         while tl.atomic_add(wait, 0, sem="acquire", scope="gpu") == 0:
             pass
         tl.debug_barrier()
-        P_prev = tl.load(p_ptr + (i_s - 1).to(tl.int64) * slot + state_off + s_idx, mask=m_s, other=0.0,
+        P_prev = tl.load(p_ptr + prev_slot * slot + state_off + s_idx, mask=m_s, other=0.0,
                          cache_modifier=".cg")
     P_new = P_prev * tl.exp(gam * seg_len.to(tl.float32)) + U
     if last:
         if STORE_HT:
             tl.store(ht_ptr + state_off + s_idx, P_new, mask=m_s)
     else:
-        tl.store(p_ptr + i_s.to(tl.int64) * slot + state_off + s_idx, P_new, mask=m_s)
+        tl.store(p_ptr + my_slot * slot + state_off + s_idx, P_new, mask=m_s)
         tl.debug_barrier()
         tl.atomic_xchg(flags + ticket, 1, sem="release", scope="gpu")
 
@@ -192,13 +202,16 @@ def default_config() -> tuple[int, int, int, int, int]:
     return INTERP_CONFIG if INTERPRET else GPU_CONFIG
 
 
-def lightning_fwd_lookback(q, k, v, g, scale, h0, reverse, store_ht, config=None, alloc=None):
+def lightning_fwd_lookback(q, k, v, g, scale, h0, reverse, store_ht, config=None, alloc=None, ring=2):
     """Forward on contiguous [B, T, H, D] inputs (k, v with HKV heads), g fp32 [H], h0 fp32
     [B, H, D, E] or None; returns (o, final state fp32 [B, H, D, E] or None).
 
     config = (SEG, BT, BV, num_warps, num_stages), SEG a multiple of BT; alloc(*shape, dtype,
-    device) allocates the outputs (torch.empty by default)."""
+    device) allocates the outputs (torch.empty by default); ring: scratch slots per chain
+    (2 = a ring of two, 0 = one slot per segment)."""
     seg, bt, bv, warps, stages = config or default_config()
+    if ring == 1 or ring < 0:
+        raise ValueError(f"ring must be 0 or >= 2 (one slot would be overwritten before it is read), got {ring}")
     if seg % bt or seg <= 0:
         raise ValueError(f"SEG ({seg}) must be a positive multiple of BT ({bt})")
     alloc = alloc or (lambda *shape, dtype, device: torch.empty(*shape, dtype=dtype, device=device))
@@ -216,13 +229,14 @@ def lightning_fwd_lookback(q, k, v, g, scale, h0, reverse, store_ht, config=None
     n_seg = triton.cdiv(t, seg)
     n_v = triton.cdiv(e, bv)
     n_prog = n_seg * n_v * b * h
-    scratch = torch.empty(max(n_seg - 1, 1), b * h, d, e, dtype=torch.float32, device=dev)
+    n_slot = max(min(n_seg - 1, ring) if ring > 0 else n_seg - 1, 1)
+    scratch = torch.empty(n_slot, b * h, d, e, dtype=torch.float32, device=dev)
     flags = torch.zeros(1 + n_prog, dtype=torch.int32, device=dev)
     _lookback_fwd_kernel[(n_prog,)](
         q, k, v, h0 if h0 is not None else g, g,
         t, h, hkv, float(scale), b * h, n_seg, n_v,
         o, ht if ht is not None else o, scratch, flags,
         KD=d, VD=e, BK=bk, BV=bv, BT=bt, NSUB=seg // bt, REVERSE=bool(reverse),
-        HAS_H0=h0 is not None, STORE_HT=bool(store_ht), DOT_PREC=_dot_prec(q.dtype),
+        HAS_H0=h0 is not None, STORE_HT=bool(store_ht), DOT_PREC=_dot_prec(q.dtype), RING=ring,
         num_warps=warps, num_stages=stages)
     return o, ht

@@ -32,7 +32,7 @@ def poison(monkeypatch):
 
 
 def run(seed=0, b=2, t=100, h=3, hkv=None, d=32, e=32, dtype=torch.float32, gamma="mixed", scale=0.4,
-        h0=True, reverse=False, store_ht=True, config=(32, 16, 32, 4, 1)):
+        h0=True, reverse=False, store_ht=True, config=(32, 16, 32, 4, 1), ring=2):
     """Launch the look-back forward directly; assert o and S_T within the dtype's tolerance."""
     hkv = hkv or h
     gen = torch.Generator().manual_seed(seed)
@@ -49,7 +49,7 @@ def run(seed=0, b=2, t=100, h=3, hkv=None, d=32, e=32, dtype=torch.float32, gamm
     else:
         gam = torch.as_tensor(np.asarray(gamma, dtype=np.float32))
     o, st = LB.lightning_fwd_lookback(q, k, v, gam.float().contiguous(), scale, s0, reverse, store_ht,
-                                      config=config, alloc=nan_empty)
+                                      config=config, alloc=nan_empty, ring=ring)
     ro, rs = lightning_naive(q.double(), k.double(), v.double(), gamma=gam.double(), scale=scale,
                              initial_state=None if s0 is None else s0.double(), reverse=reverse)
     tol = TOLERANCE[NAMES[dtype]]
@@ -67,8 +67,14 @@ def run(seed=0, b=2, t=100, h=3, hkv=None, d=32, e=32, dtype=torch.float32, gamm
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_segments_partial_last_h0(dtype):
-    # T=100, SEG=32: 4 segments, the last one 4 tokens (one partial chunk)
+    # T=100, SEG=32: 4 segments, the last one 4 tokens (one partial chunk); scratch ring of 2 wraps
     run(seed=1, dtype=dtype)
+
+
+@pytest.mark.parametrize("ring", [0, 3])
+def test_scratch_slots(ring):
+    # ring 0: one scratch slot per segment; 3: a wider ring; 7 segments
+    run(seed=13, b=1, t=200, h=2, ring=ring)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -118,6 +124,8 @@ def test_bad_config():
     q = torch.randn(1, 8, 1, 16)
     with pytest.raises(ValueError):
         LB.lightning_fwd_lookback(q, q, q, torch.zeros(1), 1.0, None, False, True, config=(40, 16, 16, 4, 1))
+    with pytest.raises(ValueError):
+        LB.lightning_fwd_lookback(q, q, q, torch.zeros(1), 1.0, None, False, True, config=(32, 16, 16, 4, 1), ring=1)
 
 
 def test_fwd_path_env_var(monkeypatch):
