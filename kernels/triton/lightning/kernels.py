@@ -33,6 +33,44 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @triton.jit
+def _sequence(cu_ptr, g_ptr, i_nh, T, H, IS_VARLEN: tl.constexpr):
+    """(sequence index, head, first row, length, log decay γ) of the program row i_nh = n·H + h."""
+    i_n = i_nh // H
+    i_h = i_nh % H
+    if IS_VARLEN:
+        bos = tl.load(cu_ptr + i_n).to(tl.int64)
+        eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    else:
+        bos = i_n.to(tl.int64) * T
+        eos = bos + T
+    seq_len = (eos - bos).to(tl.int32)
+    gam = tl.load(g_ptr + i_h).to(tl.float32)
+    return i_n, i_h, bos, seq_len, gam
+
+
+@triton.jit
+def _chunk_layout(gam, i_v, KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                  BT: tl.constexpr, BACK: tl.constexpr):
+    """Loop invariants of a chunk pass: row offsets, the KD lanes and this program's BV slice of the
+    VD lanes with their masks, the processing-order position p (pf in fp32) of each row of a chunk
+    (rows are loaded in ascending address order; BACK mirrors them), and the intra-chunk decay mask
+    exp(γ·(p_r − p_s)) for p_s ≤ p_r."""
+    o_t = tl.arange(0, BT)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < KD
+    m_v = o_v < VD
+    if BACK:
+        p = BT - 1 - o_t
+    else:
+        p = o_t
+    pf = p.to(tl.float32)
+    diff = pf[:, None] - pf[None, :]
+    m_intra = tl.where(diff >= 0, tl.exp(gam * tl.maximum(diff, 0.0)), 0.0)
+    return o_t, o_k, o_v, m_k, m_v, p, pf, m_intra
+
+
+@triton.jit
 def _chunk_pass(
     a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr,
     T, H, A_H, B_H, C_H,
@@ -46,31 +84,8 @@ def _chunk_pass(
     # PROBE (bound analysis only, wrong results; 0 = the real pass, code identical):
     # 1 SKIP_INTRA (no a·bᵀ / P·c dots), 2 SKIP_STATE (no a·S, no state update),
     # 3 STREAM_ONLY (load a, b, c; store a+b+c), 4 NO_DECAY (no per-chunk exp / mask multiply)
-    i_n = i_nh // H
-    i_h = i_nh % H
-    if IS_VARLEN:
-        bos = tl.load(cu_ptr + i_n).to(tl.int64)
-        eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
-    else:
-        bos = i_n.to(tl.int64) * T
-        eos = bos + T
-    seq_len = (eos - bos).to(tl.int32)
-    gam = tl.load(g_ptr + i_h).to(tl.float32)
-
-    o_t = tl.arange(0, BT)
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k = o_k < KD
-    m_v = o_v < VD
-    # processing-order position of each row of a chunk (rows are loaded in ascending address order)
-    if REVERSE:
-        p = BT - 1 - o_t
-    else:
-        p = o_t
-    pf = p.to(tl.float32)
-    diff = pf[:, None] - pf[None, :]
-    # intra-chunk decay mask, loop invariant: exp(γ·(p_r − p_s)) for p_s ≤ p_r
-    m_intra = tl.where(diff >= 0, tl.exp(gam * tl.maximum(diff, 0.0)), 0.0)
+    i_n, i_h, bos, seq_len, gam = _sequence(cu_ptr, g_ptr, i_nh, T, H, IS_VARLEN)
+    o_t, o_k, o_v, m_k, m_v, p, pf, m_intra = _chunk_layout(gam, i_v, KD, VD, BK, BV, BT, REVERSE)
 
     a_row = A_H * KD
     b_row = B_H * KD
@@ -238,29 +253,9 @@ def _dkdv_pass(
     the slice: dk = Σ over E-slices; with one slice (BV ≥ E) it is dk itself).
     dk_part of slice i_v goes to dk_ptr + i_v·dk_slice_stride.
     """
-    i_n = i_nh // H
-    i_h = i_nh % H
-    if IS_VARLEN:
-        bos = tl.load(cu_ptr + i_n).to(tl.int64)
-        eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
-    else:
-        bos = i_n.to(tl.int64) * T
-        eos = bos + T
-    seq_len = (eos - bos).to(tl.int32)
-    gam = tl.load(g_ptr + i_h).to(tl.float32)
-
-    o_t = tl.arange(0, BT)
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_k = o_k < KD
-    m_v = o_v < VD
-    if BACK:
-        p = BT - 1 - o_t
-    else:
-        p = o_t
-    pf = p.to(tl.float32)
-    diff = pf[:, None] - pf[None, :]
-    m_intra = tl.where(diff >= 0, tl.exp(gam * tl.maximum(diff, 0.0)), 0.0) * scale
+    i_n, i_h, bos, seq_len, gam = _sequence(cu_ptr, g_ptr, i_nh, T, H, IS_VARLEN)
+    o_t, o_k, o_v, m_k, m_v, p, pf, m_intra = _chunk_layout(gam, i_v, KD, VD, BK, BV, BT, BACK)
+    m_intra = m_intra * scale
 
     i_hk = i_h // (H // HKV)
     q_base = q_ptr + bos * (H * KD) + i_h * KD
