@@ -17,6 +17,7 @@ from lattnbench.kernels.naive.torch_ref import lightning_naive
 from lattnbench.kernels.triton.lightning import lightning_attn, lightning_attn_triton
 from lattnbench.kernels.triton.lightning import ops as tl_ops
 from lattnbench.tolerance import TOLERANCE, err_ratio
+from triton_testutil import LaunchSpy
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -246,26 +247,15 @@ def test_fused_partial_dk_slices(bwd_path, case, trans, monkeypatch):
         check(seed=22, b=2, t=45, h=2, d=32, e=72, h0=True)
 
 
-class _Spy:
-    """Counts launches of a kernel (kernel[grid](...)) and forwards them."""
-
-    def __init__(self, kern):
-        self.kern, self.grids = kern, []
-
-    def __getitem__(self, grid):
-        self.grids.append(grid)
-        return self.kern[grid]
-
-
 def test_bwd_path_selects_launches(bwd_path, monkeypatch):
     from lattnbench.kernels.triton.lightning import kernels as K
 
     if K.lightning_bwd_dkdv is not None:
         pytest.skip("launch spy written for the interpreter's plain launches")
-    fused_spy, roles = _Spy(K.lightning_bwd_dkdv_kernel), []
+    fused_spy, roles = LaunchSpy(K.lightning_bwd_dkdv_kernel), []
     plain = K.lightning_bwd_kernel
 
-    class RoleSpy(_Spy):
+    class RoleSpy(LaunchSpy):
         def __getitem__(self, grid):
             launch = plain[grid]
             return lambda *a, **kw: (roles.append(kw["ROLE"]), launch(*a, **kw))[1]

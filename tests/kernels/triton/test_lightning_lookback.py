@@ -17,6 +17,7 @@ from lattnbench.kernels.triton.lightning import lightning_attn_triton
 from lattnbench.kernels.triton.lightning import lookback as LB
 from lattnbench.kernels.triton.lightning import ops as tl_ops
 from lattnbench.tolerance import TOLERANCE, err_ratio
+from triton_testutil import LaunchSpy
 
 NAMES = {torch.float32: "fp32", torch.float16: "fp16"}
 
@@ -138,23 +139,12 @@ def test_fwd_path_env_var(monkeypatch):
         tl_ops.fwd_path()
 
 
-class _Spy:
-    """Counts launches of a kernel (kernel[grid](...)) and forwards them."""
-
-    def __init__(self, kern):
-        self.kern, self.grids = kern, []
-
-    def __getitem__(self, grid):
-        self.grids.append(grid)
-        return self.kern[grid]
-
-
 @pytest.mark.parametrize("reverse", [False, True])
 def test_env_var_routes_forward_and_gradients_match(monkeypatch, reverse):
     """LIGHTNING_TRITON_FWD=lookback: lightning_attn_triton's forward runs the look-back kernel
     (spied), the existing backward gives the gradients; all against the fp64 reference."""
     monkeypatch.setenv("LIGHTNING_TRITON_FWD", "lookback")
-    spy = _Spy(LB._lookback_fwd_kernel)
+    spy = LaunchSpy(LB._lookback_fwd_kernel)
     monkeypatch.setattr(LB, "_lookback_fwd_kernel", spy)
     gen = torch.Generator().manual_seed(11)
     b, t, h, hkv, d, e = 1, 70, 2, 1, 32, 48
@@ -178,7 +168,7 @@ def test_env_var_routes_forward_and_gradients_match(monkeypatch, reverse):
 
 def test_env_var_varlen_keeps_chunk_pass(monkeypatch):
     monkeypatch.setenv("LIGHTNING_TRITON_FWD", "lookback")
-    spy = _Spy(LB._lookback_fwd_kernel)
+    spy = LaunchSpy(LB._lookback_fwd_kernel)
     monkeypatch.setattr(LB, "_lookback_fwd_kernel", spy)
     gen = torch.Generator().manual_seed(12)
     q, k, v = (torch.randn(1, 50, 2, 32, generator=gen) for _ in range(3))
@@ -192,7 +182,7 @@ def test_env_var_varlen_keeps_chunk_pass(monkeypatch):
 
 def test_default_is_chunk_pass(monkeypatch):
     monkeypatch.delenv("LIGHTNING_TRITON_FWD", raising=False)
-    spy = _Spy(LB._lookback_fwd_kernel)
+    spy = LaunchSpy(LB._lookback_fwd_kernel)
     monkeypatch.setattr(LB, "_lookback_fwd_kernel", spy)
     q = torch.randn(1, 40, 2, 32)
     lightning_attn_triton(q, q, q, gamma=[-0.2, -0.5])
