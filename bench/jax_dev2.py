@@ -180,6 +180,18 @@ def bench(fn, args, reps):
     return float(np.median(ts)), float(np.percentile(ts, 20)), float(np.percentile(ts, 80)), mem
 
 
+def variant_fns(gamma, kw):
+    """fwd and fwd+grad of one variant: lightning_attn(q, k, v, 2, 8, impl="chunked") with the
+    knobs exposed; fwd+grad returns (o, S_T, dq, dk, dv) for the cotangents (do, dS)."""
+    def fwd(q, k, v):
+        return chunked_attention(q, k, v, g_gamma=gamma, **kw)
+
+    def fwdbwd(q, k, v, do, ds):
+        (o, s), vjp = jax.vjp(fwd, q, k, v)
+        return (o, s) + vjp((do, ds))
+    return fwd, fwdbwd
+
+
 def timing():
     if SMOKE:
         b, h, d, sizes = 1, 2, 32, [512, 256]
@@ -199,14 +211,7 @@ def timing():
         do = jax.random.normal(ks[3], (b, n, h, d), jnp.bfloat16)
         ds = jnp.asarray(rng.standard_normal((b, h, d, d)), jnp.float32)
         for name, kw in variants:
-            def fwd(q, k, v, kw=kw):
-                # = lightning_attn(q, k, v, 2, 8, impl="chunked", chunk=...) with the knobs exposed
-                return chunked_attention(q, k, v, g_gamma=gamma, **kw)
-
-            def fwdbwd(q, k, v, do, ds, kw=kw):
-                (o, s), vjp = jax.vjp(fwd, q, k, v)
-                return (o, s) + vjp((do, ds))
-
+            fwd, fwdbwd = variant_fns(gamma, kw)
             for mode, fn, args in (("fwd", fwd, (q, k, v)), ("fwdbwd", fwdbwd, (q, k, v, do, ds))):
                 if over_budget():
                     log(f"time budget reached, skipping {name} n={n} {mode}")

@@ -21,10 +21,9 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(__file__))
-from jax_dev2 import VARIANTS  # noqa: E402
+from jax_dev2 import VARIANTS, variant_fns  # noqa: E402
 
 from lattnbench.kernels.decay import lightning_decay  # noqa: E402
-from lattnbench.kernels.jax.chunked import chunked_attention  # noqa: E402
 
 OUT = os.environ.get("OUT", "out")
 os.makedirs(OUT, exist_ok=True)
@@ -79,13 +78,7 @@ def main():
     q, k, v, do = (jax.random.normal(kk, (B, N, H, D), jnp.bfloat16) for kk in ks)
     ds = jnp.asarray(np.random.default_rng(0).standard_normal((B, H, D, D)), jnp.float32)
     for name, kw in variants:
-        def fwd(q, k, v, kw=kw):
-            return chunked_attention(q, k, v, g_gamma=gamma, **kw)
-
-        def fwdbwd(q, k, v, do, ds, kw=kw):
-            (o, s), vjp = jax.vjp(fwd, q, k, v)
-            return (o, s) + vjp((do, ds))
-
+        fwd, fwdbwd = variant_fns(gamma, kw)
         for mode, fn, args in (("fwd", fwd, (q, k, v)), ("fwdbwd", fwdbwd, (q, k, v, do, ds))):
             try:
                 comp = jax.jit(fn).lower(*args).compile()
