@@ -14,30 +14,22 @@ from __future__ import annotations
 
 import cProfile
 import io
-import json
 import os
 import pstats
+import sys
 import time
-import traceback
 
 import torch
 import triton
 import triton.language as tl
 
-T0 = time.time()
-BUDGET = float(os.environ.get("DEV2_BUDGET_S", "200"))
-OUT = os.environ.get("OUT", "out")
-os.makedirs(OUT, exist_ok=True)
-LOG = open(os.path.join(OUT, "triton_dev2.log"), "a")
-R: dict = {"host": {}, "tma": {}, "fast": {}, "prof": {}, "thread": {}, "fail": []}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from devrun import DevRun  # noqa: E402
+
+RUN = DevRun("triton_dev2", float(os.environ.get("DEV2_BUDGET_S", "200")),
+             ("host", "tma", "fast", "prof", "thread"))
+R, log, guarded, OUT = RUN.results, RUN.log, RUN.guarded, RUN.out
 B, H, D = 4, 32, 128
-
-
-def log(*a):
-    msg = f"[{time.time() - T0:6.1f}s] " + " ".join(str(x) for x in a)
-    print(msg, flush=True)
-    LOG.write(msg + "\n")
-    LOG.flush()
 
 
 def wall_ms(fn, reps=300, warm=10, sync_each=False, scale=1e3, digits=4):
@@ -53,23 +45,6 @@ def wall_ms(fn, reps=300, warm=10, sync_each=False, scale=1e3, digits=4):
             torch.cuda.synchronize()
     torch.cuda.synchronize()
     return round((time.perf_counter() - t) / reps * scale, digits)
-
-
-def guarded(section, key, fn):
-    if time.time() - T0 > BUDGET:
-        log(f"skip {section} {key}: over budget")
-        return None
-    try:
-        val = fn()
-        R[section][key] = val
-        log(f"{section:5s} {key:48s} {val}")
-        return val
-    except Exception as exc:  # noqa: BLE001
-        msg = f"{section} {key}: {type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ''}"
-        R["fail"].append(msg)
-        log("FAIL", msg)
-        traceback.print_exc()
-        return None
 
 
 # ---- TMA forward probe (forward direction, T % BT == 0, no varlen, D = E = BK) -------------------
@@ -157,7 +132,7 @@ def tma_section(n_list=(8192, 32768), cfgs=None, kinds=("tma", "ptr")):
                                        warmup=25, rep=60, return_mode="median"), 4))
         q2, k2, v2 = (x.view(B * n, H * D) for x in (q, k, v))
         for bt, bv, w, st in cfgs:
-            if time.time() - T0 > BUDGET:
+            if RUN.over_budget():
                 break
             for kind in kinds:
                 o = torch.full_like(q, float("nan"))
@@ -450,7 +425,6 @@ def ws_section():
 
 
 def main():
-    import sys
     log("env", {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name()})
     sections = sys.argv[1:] or ["fast"]
     for sec in sections:
@@ -458,11 +432,8 @@ def main():
             {"host": host_section, "tma": tma_section, "fast": fast_section, "prof": prof_section, "ws": ws_section,
              "thread": thread_section}[sec]()
         except Exception as exc:  # noqa: BLE001
-            R["fail"].append(f"{sec}: {type(exc).__name__}: {exc}"[:400])
-            log("FAIL section", sec, type(exc).__name__, str(exc)[:300])
-            traceback.print_exc()
-    with open(os.path.join(OUT, "triton_dev2.json"), "w") as f:
-        json.dump(R, f, indent=1)
+            RUN.fail(f"section {sec}: {type(exc).__name__}: {exc}"[:400])
+    RUN.dump()
     log("done", len(R["fail"]), "failures")
 
 

@@ -18,11 +18,8 @@ Every measurement is wrapped: a failure logs one line and the rest goes on.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
-import traceback
 
 SMOKE = "--smoke" in sys.argv
 if SMOKE:
@@ -31,12 +28,11 @@ if SMOKE:
 import torch  # noqa: E402
 import triton  # noqa: E402
 
-T0 = time.time()
-BUDGET = float(os.environ.get("LOOKBACK_BUDGET_S", "420"))
-OUT = os.environ.get("OUT", "out")
-os.makedirs(OUT, exist_ok=True)
-LOG = open(os.path.join(OUT, "triton_lookback_dev.log"), "a")
-R: dict = {"env": {}, "check": {}, "speed": {}, "fail": []}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from devrun import DevRun  # noqa: E402
+
+RUN = DevRun("triton_lookback_dev", float(os.environ.get("LOOKBACK_BUDGET_S", "420")), ("env", "check", "speed"))
+R, log = RUN.results, RUN.log
 DEV = "cuda" if torch.cuda.is_available() and not SMOKE else "cpu"
 if SMOKE:
     B, H, D = 1, 2, 32
@@ -55,36 +51,8 @@ else:
     CHECK_N, BIG_N, SPEED_N = 1024, 8192, (8192, 32768)
 
 
-def log(*a):
-    msg = f"[{time.time() - T0:6.1f}s] " + " ".join(str(x) for x in a)
-    print(msg, flush=True)
-    LOG.write(msg + "\n")
-    LOG.flush()
-
-
-def dump():
-    with open(os.path.join(OUT, "triton_lookback_dev.json"), "w") as f:
-        json.dump(R, f, indent=1)
-
-
 def guarded(section, key, fn):
-    if time.time() - T0 > BUDGET:
-        log(f"skip {section} {key}: over budget")
-        return None
-    try:
-        val = fn()
-        R[section][key] = val
-        log(f"{section:5s} {key:44s} {val}")
-        return val
-    except Exception as exc:  # noqa: BLE001
-        last = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
-        msg = f"{section} {key}: {type(exc).__name__}: {last}"
-        R["fail"].append(msg)
-        log("FAIL", msg)
-        traceback.print_exc()
-        return None
-    finally:
-        dump()
+    return RUN.guarded(section, key, fn, width=44)
 
 
 def sync():
@@ -220,10 +188,8 @@ def main():
         try:
             {"check": check_section, "speed": speed_section}[sec]()
         except Exception as exc:  # noqa: BLE001
-            R["fail"].append(f"{sec}: {type(exc).__name__}: {exc}"[:400])
-            log("FAIL section", sec, type(exc).__name__, str(exc)[:300])
-            traceback.print_exc()
-    dump()
+            RUN.fail(f"section {sec}: {type(exc).__name__}: {exc}"[:400])
+    RUN.dump()
     log("done", len(R["fail"]), "failures")
 
 
