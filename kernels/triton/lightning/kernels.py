@@ -71,6 +71,38 @@ def _chunk_layout(gam, i_v, KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr
 
 
 @triton.jit
+def _chunk_rows(T, ps, o_t, p, BT: tl.constexpr, BACK: tl.constexpr):
+    """The chunk at processing position ps of a sequence of T tokens: its rows (ascending
+    addresses), which of them are valid, and how many."""
+    n_valid = tl.minimum(T - ps, BT)
+    if BACK:
+        t0 = T - ps - BT
+    else:
+        t0 = ps
+    return t0 + o_t, p < n_valid, n_valid
+
+
+@triton.jit
+def _load_rows(base, rows, row_stride, lanes, valid, m_lanes):
+    """A [rows, lanes] tile, zero outside the valid rows and the lanes."""
+    return tl.load(base + rows[:, None] * row_stride + lanes[None, :], mask=valid[:, None] & m_lanes[None, :],
+                   other=0.0)
+
+
+@triton.jit
+def _state_index(i_n, i_h, H, o_k, o_v, m_k, m_v, KD: tl.constexpr, VD: tl.constexpr, TRANS: tl.constexpr):
+    """Offset of this (sequence, head)'s [KD, VD] fp32 state in an [N, H, KD, VD] tensor, the
+    element index of this program's [BK, BV] tile in it (TRANS: the tensor holds the transpose),
+    and the tile's mask."""
+    state_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD)
+    if TRANS:
+        s_idx = o_k[:, None] + o_v[None, :] * KD
+    else:
+        s_idx = o_k[:, None] * VD + o_v[None, :]
+    return state_off, s_idx, m_k[:, None] & m_v[None, :]
+
+
+@triton.jit
 def _chunk_pass(
     a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr,
     T, H, A_H, B_H, C_H,
@@ -96,12 +128,7 @@ def _chunk_pass(
     c_base = c_ptr + bos * c_row + (i_h // (H // C_H)) * VD
     o_base = o_ptr + bos * o_row + i_h * VD
 
-    state_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD)
-    if H0_TRANS:
-        s_idx = o_k[:, None] + o_v[None, :] * KD
-    else:
-        s_idx = o_k[:, None] * VD + o_v[None, :]
-    m_s = m_k[:, None] & m_v[None, :]
+    state_off, s_idx, m_s = _state_index(i_n, i_h, H, o_k, o_v, m_k, m_v, KD, VD, H0_TRANS)
     if HAS_H0:
         S = tl.load(h0_ptr + state_off + s_idx, mask=m_s, other=0.0).to(tl.float32)
     else:
@@ -110,16 +137,10 @@ def _chunk_pass(
     dt = a_ptr.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
     for i_c in range(0, n_chunks):
-        if REVERSE:
-            t0 = seq_len - (i_c + 1) * BT
-        else:
-            t0 = i_c * BT
-        n_valid = tl.minimum(seq_len - i_c * BT, BT)
-        rows = t0 + o_t
-        valid = p < n_valid
-        a = tl.load(a_base + rows[:, None] * a_row + o_k[None, :], mask=valid[:, None] & m_k[None, :], other=0.0)
-        b = tl.load(b_base + rows[:, None] * b_row + o_k[None, :], mask=valid[:, None] & m_k[None, :], other=0.0)
-        c = tl.load(c_base + rows[:, None] * c_row + o_v[None, :], mask=valid[:, None] & m_v[None, :], other=0.0)
+        rows, valid, n_valid = _chunk_rows(seq_len, i_c * BT, o_t, p, BT, REVERSE)
+        a = _load_rows(a_base, rows, a_row, o_k, valid, m_k)
+        b = _load_rows(b_base, rows, b_row, o_k, valid, m_k)
+        c = _load_rows(c_base, rows, c_row, o_v, valid, m_v)
         if BWD_STATE:
             shift = tl.where(i_c > 0, 1.0, 0.0)
         else:
@@ -265,9 +286,7 @@ def _dkdv_pass(
     dv_base = dv_ptr + bos * (H * VD) + i_h * VD
     dk_base = dk_ptr + i_v.to(tl.int64) * dk_slice_stride + bos * (H * KD) + i_h * KD
 
-    state_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD)
-    s_idx = o_k[:, None] * VD + o_v[None, :]
-    m_s = m_k[:, None] & m_v[None, :]
+    state_off, s_idx, m_s = _state_index(i_n, i_h, H, o_k, o_v, m_k, m_v, KD, VD, False)
     if HAS_DHT:
         P = tl.load(dht_ptr + state_off + s_idx, mask=m_s, other=0.0).to(tl.float32)
     else:
@@ -276,18 +295,12 @@ def _dkdv_pass(
     dt = q_ptr.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
     for i_c in range(0, n_chunks):
-        if BACK:
-            t0 = seq_len - (i_c + 1) * BT
-        else:
-            t0 = i_c * BT
-        n_valid = tl.minimum(seq_len - i_c * BT, BT)
-        rows = t0 + o_t
-        valid = p < n_valid
+        rows, valid, n_valid = _chunk_rows(seq_len, i_c * BT, o_t, p, BT, BACK)
         m_rk = valid[:, None] & m_k[None, :]
         m_rv = valid[:, None] & m_v[None, :]
-        q = tl.load(q_base + rows[:, None] * (H * KD) + o_k[None, :], mask=m_rk, other=0.0)
-        k = tl.load(k_base + rows[:, None] * (HKV * KD) + o_k[None, :], mask=m_rk, other=0.0)
-        v = tl.load(v_base + rows[:, None] * (HKV * VD) + o_v[None, :], mask=m_rv, other=0.0)
+        q = _load_rows(q_base, rows, H * KD, o_k, valid, m_k)
+        k = _load_rows(k_base, rows, HKV * KD, o_k, valid, m_k)
+        v = _load_rows(v_base, rows, HKV * VD, o_v, valid, m_v)
         do = tl.load(do_base + rows[:, None] * (H * VD) + o_v[None, :], mask=m_rv, other=0.0)
         shift = tl.where(i_c > 0, 1.0, 0.0)
         qd = tl.exp(gam * (pf + shift))

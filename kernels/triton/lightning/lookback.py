@@ -44,31 +44,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .kernels import _chunk_layout, _sequence
+from .kernels import _chunk_layout, _chunk_rows, _load_rows, _sequence
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 # (SEG, BT, BV, num_warps, num_stages): GPU default (untimed) and the interpreter's
 GPU_CONFIG = (256, 64, 64, 4, 2)
 INTERP_CONFIG = (32, 16, 32, 4, 1)
-
-
-@triton.jit
-def _chunk_rows(T, ps, o_t, p, BT: tl.constexpr, REVERSE: tl.constexpr):
-    """The chunk at processing position ps: its rows (ascending addresses), which are valid, how many."""
-    n_valid = tl.minimum(T - ps, BT)
-    if REVERSE:
-        t0 = T - ps - BT
-    else:
-        t0 = ps
-    return t0 + o_t, p < n_valid, n_valid
-
-
-@triton.jit
-def _load_rows(base, rows, row_stride, lanes, valid, m_lanes):
-    """A [rows, lanes] tile, zero outside the valid rows and the lanes."""
-    return tl.load(base + rows[:, None] * row_stride + lanes[None, :], mask=valid[:, None] & m_lanes[None, :],
-                   other=0.0)
 
 
 @triton.jit
