@@ -32,6 +32,7 @@ class TorchProblem:
                    else torch.as_tensor(self.const.cu_seqlens, device=self.device))
         self.diff = [n for n in ("q", "k", "v", "h0", "g") if n in self.tensors]
         self._prepared: tuple | None = None
+        self._cots: list | None = None
 
     def _build(self, arrays, seed) -> dict[str, torch.Tensor]:
         dtype = DTYPES[self.case.dtype]
@@ -70,13 +71,12 @@ class TorchProblem:
         if self._prepared is None:
             leaves = {n: (x.detach().requires_grad_(True) if n in self.diff else x)
                       for n, x in self.tensors.items()}
-            self._prepared = (leaves, [leaves[n] for n in self.diff], {})
-        leaves, diff_leaves, cots_by_arity = self._prepared
+            self._prepared = (leaves, [leaves[n] for n in self.diff])
+        leaves, diff_leaves = self._prepared
         outs = self._call(leaves)
-        cots = cots_by_arity.get((len(outs), outs[0].dtype))
-        if cots is None:
-            cots = [self.tensors["do"].to(outs[0].dtype)] + ([self.tensors["dS"]] if len(outs) > 1 else [])
-            cots_by_arity[(len(outs), outs[0].dtype)] = cots
+        if self._cots is None:  # the kernel's outputs (how many, which dtype) are fixed per point
+            self._cots = [self.tensors["do"].to(outs[0].dtype)] + ([self.tensors["dS"]] if len(outs) > 1 else [])
+        cots = self._cots
         return outs, diff_leaves, cots
 
     def fwdbwd(self):
