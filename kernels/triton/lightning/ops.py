@@ -190,7 +190,7 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
               IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(q.dtype))
     roles = ((0, dq, d), (1, dk, d), (2, dv, e))
     fused = bwd_path() == "fused"
-    stream = _raw_stream(q) if aligned else None
+    stream = _raw_stream(q)
     if fused:
         roles = roles[:1]
     for role, out, split in roles:
