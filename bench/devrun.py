@@ -59,3 +59,14 @@ class DevRun:
             return None
         finally:
             self.dump()
+
+    def run_sections(self, table: dict[str, Callable[[], None]], names: list[str]) -> None:
+        """Run the named sections in order (a section that raises is one failure line), then write
+        the JSON and a closing line."""
+        for name in names:
+            try:
+                table[name]()
+            except Exception as exc:  # noqa: BLE001
+                self.fail(f"section {name}: {type(exc).__name__}: {exc}"[:400])
+        self.dump()
+        self.log("done", len(self.results["fail"]), "failures")

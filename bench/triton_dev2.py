@@ -426,15 +426,8 @@ def ws_section():
 
 def main():
     log("env", {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name()})
-    sections = sys.argv[1:] or ["fast"]
-    for sec in sections:
-        try:
-            {"host": host_section, "tma": tma_section, "fast": fast_section, "prof": prof_section, "ws": ws_section,
-             "thread": thread_section}[sec]()
-        except Exception as exc:  # noqa: BLE001
-            RUN.fail(f"section {sec}: {type(exc).__name__}: {exc}"[:400])
-    RUN.dump()
-    log("done", len(R["fail"]), "failures")
+    RUN.run_sections({"host": host_section, "tma": tma_section, "fast": fast_section, "prof": prof_section,
+                      "ws": ws_section, "thread": thread_section}, sys.argv[1:] or ["fast"])
 
 
 if __name__ == "__main__":

@@ -184,13 +184,7 @@ def main():
                 "gpu": torch.cuda.get_device_name() if DEV == "cuda" else "cpu (interpreter)"}
     log("env", R["env"])
     sections = [a for a in sys.argv[1:] if not a.startswith("--")] or (["check"] if SMOKE else ["check", "speed"])
-    for sec in sections:
-        try:
-            {"check": check_section, "speed": speed_section}[sec]()
-        except Exception as exc:  # noqa: BLE001
-            RUN.fail(f"section {sec}: {type(exc).__name__}: {exc}"[:400])
-    RUN.dump()
-    log("done", len(R["fail"]), "failures")
+    RUN.run_sections({"check": check_section, "speed": speed_section}, sections)
 
 
 if __name__ == "__main__":
