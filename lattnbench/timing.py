@@ -54,8 +54,8 @@ def measure(run: Callable[[], object], sync: Callable[[object], None], *, cuda_e
     ``min_reps``. ``flush`` must leave the device idle when it returns (host-clock timing).
     With ``batch_short`` (host-clock timing of asynchronous dispatch, i.e. JAX on a GPU), a call
     shorter than BATCH_TARGET_MS is timed as a back-to-back batch of k calls (k·call ≈ the target)
-    with one final sync, divided by k: the host round trip of a sync (30–100 µs on the H200) would
-    otherwise add 10–30 % to a 0.4 ms call. Dispatch stays in the time (it overlaps execution, as
+    with one final sync, divided by k: the host round trip of one sync per call would otherwise
+    be a visible share of a sub-ms call. Dispatch stays in the time (it overlaps execution, as
     it does for CUDA events); the L2 flush runs once per batch, which matters only when the
     inputs fit in L2 (n ≤ 1024 at the seed shape).
     """
