@@ -17,6 +17,9 @@ from . import kernels as _k
 # (BT, BV, num_warps, num_stages): the autotuner's pick at D=E=128 bf16 on the H200 (torch path)
 JAX_FWD_CONFIG = (64, 64, 4, 2)
 JAX_BWD_CONFIG = (64, 64, 4, 2)
+# the backward as ONE triton_call (lightning_bwd_one_kernel: the three passes, a grid axis picking
+# the pass) instead of three; False = one call per pass
+JAX_BWD_ONE = True
 
 _JT = None
 
@@ -79,22 +82,31 @@ def _bwd_call(q, k, v, do, g, h0, dht, scale, reverse):
     grp = h // hkv
     bt, bv, w, s = JAX_BWD_CONFIG
     gdt = q.dtype if grp == 1 else jnp.float32
+    kw = dict(num_warps=w, num_stages=s, KD=d, VD=e, BKD=_pow2(d), BVD=_pow2(e), REVERSE=bool(reverse),
+              HAS_H0=h0 is not None, HAS_DHT=True, IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv)
+    args = (q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, np.float32(scale), _t_bucket(t))
+    if JAX_BWD_ONE:
+        outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),
+                jax.ShapeDtypeStruct((b, t, h, e), gdt), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
+        dq, dk, dv, dh0 = jt.triton_call(*args, kernel=_k.lightning_bwd_one_kernel, out_shape=outs,
+                                         grid=(-(-max(d, e) // bv), b * h, 3), ROLE=3, **kw)
+        return (dq,) + _gqa_sum(dk, dv, grp, q.dtype) + (dh0,)
     res = []
     for role, dim, odt in ((0, d, q.dtype), (1, d, gdt), (2, e, gdt)):
         outs = [jax.ShapeDtypeStruct((b, t, h, dim), odt), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
-        dx, dh0 = jt.triton_call(
-            q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, np.float32(scale), _t_bucket(t),
-            kernel=_k.lightning_bwd_kernel, out_shape=outs, grid=(-(-dim // bv), b * h),
-            num_warps=w, num_stages=s,
-            KD=d, VD=e, BKD=_pow2(d), BVD=_pow2(e), ROLE=role, REVERSE=bool(reverse),
-            HAS_H0=h0 is not None, HAS_DHT=True, IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv)
+        dx, dh0 = jt.triton_call(*args, kernel=_k.lightning_bwd_kernel, out_shape=outs,
+                                 grid=(-(-dim // bv), b * h), ROLE=role, **kw)
         res.append((dx, dh0))
-    dq = res[0][0]
-    dk, dv = res[1][0], res[2][0]
+    return (res[0][0],) + _gqa_sum(res[1][0], res[2][0], grp, q.dtype) + (res[2][1],)
+
+
+def _gqa_sum(dk, dv, grp, dtype):
+    """GQA: dk, dv per query head (fp32) summed over each kv head's group, in the input dtype."""
     if grp > 1:
-        dk = dk.reshape(b, t, hkv, grp, d).sum(3).astype(q.dtype)
-        dv = dv.reshape(b, t, hkv, grp, e).sum(3).astype(q.dtype)
-    return dq, dk, dv, res[2][1]
+        b, t, h, d = dk.shape
+        dk = dk.reshape(b, t, h // grp, grp, d).sum(3).astype(dtype)
+        dv = dv.reshape(b, t, h // grp, grp, dv.shape[3]).sum(3).astype(dtype)
+    return dk, dv
 
 
 def _make_fn():

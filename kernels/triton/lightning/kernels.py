@@ -210,8 +210,11 @@ def _prune(configs, named_args, **kwargs):
     if "VD" not in allargs or "KD" not in allargs:
         return configs
     split = allargs["VD"]
-    if allargs.get("ROLE", 2) in (0, 1):  # dq / dk split D
+    role = allargs.get("ROLE", 2)
+    if role in (0, 1):  # dq / dk split D
         split = allargs["KD"]
+    elif role == 3:  # all three passes in one launch: the wider of D and E
+        split = max(allargs["KD"], allargs["VD"])
     keep = [c for c in configs if c.kwargs["BV"] <= max(16, triton.next_power_of_2(split))]
     return keep or configs[:1]
 
@@ -257,6 +260,41 @@ def lightning_bwd_kernel(
         _chunk_pass(k, q, do, dx, dht, dh0, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
                     KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC)
 
+
+
+@triton.jit(do_not_specialize=["T_BUCKET"])
+def lightning_bwd_one_kernel(
+    q, k, v, do, h0, dht, g, cu,
+    T, H, HKV, scale, T_BUCKET,
+    dq, dk, dv, dh0,
+    KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr, BVD: tl.constexpr, ROLE: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+):
+    """The three backward passes of lightning_bwd_kernel in ONE launch: grid
+    (cdiv(max(D, E), BV), N·H, 3), program_id(2) picks the pass (0 dq, 1 dk, 2 dv + dh0); slices
+    past a pass's own split width (D ≠ E) do nothing. ROLE must be 3 (it tells the config pruner
+    that BV splits max(D, E)).
+
+    Why: at small n the backward is host-bound (one launch instead of three), and the three
+    passes share the GPU instead of running one after the other (3× the programs of one pass:
+    at n = 512, B4 H32 one pass has 256 programs for 132 SMs).
+    """
+    i_v = tl.program_id(0)
+    i_nh = tl.program_id(1)
+    role = tl.program_id(2)
+    if role == 0:
+        if i_v * BV < KD:
+            _chunk_pass(do, v, k, dq, h0, h0, g, cu, T, H, H, HKV, HKV, scale, 1.0, i_v, i_nh,
+                        VD, KD, BVD, BV, BT, REVERSE, HAS_H0, True, False, False, IS_VARLEN, DOT_PREC)
+    elif role == 1:
+        if i_v * BV < KD:
+            _chunk_pass(v, do, q, dk, dht, dht, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
+                        VD, KD, BVD, BV, BT, not REVERSE, HAS_DHT, True, False, True, IS_VARLEN, DOT_PREC)
+    else:
+        if i_v * BV < VD:
+            _chunk_pass(k, q, do, dv, dht, dh0, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
+                        KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC)
 
 @triton.jit
 def _dkdv_pass(
@@ -359,13 +397,15 @@ def lightning_bwd_dkdv_kernel(
 # Autotuned launchers on a GPU; under the interpreter autotune cannot run ("0 active drivers"),
 # so the wrappers launch the plain kernels with the single fixed config of _fwd_configs().
 if INTERPRET:
-    lightning_fwd = lightning_bwd = lightning_bwd_dkdv = None
+    lightning_fwd = lightning_bwd = lightning_bwd_one = lightning_bwd_dkdv = None
 else:
     _prune_by = {"early_config_prune": _prune}
     lightning_fwd = triton.autotune(configs=_configs(FWD_CONFIGS), key=["KD", "VD", "T_BUCKET"],
                                     prune_configs_by=_prune_by)(lightning_fwd_kernel)
     lightning_bwd = triton.autotune(configs=_configs(BWD_CONFIGS), key=["KD", "VD", "T_BUCKET", "ROLE"],
                                     prune_configs_by=_prune_by)(lightning_bwd_kernel)
+    lightning_bwd_one = triton.autotune(configs=_configs(BWD_CONFIGS), key=["KD", "VD", "T_BUCKET"],
+                                        prune_configs_by=_prune_by)(lightning_bwd_one_kernel)
     lightning_bwd_dkdv = triton.autotune(
         configs=[triton.Config({"BT": bt}, num_warps=w, num_stages=st) for bt, w, st in FUSED_CONFIGS],
         key=["KD", "VD", "T_BUCKET", "BV"])(lightning_bwd_dkdv_kernel)

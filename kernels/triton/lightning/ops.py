@@ -18,10 +18,10 @@ _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _INTERP_META = dict(zip(("BT", "BV", "num_warps", "num_stages"), _k.INTERP_CONFIG))
 
 
-# Backward path: "split" (three independent passes: dq, dk, dv+dh0) or "fused" (dq pass + one
-# dk+dv+dh0 pass). The env var LIGHTNING_TRITON_BWD is read at every backward call; set_bwd_path()
+# Backward path: "split" (three independent passes: dq, dk, dv+dh0, one launch each), "one" (the same
+# three passes in ONE launch, a grid axis picking the pass) or "fused" (dq pass + one dk+dv+dh0 pass). The env var LIGHTNING_TRITON_BWD is read at every backward call; set_bwd_path()
 # overrides it for the process (None = back to the env var).
-_BWD_PATHS = ("split", "fused")
+_BWD_PATHS = ("split", "one", "fused")
 _BWD_OVERRIDE: str | None = None
 # E-slice width of the fused pass: None = the whole (padded) E when it is <= FUSED_FULL_MAX (dk
 # written directly), otherwise slices of FUSED_FULL_MAX with fp32 dk partials summed afterwards.
@@ -32,7 +32,7 @@ FUSED_TRANS = False
 
 
 def set_bwd_path(path: str | None, fused_bv: int | None = None) -> None:
-    """Select the backward path for this process ("split" / "fused"; None = env var / default),
+    """Select the backward path for this process ("split" / "one" / "fused"; None = env var / default),
     and optionally the fused pass's E-slice width (a power of two >= 16; None = automatic)."""
     global _BWD_OVERRIDE, FUSED_BV
     if path is not None and path not in _BWD_PATHS:
@@ -148,6 +148,7 @@ def _raw_stream(x: Tensor) -> int | None:
 
 _FWD_LAUNCH = Launcher(_k, "lightning_fwd", "lightning_fwd_kernel", _INTERP_META)
 _BWD_LAUNCH = Launcher(_k, "lightning_bwd", "lightning_bwd_kernel", _INTERP_META)
+_BWD_ONE_LAUNCH = Launcher(_k, "lightning_bwd_one", "lightning_bwd_one_kernel", _INTERP_META)
 
 
 def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, aligned=False):
@@ -173,7 +174,7 @@ def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, aligned=False
 
 def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False):
     """Backward launches; inputs contiguous. split: dq; dk; dv and dh0, one independent pass each.
-    fused: dq; then dk, dv and dh0 in one pass (bwd_path()). ``aligned`` as in lightning_fwd,
+    one: those three passes in one launch. fused: dq; then dk, dv and dh0 in one pass (bwd_path()). ``aligned`` as in lightning_fwd,
     for do and dS_T too."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
@@ -188,9 +189,15 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
     kw = dict(KD=d, VD=e, BKD=max(16, triton.next_power_of_2(d)), BVD=max(16, triton.next_power_of_2(e)),
               REVERSE=bool(reverse), HAS_H0=h0 is not None, HAS_DHT=dht is not None,
               IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(q.dtype))
-    roles = ((0, dq, d), (1, dk, d), (2, dv, e))
-    fused = bwd_path() == "fused"
+    path = bwd_path()
     stream = _raw_stream(q)
+    if path == "one":
+        grid = lambda meta: (triton.cdiv(max(d, e), meta["BV"]), n * h, 3)  # noqa: E731
+        args = (q, k, v, do) + common + (dq, dk, dv, dh0 if dh0 is not None else g)
+        _BWD_ONE_LAUNCH(grid, args, dict(kw, ROLE=3), aligned=aligned, stream=stream)
+        return _gqa_sum(dq, dk, dv, dh0, grp, q.dtype)
+    roles = ((0, dq, d), (1, dk, d), (2, dv, e))
+    fused = path == "fused"
     if fused:
         roles = roles[:1]
     for role, out, split in roles:
@@ -219,9 +226,15 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
             dk = dk.sum(0)
             if grp == 1:
                 dk = dk.to(q.dtype)
+    return _gqa_sum(dq, dk, dv, dh0, grp, q.dtype)
+
+
+def _gqa_sum(dq, dk, dv, dh0, grp, dtype):
+    """GQA: dk, dv per query head (fp32) summed over each kv head's group, in the input dtype."""
     if grp > 1:
-        dk = dk.view(b, t, hkv, grp, d).sum(3).to(q.dtype)
-        dv = dv.view(b, t, hkv, grp, e).sum(3).to(q.dtype)
+        b, t, h, d = dk.shape
+        dk = dk.view(b, t, h // grp, grp, d).sum(3).to(dtype)
+        dv = dv.view(b, t, h // grp, grp, dv.shape[3]).sum(3).to(dtype)
     return dq, dk, dv, dh0
 
 

@@ -24,10 +24,10 @@ NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def pytest_generate_tests(metafunc):
-    """Every test runs under both backward paths, tests marked ``fused_only`` under the fused one."""
+    """Every test runs under every backward path, tests marked ``fused_only`` under the fused one."""
     if "bwd_path" in metafunc.fixturenames:
         fused_only = metafunc.definition.get_closest_marker("fused_only") is not None
-        metafunc.parametrize("bwd_path", ["fused"] if fused_only else ["split", "fused"], indirect=True)
+        metafunc.parametrize("bwd_path", ["fused"] if fused_only else ["split", "one", "fused"], indirect=True)
 
 
 @pytest.fixture(autouse=True)
@@ -252,7 +252,7 @@ def test_bwd_path_selects_launches(bwd_path, monkeypatch):
 
     if K.lightning_bwd_dkdv is not None:
         pytest.skip("launch spy written for the interpreter's plain launches")
-    fused_spy, roles = LaunchSpy(K.lightning_bwd_dkdv_kernel), []
+    fused_spy, one_spy, roles = LaunchSpy(K.lightning_bwd_dkdv_kernel), LaunchSpy(K.lightning_bwd_one_kernel), []
     plain = K.lightning_bwd_kernel
 
     class RoleSpy(LaunchSpy):
@@ -261,15 +261,19 @@ def test_bwd_path_selects_launches(bwd_path, monkeypatch):
             return lambda *a, **kw: (roles.append(kw["ROLE"]), launch(*a, **kw))[1]
 
     monkeypatch.setattr(K, "lightning_bwd_dkdv_kernel", fused_spy)
+    monkeypatch.setattr(K, "lightning_bwd_one_kernel", one_spy)
     monkeypatch.setattr(K, "lightning_bwd_kernel", RoleSpy(plain))
     g, q, k, v, _ = _inputs(30, 1, 40, 2, 2, 32, 32, torch.float32, h0=False)
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
     o, _ = lightning_attn_triton(*leaves, gamma=[-0.1, -0.5])
     o.backward(torch.randn(o.shape, generator=g))
     if bwd_path == "fused":
-        assert roles == [0] and len(fused_spy.grids) == 1
+        assert roles == [0] and len(fused_spy.grids) == 1 and not one_spy.grids
+    elif bwd_path == "one":  # one launch, a grid axis of 3 picking the pass
+        assert roles == [] and not fused_spy.grids and len(one_spy.grids) == 1
+        assert one_spy.grids[0][1:] == (2 * 1, 3)
     else:
-        assert roles == [0, 1, 2] and not fused_spy.grids
+        assert roles == [0, 1, 2] and not fused_spy.grids and not one_spy.grids
     assert all(torch.isfinite(x.grad).all() for x in leaves)
 
 
@@ -290,6 +294,8 @@ def test_bwd_path_env_var(monkeypatch):
     assert tl_ops.bwd_path() == "split"
     monkeypatch.setenv("LIGHTNING_TRITON_BWD", "fused")
     assert tl_ops.bwd_path() == "fused"
+    monkeypatch.setenv("LIGHTNING_TRITON_BWD", " One ")
+    assert tl_ops.bwd_path() == "one"
     tl_ops.set_bwd_path("split")
     assert tl_ops.bwd_path() == "split"  # the override wins over the env var
     tl_ops.set_bwd_path(None)

@@ -34,7 +34,8 @@ def test_bad_input_raises(case):
         lightning_attn_jax_triton(q, k, v, **kw)
 
 
-def test_scalars_reach_jax_triton_as_fp32_not_fp64(monkeypatch):
+@pytest.mark.parametrize("one", [True, False])
+def test_scalars_reach_jax_triton_as_fp32_not_fp64(monkeypatch, one):
     """jax-triton types a Python float as fp64; an fp64 scale turns the kernel's MMA accumulator
     into f64, which does not compile for sm_90 ("Unsupported mma result type", seen on the H200
     as CompilationError at the _chunk_pass call). Every float scalar must be an np.float32."""
@@ -51,11 +52,13 @@ def test_scalars_reach_jax_triton_as_fp32_not_fp64(monkeypatch):
             return [jnp.zeros(s.shape, s.dtype) for s in out_shape]
 
     monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: FakeJaxTriton)
+    monkeypatch.setattr(jax_bridge, "JAX_BWD_ONE", one)
     q, k, v = (jnp.asarray(_x(1, 8, 2, 16)) for _ in range(3))
     jax_bridge._fwd_call(q, k, v, jnp.zeros(2, jnp.float32), None, 0.25, False)
     jax_bridge._bwd_call(q, k, v, q, jnp.zeros(2, jnp.float32), None, jnp.zeros((1, 2, 16, 16), jnp.float32),
                          0.25, False)
-    assert [name for name, _ in calls] == ["lightning_fwd_kernel"] + ["lightning_bwd_kernel"] * 3
+    bwd = ["lightning_bwd_one_kernel"] if one else ["lightning_bwd_kernel"] * 3
+    assert [name for name, _ in calls] == ["lightning_fwd_kernel"] + bwd
     for _, args in calls:
         scalars = [a for a in args if not hasattr(a, "shape") or np.ndim(a) == 0]
         assert not any(type(a) is float for a in scalars), scalars
