@@ -68,7 +68,7 @@ def agree():
 def time_paths():
     entry = default_registry()["lightning/triton"]
     flush = l2_flusher("cuda")
-    for n in (512, 1024, 2048, 4096, 8192, 32768):
+    for n in (int(x) for x in os.environ.get("BWD_SIZES", "512,1024,2048,4096,8192,32768").split(",")):
         case = Case(batch=4, seqlen=n, heads=32, kv_heads=32, dim_qk=128, dim_v=128, dtype="bf16")
         prob = TorchProblem(entry, case, "cuda")
         for mode in ("bwd", "fwdbwd"):
@@ -77,7 +77,7 @@ def time_paths():
                     ops.set_bwd_path(path)
                     fn = prob.bwd_callable() if mode == "bwd" else prob.fwdbwd
                     t = measure(fn, prob.sync, cuda_events=True, flush=flush, budget_s=0.5, min_reps=10)
-                    return {"median_ms": round(t.median(), 4), "p20": round(t.quantile(0.2), 4),
+                    return {"median_ms": round(t.median, 4), "p20": round(t.quantile(0.2), 4),
                             "p80": round(t.quantile(0.8), 4)}
                 RUN.guarded("time", f"n{n} {mode} {path}", one)
         ops.set_bwd_path(None)
@@ -102,7 +102,7 @@ def jax_paths():
         return vjp((do, ds))
 
     rng = np.random.default_rng(0)
-    for n in (1024, 4096, 32768):
+    for n in (int(x) for x in os.environ.get("BWD_JAX_SIZES", "1024,4096,32768").split(",")):
         b, h, d = 4, 32, 128
         q, k, v, do = (jnp.asarray(rng.standard_normal((b, n, h, d)), jnp.bfloat16) for _ in range(4))
         ds = jnp.asarray(rng.standard_normal((b, h, d, d)), jnp.float32)
@@ -126,7 +126,7 @@ def jax_paths():
                     return out, vjp((do, ds))
                 t = measure(lambda: step(q, k, v), jax.block_until_ready, budget_s=0.5, min_reps=10,
                             batch_short=True)
-                return {"median_ms": round(t.median(), 4), "method": t.method}
+                return {"median_ms": round(t.median, 4), "method": t.method}
             RUN.guarded("jax", f"n{n} fwdbwd {'one-call' if one else 'three-call'}", tm)
 
 

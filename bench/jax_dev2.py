@@ -47,6 +47,7 @@ VARIANTS = [
     ("v2-c256-direct-lowpart", dict(V2, state="direct")),               # S_in by one bf16 [NC, NC] matmul
     ("v2-c256-direct-lowall", dict(V2, state="direct", scores="low")),
     ("v2-c128-direct-lowall", dict(V2, chunk=128, state="direct", scores="low")),
+    ("v2-c64-direct-lowall", dict(V2, chunk=64, state="direct", scores="low")),
     ("v2-c512-direct-lowall", dict(V2, chunk=512, state="direct", scores="low")),
     ("v2-c256-direct-lowall-nosave", dict(V2, state="direct", scores="low", save_states=False)),
     ("v2-c256-direct-lowall-bthd", dict(V2, state="direct", scores="low", layout="bthd")),

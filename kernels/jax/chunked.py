@@ -383,5 +383,6 @@ def _lightning_vjp(q, k, v, g_gamma, scale, initial_state, reverse, cu_seqlens, 
     gamma = gamma_array(g_gamma, h)
     h0 = jnp.zeros((n, h, d, e), F32) if initial_state is None else initial_state.astype(F32)
     cu = None if cu_seqlens is None else concrete_cu(cu_seqlens, "impl='chunked'")
-    o, final = lightning_chunked(q, k, v, gamma, h0, scale, reverse=reverse, cu=cu, **kw)
+    o, final = lightning_chunked(q, k, v, gamma, h0, scale, reverse=reverse, cu=cu,
+                                 has_h0=initial_state is not None, **kw)
     return o.astype(q.dtype), final.astype(F32)

@@ -89,6 +89,7 @@ class Config:
     seq: tuple | None = None
     first: tuple | None = None
     last: tuple | None = None
+    has_h0: bool = True        # False: the initial state is zero (the state="direct" pass skips its terms)
 
     @property
     def full(self) -> bool:
@@ -286,20 +287,27 @@ def _set_chunk(x, row, i):
 
 def _states_direct(k, v, h0, gamma, wk, cfg):
     """S_in written once in the compute dtype by one [NC, NC] matmul (cdt operands, fp32 accumulation):
-    h0 is folded into chunk 0 (Ũ_0 = U_0 + λ^C h0, so S_in[n] = Σ_{j<n} λ^{C(n−1−j)} Ũ_j for n ≥ 1)
-    and S_in[0] = h0 is written into row 0; the final state is an fp32 matvec over Ũ."""
+    S_in[n] = Σ_{j<n} λ^{C(n−1−j)} U_j (+ λ^{Cn} h0), final = Σ_j m_fin[j] U_j (+ λ^{L+C(NC−1)} h0) as
+    an fp32 reduction reading U once. No dynamic-update-slice of U or S_in: on the H200 (jax 0.11,
+    n = 32768, chunk 128) folding h0 into chunk 0 that way cost a 1 GB copy and a 1 GB update pass,
+    1.5 of the forward's 9.3 ms (results/h200/s3b/jax_prof.json). Without an initial state
+    (cfg.has_h0 False) the h0 terms are skipped: S_in[0] = 0 comes out of the matmul."""
     b, h, nc, c, d = _shape(k, cfg)
     e = v.shape[-1]
     cdt = _cdt(k)
     n = h0.shape[0]
-    m, m_fin, lam_c, _ = _direct_mats(gamma, cfg)
+    m, m_fin, _, _ = _direct_mats(gamma, cfg)
     u = _dot(_sp("bhncd,bhnce->bhnde", cfg), k * _tok(wk, cfg), v, cdt, out=cdt).reshape(b, h, nc, d * e)
-    h0r = h0.reshape(n, h, d * e)
-    u = _set_chunk(u, u[:, :, 0].astype(F32) + lam_c[None, :, None] * h0r, 0)
-    s_in = _dot("bhnj,bhjx->bhnx", jnp.broadcast_to(m[None], (b, h, nc, nc)), u, cdt, out=cdt)
-    s_in = _set_chunk(s_in, h0r, 0)
-    # fp32 weighted sum over the chunks (one reduction reading Ũ once; not a matmul with an fp32 copy)
+    mb = jnp.broadcast_to(m[None], (b, h, nc, nc))
+    # fp32 weighted sum over the chunks (one reduction reading U once; not a matmul with an fp32 copy)
     final = jnp.sum(m_fin[None, :, :, None] * u.astype(F32), axis=2)
+    if cfg.has_h0:
+        h0r = h0.reshape(n, h, d * e)
+        m0 = jnp.exp(gamma[:, None] * (c * np.arange(nc, dtype=np.float32))[None])          # [H, NC]: λ^{Cn}
+        s_in = (_dot("bhnj,bhjx->bhnx", mb, u, cdt) + m0[None, :, :, None] * h0r[:, :, None]).astype(cdt)
+        final = final + jnp.exp(gamma * float(cfg.lens[-1] + c * (nc - 1)))[None, :, None] * h0r
+    else:
+        s_in = _dot("bhnj,bhjx->bhnx", mb, u, cdt, out=cdt)
     return s_in.reshape(b, h, nc, d, e), final.reshape(n, h, d, e)
 
 
@@ -421,9 +429,10 @@ lightning_core.defvjp(_core_fwd, _core_bwd)
 
 def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, state="twolevel",
                       group=None, save_states=True, scores="f32", state_precision="auto", combine="f32",
-                      layout="bhtd"):
+                      layout="bhtd", has_h0=True):
     """q [B, T, H, D], k [B, T, H, D], v [B, T, H, E] (kv already expanded to H heads), gamma [H]
-    fp32 or None, h0 [N, H, D, E] fp32, cu: concrete numpy cu_seqlens or None. Returns
+    fp32 or None, h0 [N, H, D, E] fp32 (has_h0=False: the caller vouches h0 is zero, which lets the
+    direct state pass skip it), cu: concrete numpy cu_seqlens or None. Returns
     (o [B, T, H, E] in q's dtype, final state fp32). Inputs are checked by the caller."""
     from .chunked import _varlen_layout  # the same chunk-aligned layout as the autodiff path
 
@@ -492,7 +501,7 @@ def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, 
     cfg = Config(c=c, nc=nc, lens=lens, scale=float(scale), state=state if cu is None else "matrix",  # direct: dense
                  group=int(group or 0), save_states=bool(save_states), scores=scores,
                  state_precision=state_precision, combine=combine, layout=layout, seq=seq, first=first,
-                 last=last)
+                 last=last, has_h0=bool(has_h0))
     o, final = lightning_core(qc, kc, vc, h0.astype(F32), gamma, cfg)
     if bthd:
         o = o.reshape(b, nc * c, h, e)

@@ -250,13 +250,15 @@ def test_vjp_state_precision_and_layout_errors():
         chunked_attention(q, q, q, lightning="vjp", state_precision="tf32")
 
 
-# state="direct": S_in written once in the compute dtype by one [NC, NC] matmul, h0 folded into chunk 0
+# state="direct": S_in written once in the compute dtype by one [NC, NC] matmul, plus λ^{Cn}·h0 when there
+# is an initial state (h0=False: no initial state, its terms skipped)
 @pytest.mark.parametrize("dtype,t,varlen,reverse,kw", [
     ("fp32", 45, False, False, dict()),
     ("fp32", 48, False, True, dict(layout="bthd", save_states=False, strong=True)),
     ("bf16", 45, False, False, dict(strong=True)),
     ("bf16", 64, False, True, dict(layout="bthd", scores="low")),
     ("bf16", 45, False, False, dict(layout="bthd", h0=False, save_states=False)),
+    ("fp32", 45, False, True, dict(h0=False)),
     ("bf16", 45, True, True, dict()),                                   # varlen: the matrix form
     ("bf16", 6, False, False, dict()),                                  # one chunk: the generic path
     ("fp32", 16, False, True, dict(layout="bthd")),                     # two full chunks
