@@ -48,6 +48,8 @@ VARIANTS = [
     ("v2-c256-direct-lowall", dict(V2, state="direct", scores="low")),
     ("v2-c128-direct-lowall", dict(V2, chunk=128, state="direct", scores="low")),
     ("v2-c64-direct-lowall", dict(V2, chunk=64, state="direct", scores="low")),
+    ("v2-c128-mask", dict(V2, chunk=128, state="direct", scores="low", intra="mask")),   # session 3: before folding
+    ("v2-c128-fold", dict(V2, chunk=128, state="direct", scores="low", intra="fold")),
     ("v2-c512-direct-lowall", dict(V2, chunk=512, state="direct", scores="low")),
     ("v2-c256-direct-lowall-nosave", dict(V2, state="direct", scores="low", save_states=False)),
     ("v2-c256-direct-lowall-bthd", dict(V2, state="direct", scores="low", layout="bthd")),

@@ -258,8 +258,8 @@ def _varlen_layout(cu, t, c):
 LIGHTNING_ALGO = "vjp"
 LIGHTNING_ALGOS = ("vjp", "autodiff")
 #: defaults of the "vjp" algorithm (chunk length, state pass, ...); keyword arguments override them
-VJP_DEFAULTS = dict(chunk=256, state="direct", group=None, save_states=True, scores="low",
-                    state_precision="auto", combine="low", layout="bhtd")
+VJP_DEFAULTS = dict(chunk=128, state="direct", group=None, save_states=True, scores="low",
+                    state_precision="auto", combine="low", layout="bhtd", intra="auto")
 
 
 def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None, reverse=False,
@@ -277,7 +277,9 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
     only for Lightning (g None).
     vjp_opts (Lightning "vjp" only): state ("twolevel" | "matrix" | "scan" | "direct"), save_states (bool),
     scores ("f32" | "low"), state_precision ("auto" | "highest" | "default"), layout ("bhtd" | "bthd"), combine ("f32" | "low" |
-    "concat", see ``lightning_chunked``); ``group`` is the two-level
+    "concat", see ``lightning_chunked``), intra ("auto" | "mask" | "fold": the forward's intra-chunk
+    decay as a mask, or folded into k and a row factor where the decay allows, see
+    ``lightning_chunked._forward_fold``); ``group`` is the two-level
     group size there (default ≈ sqrt(number of chunks)). Defaults in ``VJP_DEFAULTS``.
     """
     if lightning is None:
@@ -365,7 +367,7 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
 
 
 def _lightning_vjp(q, k, v, g_gamma, scale, initial_state, reverse, cu_seqlens, chunk, group, opts):
-    from .lightning_chunked import lightning_chunked
+    from .lightning_chunked import decay_bound, lightning_chunked
 
     unknown = set(opts) - set(VJP_DEFAULTS)
     if unknown:
@@ -384,5 +386,5 @@ def _lightning_vjp(q, k, v, g_gamma, scale, initial_state, reverse, cu_seqlens, 
     h0 = jnp.zeros((n, h, d, e), F32) if initial_state is None else initial_state.astype(F32)
     cu = None if cu_seqlens is None else concrete_cu(cu_seqlens, "impl='chunked'")
     o, final = lightning_chunked(q, k, v, gamma, h0, scale, reverse=reverse, cu=cu,
-                                 has_h0=initial_state is not None, **kw)
+                                 has_h0=initial_state is not None, gamma_max=decay_bound(g_gamma), **kw)
     return o.astype(q.dtype), final.astype(F32)

@@ -54,6 +54,10 @@ SCORES = ("f32", "low")
 COMBINES = ("f32", "low", "concat")
 LAYOUTS = ("bhtd", "bthd")
 STATE_PRECISIONS = ("auto", "highest", "default")
+INTRAS = ("auto", "mask", "fold")
+#: the folded forward scales k by λ^{C/2−1−s} and rows by λ^{i−C/2+1}: every factor stays within
+#: e^{±FOLD_MAX_EXP} (bf16 / fp32 range e^{±88}, margin for |q·k| up to ~e^{20})
+FOLD_MAX_EXP = 60.0
 
 
 def _cpu() -> bool:
@@ -90,6 +94,7 @@ class Config:
     first: tuple | None = None
     last: tuple | None = None
     has_h0: bool = True        # False: the initial state is zero (the state="direct" pass skips its terms)
+    fold: bool = False         # forward: decay folded into k and a row factor (_forward_fold)
 
     @property
     def full(self) -> bool:
@@ -324,7 +329,53 @@ def _states(k, v, h0, gamma, wk, cfg):
     return s_in.reshape(b, h, nc, d, e), final.reshape(h0.shape[0], h, d, e)
 
 
+def _forward_fold(q, k, v, h0, gamma, cfg):
+    """The forward with the intra-chunk decay folded into the operands (cfg.fold; dense, state
+    "direct", layout "bhtd"): with h = C/2, λ^{i−j} = λ^{i−h+1}·λ^{h−1−j}, so
+    k̃_s = λ^{h−1−s} k_s serves both products — scores q·k̃ᵀ (then only a causal select, the row
+    factor λ^{i−h+1} applied in the final combine) and U'_n = Σ_s k̃_s v_sᵀ = λ^{−h}·U_n for full
+    chunks (λ^{h} goes into the [NC, NC] state matrix; the last chunk, L_n real tokens, enters the
+    final state with λ^{L_n−h}). Why: k is then read by ONE layout-change fusion that writes k̃,
+    instead of a plain transpose for the scores plus a scaled copy for U (2 of the forward's ~30 GB
+    at n = 32768). Exact up to rounding; the factors span e^{±|γ|·h}, so it is used only when
+    max|γ|·h ≤ FOLD_MAX_EXP and the dtype has bf16 / fp32 range (lightning_chunked checks)."""
+    cdt = _cdt(q)
+    b, h, nc, c, d = q.shape
+    e = v.shape[-1]
+    n = h0.shape[0]
+    half = c // 2
+    i = jnp.arange(c, dtype=F32)
+    g = gamma[:, None]
+    kf = k * jnp.exp(g * (half - 1.0 - i))[None, :, None, :, None]        # λ^{h−1−s} k_s
+    row = jnp.exp(g * (i - half + 1.0))[None, :, None, :, None]            # λ^{i−h+1}
+    wq = jnp.exp(g * (i + 1.0))[None, :, None, :, None]                    # λ^{i+1}
+    m, m_fin, _, _ = _direct_mats(gamma, cfg)
+    lam_h = jnp.exp(gamma * float(half))[:, None]
+    last = jnp.exp(gamma * float(cfg.lens[-1] - half))[:, None]
+    m_fin = jnp.concatenate([m_fin[:, :-1] * lam_h, last], axis=1)        # weights of U'
+    u = _dot("bhncd,bhnce->bhnde", kf, v, cdt, out=cdt).reshape(b, h, nc, d * e)
+    mb = jnp.broadcast_to((m * lam_h[:, :, None])[None], (b, h, nc, nc))
+    final = jnp.sum(m_fin[None, :, :, None] * u.astype(F32), axis=2)
+    if cfg.has_h0:
+        h0r = h0.reshape(n, h, d * e)
+        m0 = jnp.exp(gamma[:, None] * (c * np.arange(nc, dtype=np.float32))[None])
+        s_in = (_dot("bhnj,bhjx->bhnx", mb, u, cdt) + m0[None, :, :, None] * h0r[:, :, None]).astype(cdt)
+        final = final + jnp.exp(gamma * float(cfg.lens[-1] + c * (nc - 1)))[None, :, None] * h0r
+    else:
+        s_in = _dot("bhnj,bhjx->bhnx", mb, u, cdt, out=cdt)
+    s_c = s_in.reshape(b, h, nc, d, e)
+    sp = _dot("bhnid,bhnjd->bhnij", q, kf, cdt, out=_score_dt(cfg, cdt))
+    p = jnp.where(np.tril(np.ones((c, c), bool)), sp, 0).astype(cdt)
+    pdt = _part_dt(cfg, cdt)
+    o_intra = _dot("bhnij,bhnje->bhnie", p, v, cdt, out=pdt)
+    o_inter = _dot("bhncd,bhnde->bhnce", q, s_c, cdt, out=pdt)
+    o = (cfg.scale * (row * o_intra.astype(F32) + wq * o_inter)).astype(cdt)
+    return o, final.reshape(n, h, d, e), s_c
+
+
 def _forward(q, k, v, h0, gamma, cfg):
+    if cfg.fold:
+        return _forward_fold(q, k, v, h0, gamma, cfg)
     cdt = _cdt(q)
     wq, wk, mask = _weights(gamma, cfg)
     s_in, final = _states(k, v, h0, gamma, wk, cfg)
@@ -427,12 +478,43 @@ lightning_core.defvjp(_core_fwd, _core_bwd)
 # layout: [B, T, H, D] in and out, padding, reverse, varlen
 # ----------------------------------------------------------------------------------------------
 
+def decay_bound(gamma) -> float | None:
+    """max|γ| when the decay is known at trace time (None: no decay → 0), else None (traced).
+    Call it on the caller's own value, before any jnp conversion inside a jit stages it."""
+    if gamma is None:
+        return 0.0
+    try:
+        g = np.asarray(gamma, np.float64)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError, TypeError):
+        return None
+    return float(np.max(np.abs(g))) if g.size else 0.0
+
+
+def _fold_blocker(gmax, c, nc, cdt, state, layout, combine, cu) -> str:
+    """Why the folded forward cannot run here ('' when it can): it needs a dense direct-state
+    "bhtd" call, a dtype with fp32's exponent range, and a decay known at trace time (``gmax`` =
+    decay_bound(γ), not None: lightning_attn and the harness pass concrete decays) with
+    max|γ|·C/2 ≤ FOLD_MAX_EXP."""
+    if cu is not None or state != "direct" or nc < 2:
+        return "it needs the dense state='direct' path with at least two chunks"
+    if layout != "bhtd" or combine == "concat":
+        return "it needs layout='bhtd' and combine 'f32' or 'low'"
+    if cdt == jnp.float16:
+        return "fp16 has too small an exponent range for the folded factors"
+    if gmax is None:
+        return "the decay is traced (not known at trace time)"
+    if gmax * (c // 2) > FOLD_MAX_EXP:
+        return f"max|γ|·C/2 = {gmax * (c // 2):.1f} exceeds {FOLD_MAX_EXP}"
+    return ""
+
+
 def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, state="twolevel",
                       group=None, save_states=True, scores="f32", state_precision="auto", combine="f32",
-                      layout="bhtd", has_h0=True):
+                      layout="bhtd", has_h0=True, intra="auto", gamma_max=None):
     """q [B, T, H, D], k [B, T, H, D], v [B, T, H, E] (kv already expanded to H heads), gamma [H]
     fp32 or None, h0 [N, H, D, E] fp32 (has_h0=False: the caller vouches h0 is zero, which lets the
-    direct state pass skip it), cu: concrete numpy cu_seqlens or None. Returns
+    direct state pass skip it), cu: concrete numpy cu_seqlens or None, gamma_max: decay_bound() of
+    the caller's decay (None: unknown, no folded forward). Returns
     (o [B, T, H, E] in q's dtype, final state fp32). Inputs are checked by the caller."""
     from .chunked import _varlen_layout  # the same chunk-aligned layout as the autodiff path
 
@@ -448,6 +530,8 @@ def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, 
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     if layout == "bthd" and combine == "concat":
         raise ValueError("combine='concat' needs layout='bhtd'")
+    if intra not in INTRAS:
+        raise ValueError(f"intra must be one of {INTRAS}, got {intra!r}")
     b, t, h, d = q.shape
     e = v.shape[3]
     cdt = _cdt(q)
@@ -498,10 +582,16 @@ def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, 
         return lay(x.astype(cdt)).reshape((b, nc, c, h, f) if bthd else (b, h, nc, c, f))
 
     qc, kc, vc = (chunks(x) for x in (q, k, v))
+    fold = False
+    if intra != "mask":
+        why = _fold_blocker(gamma_max, c, nc, cdt, state, layout, combine, cu)
+        if intra == "fold" and why:
+            raise ValueError(f"intra='fold' is not possible here: {why}")
+        fold = not why
     cfg = Config(c=c, nc=nc, lens=lens, scale=float(scale), state=state if cu is None else "matrix",  # direct: dense
                  group=int(group or 0), save_states=bool(save_states), scores=scores,
                  state_precision=state_precision, combine=combine, layout=layout, seq=seq, first=first,
-                 last=last, has_h0=bool(has_h0))
+                 last=last, has_h0=bool(has_h0), fold=fold)
     o, final = lightning_core(qc, kc, vc, h0.astype(F32), gamma, cfg)
     if bthd:
         o = o.reshape(b, nc * c, h, e)

@@ -17,9 +17,10 @@ from . import kernels as _k
 # (BT, BV, num_warps, num_stages): the autotuner's pick at D=E=128 bf16 on the H200 (torch path)
 JAX_FWD_CONFIG = (64, 64, 4, 2)
 JAX_BWD_CONFIG = (64, 64, 4, 2)
-# the backward as ONE triton_call (lightning_bwd_one_kernel: the three passes, a grid axis picking
-# the pass) instead of three; False = one call per pass
-JAX_BWD_ONE = True
+# True: the backward as ONE triton_call (lightning_bwd_one_kernel: the three passes, a grid axis
+# picking the pass) instead of one call per pass. Off: on the H200 at n=8192 the one call took 2.42
+# vs 1.81 ms fwd+bwd (results/h200/s3c/bwd_paths_dev.json), grads bit-identical.
+JAX_BWD_ONE = False
 
 _JT = None
 

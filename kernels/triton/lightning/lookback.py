@@ -16,6 +16,12 @@ are joined by a scan over their states:
    again: an L2 hit when the segment's bytes of the resident programs fit in L2).
 The last segment writes ``P_last`` as the final state.
 
+Measured on the H200 (results/h200/s3a/triton_lookback_dev.json, one run, B4 H32 D=E=128 bf16):
+correct (o within bf16 of the chunk pass, 20/20 repeats bit-identical, ring 0 and 2 identical) but
+SLOWER than the chunk pass at every config: n=32768 best 2.46 ms (SEG 2048) vs 1.70 ms, 3.13 ms at
+SEG 256; n=8192 0.59 vs 0.43 ms. Longer segments were faster: the second read of k, v and the
+serial hops cost more than the extra parallelism gains. Kept opt-in as a measured negative result.
+
 Scheduling (deadlock freedom): a program takes a ticket ``tl.atomic_add(counter, 1)`` on entry and
 derives (segment, chain) from it, segment-major: ticket = j·n_chains + chain. A program only waits
 for ticket − n_chains, which was taken earlier, i.e. by a program that already runs (is resident)
@@ -48,7 +54,7 @@ from .kernels import _chunk_layout, _chunk_rows, _load_rows, _sequence
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
-# (SEG, BT, BV, num_warps, num_stages): GPU default (untimed) and the interpreter's
+# (SEG, BT, BV, num_warps, num_stages): GPU default and the interpreter's
 GPU_CONFIG = (256, 64, 64, 4, 2)
 INTERP_CONFIG = (32, 16, 32, 4, 1)
 

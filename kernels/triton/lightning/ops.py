@@ -19,9 +19,14 @@ _INTERP_META = dict(zip(("BT", "BV", "num_warps", "num_stages"), _k.INTERP_CONFI
 
 
 # Backward path: "split" (three independent passes: dq, dk, dv+dh0, one launch each), "one" (the same
-# three passes in ONE launch, a grid axis picking the pass) or "fused" (dq pass + one dk+dv+dh0 pass). The env var LIGHTNING_TRITON_BWD is read at every backward call; set_bwd_path()
+# three passes in ONE launch, a grid axis picking the pass), "fused" (dq pass + one dk+dv+dh0 pass),
+# or "auto" (the default): "one" up to ONE_MAX_T tokens, "split" beyond. H200, B4 H32 D=E=128 bf16,
+# fwd+bwd one / split (results/h200/s3c/bwd_paths_dev.json): n=512 0.55 / 0.65 ms, 1024 0.60 /
+# 0.67 (host-bound: one launch instead of three, 3x the programs), 8192 1.95 / 1.93, 32768
+# 7.59 / 7.11. The env var LIGHTNING_TRITON_BWD is read at every backward call; set_bwd_path()
 # overrides it for the process (None = back to the env var).
-_BWD_PATHS = ("split", "one", "fused")
+_BWD_PATHS = ("auto", "split", "one", "fused")
+ONE_MAX_T = 4096
 _BWD_OVERRIDE: str | None = None
 # E-slice width of the fused pass: None = the whole (padded) E when it is <= FUSED_FULL_MAX (dk
 # written directly), otherwise slices of FUSED_FULL_MAX with fp32 dk partials summed afterwards.
@@ -32,7 +37,8 @@ FUSED_TRANS = False
 
 
 def set_bwd_path(path: str | None, fused_bv: int | None = None) -> None:
-    """Select the backward path for this process ("split" / "one" / "fused"; None = env var / default),
+    """Select the backward path for this process ("auto" / "split" / "one" / "fused"; None = env var /
+    default),
     and optionally the fused pass's E-slice width (a power of two >= 16; None = automatic)."""
     global _BWD_OVERRIDE, FUSED_BV
     if path is not None and path not in _BWD_PATHS:
@@ -44,18 +50,19 @@ def set_bwd_path(path: str | None, fused_bv: int | None = None) -> None:
 
 
 def bwd_path() -> str:
-    """The backward path in force now: set_bwd_path()'s choice, else $LIGHTNING_TRITON_BWD, else split."""
+    """The backward path in force now: set_bwd_path()'s choice, else $LIGHTNING_TRITON_BWD, else auto."""
     if _BWD_OVERRIDE is not None:
         return _BWD_OVERRIDE
-    path = os.environ.get("LIGHTNING_TRITON_BWD", "split").strip().lower() or "split"
+    path = os.environ.get("LIGHTNING_TRITON_BWD", "auto").strip().lower() or "auto"
     if path not in _BWD_PATHS:
         raise ValueError(f"LIGHTNING_TRITON_BWD must be one of {_BWD_PATHS}, got {path!r}")
     return path
 
 
 # Forward path: "chunk" (the chunked pass, one program per (sequence, head, E-slice)) or "lookback"
-# (opt-in, untimed: segments of the sequence in parallel joined by a chained scan of their states,
-# lookback.py; non-varlen only, varlen calls keep the chunk pass). Read at every forward call.
+# (opt-in, measured slower than "chunk" on the H200, see lookback.py: segments of the sequence in
+# parallel joined by a chained scan of their states; non-varlen only, varlen calls keep the chunk
+# pass). Read at every forward call.
 _FWD_PATHS = ("chunk", "lookback")
 
 
@@ -190,6 +197,8 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
               REVERSE=bool(reverse), HAS_H0=h0 is not None, HAS_DHT=dht is not None,
               IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(q.dtype))
     path = bwd_path()
+    if path == "auto":
+        path = "one" if t <= ONE_MAX_T else "split"
     stream = _raw_stream(q)
     if path == "one":
         grid = lambda meta: (triton.cdiv(max(d, e), meta["BV"]), n * h, 3)  # noqa: E731

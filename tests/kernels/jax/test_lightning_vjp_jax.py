@@ -265,3 +265,52 @@ def test_vjp_state_precision_and_layout_errors():
 ])
 def test_vjp_state_direct(dtype, t, varlen, reverse, kw):
     _check(63, dtype, t=t, varlen=varlen, reverse=reverse, chunk=8, state="direct", **kw)
+
+
+# intra="fold": the forward's intra-chunk decay folded into k and a row factor (dense, direct state)
+@pytest.mark.parametrize("dtype,t,reverse,kw", [
+    ("fp32", 45, False, dict()),                                        # partial last chunk, h0
+    ("fp32", 48, True, dict(h0=False, strong=True)),                    # |γ|·C/2 = 23: still folded
+    ("bf16", 45, True, dict()),
+    ("bf16", 64, False, dict(h0=False, scores="f32", combine="f32")),
+    ("bf16", 45, False, dict(save_states=False, scale=0.3)),
+])
+def test_vjp_fold(dtype, t, reverse, kw, monkeypatch):
+    from lattnbench.kernels.jax import lightning_chunked as lc
+
+    calls = []
+    real = lc._forward_fold
+    monkeypatch.setattr(lc, "_forward_fold", lambda *a: (calls.append(1), real(*a))[1])
+    _check(64, dtype, t=t, reverse=reverse, chunk=8, state="direct", intra="fold", **kw)
+    assert calls, "the folded forward did not run"
+
+
+def test_fold_auto_picks_fold_when_safe_and_mask_otherwise(monkeypatch):
+    """auto folds a concrete, mild decay; a traced decay, fp16 or max|γ|·C/2 > FOLD_MAX_EXP fall back
+    to the mask path (same results as intra='mask'), and intra='fold' then refuses with the reason."""
+    from lattnbench.kernels.jax import lightning_chunked as lc
+
+    calls = []
+    real = lc._forward_fold
+    monkeypatch.setattr(lc, "_forward_fold", lambda *a: (calls.append(1), real(*a))[1])
+    rng = np.random.default_rng(65)
+    q, k, v = (jnp.asarray(rng.standard_normal((1, 40, 2, 16)), jnp.float32) for _ in range(3))
+    mild, strong = -rng.uniform(0.05, 0.5, 2), np.array([-0.3, -16.0])  # strong: 16·4 > 60 at chunk 8
+    kw = dict(chunk=8, lightning="vjp")
+    chunked_attention(q, k, v, g_gamma=mild, **kw)
+    assert len(calls) == 1
+    for name, run in [
+        ("strong", lambda intra: chunked_attention(q, k, v, g_gamma=strong, intra=intra, **kw)),
+        ("fp16", lambda intra: chunked_attention(*(x.astype(jnp.float16) for x in (q, k, v)), g_gamma=mild,
+                                                 intra=intra, **kw)),
+        ("traced", lambda intra: jax.jit(lambda g: chunked_attention(q, k, v, g_gamma=g, intra=intra, **kw))(
+            jnp.asarray(mild, jnp.float32))),
+    ]:
+        auto, mask = run("auto"), run("mask")
+        for a, m in zip(auto, mask):
+            np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(m, np.float32), err_msg=name)
+        with pytest.raises(ValueError, match="fold"):
+            run("fold")
+    assert len(calls) == 1, "a blocked case took the folded forward"
+    with pytest.raises(ValueError, match="intra"):
+        chunked_attention(q, k, v, g_gamma=mild, intra="folded", **kw)

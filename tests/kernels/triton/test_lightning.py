@@ -24,10 +24,16 @@ NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def pytest_generate_tests(metafunc):
-    """Every test runs under every backward path, tests marked ``fused_only`` under the fused one."""
+    """Every test runs under every backward path, tests marked ``fused_only`` / ``auto_only`` under
+    that one."""
     if "bwd_path" in metafunc.fixturenames:
-        fused_only = metafunc.definition.get_closest_marker("fused_only") is not None
-        metafunc.parametrize("bwd_path", ["fused"] if fused_only else ["split", "one", "fused"], indirect=True)
+        if metafunc.definition.get_closest_marker("auto_only") is not None:
+            paths = ["auto"]
+        elif metafunc.definition.get_closest_marker("fused_only") is not None:
+            paths = ["fused"]
+        else:
+            paths = ["split", "one", "fused"]
+        metafunc.parametrize("bwd_path", paths, indirect=True)
 
 
 @pytest.fixture(autouse=True)
@@ -288,10 +294,27 @@ def test_fused_transposed_one_slice(bwd_path, case, monkeypatch):
         check(seed=24, b=1, t=99, h=2, hkv=1, d=32, e=48, reverse=True, cu_seqlens=[0, 37, 38, 99])
 
 
+@pytest.mark.auto_only
+@pytest.mark.parametrize("max_t,want", [(40, "one"), (39, "split")])
+def test_bwd_auto_picks_one_launch_up_to_one_max_t(bwd_path, max_t, want, monkeypatch):
+    """auto: one launch for T <= ONE_MAX_T (here T = 40), the split passes beyond."""
+    from lattnbench.kernels.triton.lightning import kernels as K
+
+    monkeypatch.setattr(tl_ops, "ONE_MAX_T", max_t)
+    one_spy, split_spy = LaunchSpy(K.lightning_bwd_one_kernel), LaunchSpy(K.lightning_bwd_kernel)
+    monkeypatch.setattr(K, "lightning_bwd_one_kernel", one_spy)
+    monkeypatch.setattr(K, "lightning_bwd_kernel", split_spy)
+    g, q, k, v, _ = _inputs(31, 1, 40, 2, 2, 32, 32, torch.float32, h0=False)
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    o, _ = lightning_attn_triton(*leaves, gamma=[-0.1, -0.5])
+    o.backward(torch.randn(o.shape, generator=g))
+    assert (len(one_spy.grids), len(split_spy.grids)) == ((1, 0) if want == "one" else (0, 3))
+
+
 def test_bwd_path_env_var(monkeypatch):
     tl_ops.set_bwd_path(None)
     monkeypatch.delenv("LIGHTNING_TRITON_BWD", raising=False)
-    assert tl_ops.bwd_path() == "split"
+    assert tl_ops.bwd_path() == "auto"
     monkeypatch.setenv("LIGHTNING_TRITON_BWD", "fused")
     assert tl_ops.bwd_path() == "fused"
     monkeypatch.setenv("LIGHTNING_TRITON_BWD", " One ")
