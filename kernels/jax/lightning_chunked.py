@@ -338,7 +338,8 @@ def _forward_fold(q, k, v, h0, gamma, cfg):
     final state with λ^{L_n−h}). Why: k is then read by ONE layout-change fusion that writes k̃,
     instead of a plain transpose for the scores plus a scaled copy for U (2 of the forward's ~30 GB
     at n = 32768). Exact up to rounding; the factors span e^{±|γ|·h}, so it is used only when
-    max|γ|·h ≤ FOLD_MAX_EXP and the dtype has bf16 / fp32 range (lightning_chunked checks)."""
+    max|γ|·h ≤ FOLD_MAX_EXP and the dtype has bf16 / fp32 range (lightning_chunked checks). Only
+    the primal (undifferentiated) call uses it; see _core_fwd."""
     cdt = _cdt(q)
     b, h, nc, c, d = q.shape
     e = v.shape[-1]
@@ -403,7 +404,10 @@ def lightning_core(q, k, v, h0, gamma, cfg):
 
 
 def _core_fwd(q, k, v, h0, gamma, cfg):
-    o, final, s_c = _forward(q, k, v, h0, gamma, cfg)
+    # the folded forward only pays off without residuals: the backward needs the plain chunked k
+    # too, and writing both made fwd+grad slower (H200, n=32768: 20.08 vs 18.97 ms with the mask
+    # form, results/h200/s3f/jax_dev2.json), so the differentiated forward keeps the mask form
+    o, final, s_c = _forward(q, k, v, h0, gamma, dataclasses.replace(cfg, fold=False))
     return (o, final), (q, k, v, gamma, s_c if cfg.save_states else None, h0 if not cfg.save_states else None)
 
 

@@ -6,7 +6,6 @@ import os
 
 import numpy as np
 import torch
-import triton
 
 from . import kernels as _k
 from .launch import Launcher
@@ -74,6 +73,17 @@ def fwd_path() -> str:
     return path
 
 
+def _cdiv(a: int, b: int) -> int:
+    # plain Python: triton.cdiv / next_power_of_2 are ConstexprFunctions costing ~5 µs a call on the
+    # host (triton 3.9), and at n <= 1024 the fwd+bwd is host-bound
+    return -(-a // b)
+
+
+def _pow2(x: int) -> int:
+    """max(16, next power of two >= x)."""
+    return max(16, 1 << (int(x) - 1).bit_length())
+
+
 def _empty(*shape, dtype, device) -> Tensor:
     """Allocation of every buffer the kernels fully write (tests patch it to NaN-fill)."""
     return torch.empty(*shape, dtype=dtype, device=device)
@@ -129,6 +139,9 @@ def _gamma_tensor(gamma, h: int, device) -> Tensor:
     if gamma is None:
         return torch.zeros(h, dtype=torch.float32, device=device)
     if isinstance(gamma, torch.Tensor):
+        if (gamma.dtype == torch.float32 and gamma.device == device and gamma.dim() == 1
+                and gamma.numel() == h and not gamma.requires_grad and gamma.is_contiguous()):
+            return gamma  # the common case, as the harness and lightning_attn pass it: no torch calls
         g = gamma.detach().to(device=device, dtype=torch.float32).reshape(-1)
     else:
         arr = np.asarray(gamma, dtype=np.float32).reshape(-1)
@@ -169,10 +182,10 @@ def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, aligned=False
     hkv, e = k.shape[2], v.shape[3]
     o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
     ht = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
-    grid = lambda meta: (triton.cdiv(e, meta["BV"]), n * h)  # noqa: E731
+    grid = lambda meta: (_cdiv(e, meta["BV"]), n * h)  # noqa: E731
     args = (q, k, v, h0 if h0 is not None else g, g, cu if cu is not None else g,
             t, h, hkv, float(scale), _t_bucket(t), o, ht if ht is not None else o)
-    kw = dict(KD=d, VD=e, BK=max(16, triton.next_power_of_2(d)), REVERSE=bool(reverse),
+    kw = dict(KD=d, VD=e, BK=_pow2(d), REVERSE=bool(reverse),
               HAS_H0=h0 is not None, STORE_HT=store_ht, IS_VARLEN=cu is not None,
               DOT_PREC=_dot_prec(q.dtype))
     _FWD_LAUNCH(grid, args, kw, aligned=aligned)
@@ -193,7 +206,7 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
     common = (h0 if h0 is not None else g, dht if dht is not None else g, g, cu if cu is not None else g,
               t, h, hkv, float(scale), _t_bucket(t))
-    kw = dict(KD=d, VD=e, BKD=max(16, triton.next_power_of_2(d)), BVD=max(16, triton.next_power_of_2(e)),
+    kw = dict(KD=d, VD=e, BKD=_pow2(d), BVD=_pow2(e),
               REVERSE=bool(reverse), HAS_H0=h0 is not None, HAS_DHT=dht is not None,
               IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(q.dtype))
     path = bwd_path()
@@ -201,7 +214,7 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
         path = "one" if t <= ONE_MAX_T else "split"
     stream = _raw_stream(q)
     if path == "one":
-        grid = lambda meta: (triton.cdiv(max(d, e), meta["BV"]), n * h, 3)  # noqa: E731
+        grid = lambda meta: (_cdiv(max(d, e), meta["BV"]), n * h, 3)  # noqa: E731
         args = (q, k, v, do) + common + (dq, dk, dv, dh0 if dh0 is not None else g)
         _BWD_ONE_LAUNCH(grid, args, dict(kw, ROLE=3), aligned=aligned, stream=stream)
         return _gqa_sum(dq, dk, dv, dh0, grp, q.dtype)
@@ -210,14 +223,14 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
     if fused:
         roles = roles[:1]
     for role, out, split in roles:
-        grid = lambda meta, split=split: (triton.cdiv(split, meta["BV"]), n * h)  # noqa: E731
+        grid = lambda meta, split=split: (_cdiv(split, meta["BV"]), n * h)  # noqa: E731
         args = (q, k, v, do) + common + (out, dh0 if dh0 is not None else g)
         _BWD_LAUNCH(grid, args, dict(kw, ROLE=role), aligned=aligned, stream=stream)
     if fused:
         bvd = kw["BVD"]
         bv = FUSED_BV or (bvd if bvd <= FUSED_FULL_MAX else FUSED_FULL_MAX)
         bv = min(bv, bvd)
-        ns = triton.cdiv(e, bv)
+        ns = _cdiv(e, bv)
         if ns > 1:  # fp32 partial dk per E-slice, summed below
             dk = _empty(ns, b, t, h, d, dtype=torch.float32, device=q.device)
         stride = b * t * h * d if ns > 1 else 0

@@ -276,13 +276,30 @@ def test_vjp_state_direct(dtype, t, varlen, reverse, kw):
     ("bf16", 45, False, dict(save_states=False, scale=0.3)),
 ])
 def test_vjp_fold(dtype, t, reverse, kw, monkeypatch):
+    """The folded forward runs for the primal (undifferentiated) call: o and S_T against fp64;
+    under jax.vjp the mask form runs (and the gradients are checked as everywhere else)."""
     from lattnbench.kernels.jax import lightning_chunked as lc
 
     calls = []
     real = lc._forward_fold
     monkeypatch.setattr(lc, "_forward_fold", lambda *a: (calls.append(1), real(*a))[1])
-    _check(64, dtype, t=t, reverse=reverse, chunk=8, state="direct", intra="fold", **kw)
-    assert calls, "the folded forward did not run"
+    h0, strong, scale = kw.pop("h0", True), kw.pop("strong", False), kw.pop("scale", None)
+    _check(64, dtype, t=t, reverse=reverse, chunk=8, state="direct", intra="fold", h0=h0, strong=strong,
+           scale=scale, **kw)
+    assert not calls, "the differentiated forward took the folded form"
+    b = 2
+    inp = make_inputs(64, b, t, H, HK, D, E, dtype, h0=h0)
+    g = _gamma(64, strong)
+    do, ds = cotangents(64, (b, t, H, E), (b, H, D, E))
+    ref_kw = dict(reverse=reverse, gamma=torch.tensor(g)) | ({} if scale is None else dict(scale=scale))
+    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, **ref_kw)
+    args = {nm: jnp.asarray(x.astype(np.float32)).astype(jnp.float32 if nm == "initial_state" else
+                                                         {"fp32": jnp.float32, "bf16": jnp.bfloat16}[dtype])
+            for nm, x in inp.items()}
+    o, fin = chunked_attention(**args, g_gamma=g, reverse=reverse, chunk=8, state="direct", intra="fold",
+                               lightning="vjp", **({} if scale is None else dict(scale=scale)), **kw)
+    assert calls, "the primal call did not take the folded form"
+    assert_close({"o": o, "final_state": fin}, ref, dtype, keys=["o", "final_state"])
 
 
 def test_fold_auto_picks_fold_when_safe_and_mask_otherwise(monkeypatch):
