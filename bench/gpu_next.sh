@@ -1,8 +1,16 @@
-# Prepared for the next device session (untimed here): the look-back forward's GPU check and
-# timing, then the per-kernel profile of the JAX chunked default. Run as
-#   LATTNBENCH_COMMIT=<local `git rev-parse --short=12 HEAD`, written out> bash bench/gpu_next.sh  (~6 min)
-# (the device copy of .git can be stale, so do not compute the commit there)
+# Prepared for the next device session (not run yet): re-run the seed README suite with the current kernels,
+# in two calls, so the README's seed-readme block (session 1) can be regenerated. Run as
+#   LATTNBENCH_COMMIT=<local sha> bash bench/gpu_next.sh          (first call, ~9 min)
+#   LATTNBENCH_COMMIT=<local sha> bash bench/gpu_next.sh rest     (second call: --resume, after copying the
+#                                                                  first call's seed-readme.json to results/h200/)
+# fla-core's first backward compile + autotune took > 60 s on the H200 (results/h200/triton-vs-fla.json),
+# so the point timeout is 180 s.
 source bench/gpu_setup.sh
-LOOKBACK_BUDGET_S=300 timeout 360 python3 bench/triton_lookback_dev.py 2>&1 | tail -40
-JAX_PROF_VARIANTS=v2-c256-direct-lowall,v2-c128-direct-lowall timeout 150 python3 bench/jax_prof.py 2>&1 \
-  | grep -v -e Deprecation -e "st = dict" | head -110
+if [ "$1" = "rest" ]; then
+  timeout 540 lattnbench run suites/seed-readme.toml --out results/h200 --resume --point-timeout 180 2>&1 \
+    | tee $OUT/seed-readme-rest.log | grep -v "━" | tail -60
+  cp results/h200/seed-readme.json results/h200/seed-readme.csv $OUT/ 2>/dev/null
+else
+  timeout 540 lattnbench run suites/seed-readme.toml --out $OUT --point-timeout 180 2>&1 \
+    | tee $OUT/seed-readme.log | grep -v "━" | tail -100
+fi
