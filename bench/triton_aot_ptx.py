@@ -45,6 +45,9 @@ bwd_types = dict(q=bf, k=bf, v=bf, do=bf, h0=f32, dht=f32, g=f32, cu=i32, T="i32
 for role in (0, 1, 2):
     c = dict(common, BKD=128, BVD=128, ROLE=role, HAS_DHT=True, BT=64, BV=64, REVERSE=True)
     print("bwd", role, comp(K.lightning_bwd_kernel, bwd_types, c, dict(num_warps=4, num_stages=2)))
+one_types = dict(q=bf, k=bf, v=bf, do=bf, h0=f32, dht=f32, g=f32, cu=i32, T="i32", H="i32", HKV="i32", scale="fp32", T_BUCKET="i32", dq=bf, dk=bf, dv=bf, dh0=f32)
+c = dict(common, BKD=128, BVD=128, ROLE=3, HAS_DHT=True, BT=64, BV=64, REVERSE=True)
+print("bwd one", comp(K.lightning_bwd_one_kernel, one_types, c, dict(num_warps=4, num_stages=2)))
 dkdv_types = dict(q=bf, k=bf, v=bf, do=bf, dht=f32, g=f32, cu=i32, T="i32", H="i32", HKV="i32", scale="fp32", T_BUCKET="i32", DK_STRIDE="i32", dk=bf, dv=bf, dh0=f32)
 c = dict(common, BKD=128, HAS_DHT=True, BV=128, BT=64, TRANS=False, IS_VARLEN=True)
 print("dkdv", comp(K.lightning_bwd_dkdv_kernel, dkdv_types, c, dict(num_warps=8, num_stages=2)))

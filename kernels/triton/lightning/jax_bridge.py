@@ -41,14 +41,6 @@ def _jax_triton():
     return _JT
 
 
-def _pow2(x: int) -> int:
-    return max(16, 1 << (int(x) - 1).bit_length())
-
-
-def _t_bucket(t: int) -> int:
-    return 0 if t <= 1024 else (1 if t <= 4096 else 2)
-
-
 def _prec(dtype) -> str:
     import jax.numpy as jnp
 
@@ -65,10 +57,10 @@ def _fwd_call(q, k, v, g, h0, scale, reverse, store_ht=True):
     bt, bv, w, s = JAX_FWD_CONFIG
     outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
     o, ht = jt.triton_call(
-        q, k, v, h0 if h0 is not None else g, g, g, t, h, hkv, np.float32(scale), _t_bucket(t),
-        kernel=_k.lightning_fwd_kernel, out_shape=outs, grid=(-(-e // bv), b * h),
+        q, k, v, h0 if h0 is not None else g, g, g, t, h, hkv, np.float32(scale), _k.t_bucket(t),
+        kernel=_k.lightning_fwd_kernel, out_shape=outs, grid=(_k.cdiv(e, bv), b * h),
         num_warps=w, num_stages=s,
-        KD=d, VD=e, BK=_pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=store_ht,
+        KD=d, VD=e, BK=_k.pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=store_ht,
         IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv)
     return o, ht
 
@@ -83,20 +75,20 @@ def _bwd_call(q, k, v, do, g, h0, dht, scale, reverse):
     grp = h // hkv
     bt, bv, w, s = JAX_BWD_CONFIG
     gdt = q.dtype if grp == 1 else jnp.float32
-    kw = dict(num_warps=w, num_stages=s, KD=d, VD=e, BKD=_pow2(d), BVD=_pow2(e), REVERSE=bool(reverse),
+    kw = dict(num_warps=w, num_stages=s, KD=d, VD=e, BKD=_k.pow2(d), BVD=_k.pow2(e), REVERSE=bool(reverse),
               HAS_H0=h0 is not None, HAS_DHT=True, IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv)
-    args = (q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, np.float32(scale), _t_bucket(t))
+    args = (q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, np.float32(scale), _k.t_bucket(t))
     if JAX_BWD_ONE:
         outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),
                 jax.ShapeDtypeStruct((b, t, h, e), gdt), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
         dq, dk, dv, dh0 = jt.triton_call(*args, kernel=_k.lightning_bwd_one_kernel, out_shape=outs,
-                                         grid=(-(-max(d, e) // bv), b * h, 3), ROLE=3, **kw)
+                                         grid=(_k.cdiv(max(d, e), bv), b * h, 3), ROLE=3, **kw)
         return (dq,) + _gqa_sum(dk, dv, grp, q.dtype) + (dh0,)
     res = []
     for role, dim, odt in ((0, d, q.dtype), (1, d, gdt), (2, e, gdt)):
         outs = [jax.ShapeDtypeStruct((b, t, h, dim), odt), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
         dx, dh0 = jt.triton_call(*args, kernel=_k.lightning_bwd_kernel, out_shape=outs,
-                                 grid=(-(-dim // bv), b * h), ROLE=role, **kw)
+                                 grid=(_k.cdiv(dim, bv), b * h), ROLE=role, **kw)
         res.append((dx, dh0))
     return (res[0][0],) + _gqa_sum(res[1][0], res[2][0], grp, q.dtype) + (res[2][1],)
 

@@ -32,6 +32,23 @@ import triton.language as tl
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
+# Host-side launch arithmetic shared by the torch, jax-triton and look-back launchers. Plain Python:
+# triton.cdiv / next_power_of_2 are ConstexprFunctions costing ~5 µs a call on the host (triton
+# 3.9), and at n <= 1024 a torch fwd+bwd is host-bound.
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pow2(x: int) -> int:
+    """max(16, next power of two >= x): the padded width of a head dim."""
+    return max(16, 1 << (int(x) - 1).bit_length())
+
+
+def t_bucket(t: int) -> int:
+    """Autotune key bucket of the sequence length (short / medium / long)."""
+    return 0 if t <= 1024 else (1 if t <= 4096 else 2)
+
+
 @triton.jit
 def _sequence(cu_ptr, g_ptr, i_nh, T, H, IS_VARLEN: tl.constexpr):
     """(sequence index, head, first row, length, log decay γ) of the program row i_nh = n·H + h."""
@@ -215,7 +232,7 @@ def _prune(configs, named_args, **kwargs):
         split = allargs["KD"]
     elif role == 3:  # all three passes in one launch: the wider of D and E
         split = max(allargs["KD"], allargs["VD"])
-    keep = [c for c in configs if c.kwargs["BV"] <= max(16, triton.next_power_of_2(split))]
+    keep = [c for c in configs if c.kwargs["BV"] <= pow2(split)]
     return keep or configs[:1]
 
 
@@ -234,6 +251,25 @@ def lightning_fwd_kernel(
                 KD, VD, BK, BV, BT, REVERSE, HAS_H0, False, STORE_HT, False, IS_VARLEN, DOT_PREC, PROBE)
 
 
+@triton.jit
+def _bwd_role(
+    q, k, v, do, h0, dht, g, cu, T, H, HKV, scale, dx, dh0, i_v, i_nh,
+    KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr, BVD: tl.constexpr, ROLE: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+):
+    """One backward pass as a chunk pass: ROLE 0 writes dq, 1 dk, 2 dv (and dh0) into dx."""
+    if ROLE == 0:
+        _chunk_pass(do, v, k, dx, h0, h0, g, cu, T, H, H, HKV, HKV, scale, 1.0, i_v, i_nh,
+                    VD, KD, BVD, BV, BT, REVERSE, HAS_H0, True, False, False, IS_VARLEN, DOT_PREC)
+    elif ROLE == 1:
+        _chunk_pass(v, do, q, dx, dht, dht, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
+                    VD, KD, BVD, BV, BT, not REVERSE, HAS_DHT, True, False, True, IS_VARLEN, DOT_PREC)
+    else:
+        _chunk_pass(k, q, do, dx, dht, dh0, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
+                    KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC)
+
+
 @triton.jit(do_not_specialize=["T_BUCKET"])
 def lightning_bwd_kernel(
     q, k, v, do, h0, dht, g, cu,
@@ -248,18 +284,8 @@ def lightning_bwd_kernel(
     KD = D (q/k head dim), VD = E (v head dim); BKD/BVD their padded powers of two. The three
     passes are independent (each recomputes its state on the fly), one launch each.
     """
-    i_v = tl.program_id(0)
-    i_nh = tl.program_id(1)
-    if ROLE == 0:
-        _chunk_pass(do, v, k, dx, h0, h0, g, cu, T, H, H, HKV, HKV, scale, 1.0, i_v, i_nh,
-                    VD, KD, BVD, BV, BT, REVERSE, HAS_H0, True, False, False, IS_VARLEN, DOT_PREC)
-    elif ROLE == 1:
-        _chunk_pass(v, do, q, dx, dht, dht, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
-                    VD, KD, BVD, BV, BT, not REVERSE, HAS_DHT, True, False, True, IS_VARLEN, DOT_PREC)
-    else:
-        _chunk_pass(k, q, do, dx, dht, dh0, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
-                    KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC)
-
+    _bwd_role(q, k, v, do, h0, dht, g, cu, T, H, HKV, scale, dx, dh0, tl.program_id(0), tl.program_id(1),
+              KD, VD, BKD, BVD, ROLE, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV)
 
 
 @triton.jit(do_not_specialize=["T_BUCKET"])
@@ -285,16 +311,17 @@ def lightning_bwd_one_kernel(
     role = tl.program_id(2)
     if role == 0:
         if i_v * BV < KD:
-            _chunk_pass(do, v, k, dq, h0, h0, g, cu, T, H, H, HKV, HKV, scale, 1.0, i_v, i_nh,
-                        VD, KD, BVD, BV, BT, REVERSE, HAS_H0, True, False, False, IS_VARLEN, DOT_PREC)
+            _bwd_role(q, k, v, do, h0, dht, g, cu, T, H, HKV, scale, dq, dh0, i_v, i_nh,
+                      KD, VD, BKD, BVD, 0, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV)
     elif role == 1:
         if i_v * BV < KD:
-            _chunk_pass(v, do, q, dk, dht, dht, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
-                        VD, KD, BVD, BV, BT, not REVERSE, HAS_DHT, True, False, True, IS_VARLEN, DOT_PREC)
+            _bwd_role(q, k, v, do, h0, dht, g, cu, T, H, HKV, scale, dk, dh0, i_v, i_nh,
+                      KD, VD, BKD, BVD, 1, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV)
     else:
         if i_v * BV < VD:
-            _chunk_pass(k, q, do, dv, dht, dh0, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
-                        KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC)
+            _bwd_role(q, k, v, do, h0, dht, g, cu, T, H, HKV, scale, dv, dh0, i_v, i_nh,
+                      KD, VD, BKD, BVD, 2, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV)
+
 
 @triton.jit
 def _dkdv_pass(

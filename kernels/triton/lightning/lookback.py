@@ -50,7 +50,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .kernels import _chunk_layout, _chunk_rows, _load_rows, _sequence
+from .kernels import _chunk_layout, _chunk_rows, _load_rows, _sequence, cdiv, pow2
+from .ops import _dot_prec
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -170,10 +171,6 @@ def _lookback_fwd_kernel(
                  mask=valid[:, None] & m_v[None, :])
 
 
-def _dot_prec(dtype: torch.dtype) -> str:
-    return "ieee" if dtype == torch.float32 else "tf32"
-
-
 def default_config() -> tuple[int, int, int, int, int]:
     """(SEG, BT, BV, num_warps, num_stages) used when the caller gives none; the env var
     LIGHTNING_TRITON_LOOKBACK_CFG="SEG,BT,BV,W,S" overrides it (GPU tuning runs)."""
@@ -208,10 +205,10 @@ def lightning_fwd_lookback(q, k, v, g, scale, h0, reverse, store_ht, config=None
         if ht is not None:
             ht.copy_(h0 if h0 is not None else torch.zeros_like(ht))
         return o, ht
-    bk = max(16, triton.next_power_of_2(d))
-    bv = min(bv, max(16, triton.next_power_of_2(e)))
-    n_seg = triton.cdiv(t, seg)
-    n_v = triton.cdiv(e, bv)
+    bk = pow2(d)
+    bv = min(bv, pow2(e))
+    n_seg = cdiv(t, seg)
+    n_v = cdiv(e, bv)
     n_prog = n_seg * n_v * b * h
     n_slot = max(min(n_seg - 1, ring) if ring > 0 else n_seg - 1, 1)
     scratch = torch.empty(n_slot, b * h, d, e, dtype=torch.float32, device=dev)

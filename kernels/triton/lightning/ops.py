@@ -48,14 +48,19 @@ def set_bwd_path(path: str | None, fused_bv: int | None = None) -> None:
     FUSED_BV = fused_bv
 
 
+def _env_choice(name: str, choices: tuple[str, ...]) -> str:
+    """$name (case and blanks ignored), choices[0] when unset or empty; ValueError otherwise."""
+    value = os.environ.get(name, "").strip().lower() or choices[0]
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
 def bwd_path() -> str:
     """The backward path in force now: set_bwd_path()'s choice, else $LIGHTNING_TRITON_BWD, else auto."""
     if _BWD_OVERRIDE is not None:
         return _BWD_OVERRIDE
-    path = os.environ.get("LIGHTNING_TRITON_BWD", "auto").strip().lower() or "auto"
-    if path not in _BWD_PATHS:
-        raise ValueError(f"LIGHTNING_TRITON_BWD must be one of {_BWD_PATHS}, got {path!r}")
-    return path
+    return _env_choice("LIGHTNING_TRITON_BWD", _BWD_PATHS)
 
 
 # Forward path: "chunk" (the chunked pass, one program per (sequence, head, E-slice)) or "lookback"
@@ -67,31 +72,12 @@ _FWD_PATHS = ("chunk", "lookback")
 
 def fwd_path() -> str:
     """$LIGHTNING_TRITON_FWD ("chunk" by default, or "lookback")."""
-    path = os.environ.get("LIGHTNING_TRITON_FWD", "chunk").strip().lower() or "chunk"
-    if path not in _FWD_PATHS:
-        raise ValueError(f"LIGHTNING_TRITON_FWD must be one of {_FWD_PATHS}, got {path!r}")
-    return path
-
-
-def _cdiv(a: int, b: int) -> int:
-    # plain Python: triton.cdiv / next_power_of_2 are ConstexprFunctions costing ~5 µs a call on the
-    # host (triton 3.9), and at n <= 1024 the fwd+bwd is host-bound
-    return -(-a // b)
-
-
-def _pow2(x: int) -> int:
-    """max(16, next power of two >= x)."""
-    return max(16, 1 << (int(x) - 1).bit_length())
+    return _env_choice("LIGHTNING_TRITON_FWD", _FWD_PATHS)
 
 
 def _empty(*shape, dtype, device) -> Tensor:
     """Allocation of every buffer the kernels fully write (tests patch it to NaN-fill)."""
     return torch.empty(*shape, dtype=dtype, device=device)
-
-
-def _t_bucket(t: int) -> int:
-    """Autotune key bucket of the sequence length (short / medium / long)."""
-    return 0 if t <= 1024 else (1 if t <= 4096 else 2)
 
 
 def _dot_prec(dtype: torch.dtype) -> str:
@@ -182,10 +168,10 @@ def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, aligned=False
     hkv, e = k.shape[2], v.shape[3]
     o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
     ht = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
-    grid = lambda meta: (_cdiv(e, meta["BV"]), n * h)  # noqa: E731
+    grid = lambda meta: (_k.cdiv(e, meta["BV"]), n * h)  # noqa: E731
     args = (q, k, v, h0 if h0 is not None else g, g, cu if cu is not None else g,
-            t, h, hkv, float(scale), _t_bucket(t), o, ht if ht is not None else o)
-    kw = dict(KD=d, VD=e, BK=_pow2(d), REVERSE=bool(reverse),
+            t, h, hkv, float(scale), _k.t_bucket(t), o, ht if ht is not None else o)
+    kw = dict(KD=d, VD=e, BK=_k.pow2(d), REVERSE=bool(reverse),
               HAS_H0=h0 is not None, STORE_HT=store_ht, IS_VARLEN=cu is not None,
               DOT_PREC=_dot_prec(q.dtype))
     _FWD_LAUNCH(grid, args, kw, aligned=aligned)
@@ -205,8 +191,8 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
     dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
     common = (h0 if h0 is not None else g, dht if dht is not None else g, g, cu if cu is not None else g,
-              t, h, hkv, float(scale), _t_bucket(t))
-    kw = dict(KD=d, VD=e, BKD=_pow2(d), BVD=_pow2(e),
+              t, h, hkv, float(scale), _k.t_bucket(t))
+    kw = dict(KD=d, VD=e, BKD=_k.pow2(d), BVD=_k.pow2(e),
               REVERSE=bool(reverse), HAS_H0=h0 is not None, HAS_DHT=dht is not None,
               IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(q.dtype))
     path = bwd_path()
@@ -214,7 +200,7 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
         path = "one" if t <= ONE_MAX_T else "split"
     stream = _raw_stream(q)
     if path == "one":
-        grid = lambda meta: (_cdiv(max(d, e), meta["BV"]), n * h, 3)  # noqa: E731
+        grid = lambda meta: (_k.cdiv(max(d, e), meta["BV"]), n * h, 3)  # noqa: E731
         args = (q, k, v, do) + common + (dq, dk, dv, dh0 if dh0 is not None else g)
         _BWD_ONE_LAUNCH(grid, args, dict(kw, ROLE=3), aligned=aligned, stream=stream)
         return _gqa_sum(dq, dk, dv, dh0, grp, q.dtype)
@@ -223,19 +209,19 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
     if fused:
         roles = roles[:1]
     for role, out, split in roles:
-        grid = lambda meta, split=split: (_cdiv(split, meta["BV"]), n * h)  # noqa: E731
+        grid = lambda meta, split=split: (_k.cdiv(split, meta["BV"]), n * h)  # noqa: E731
         args = (q, k, v, do) + common + (out, dh0 if dh0 is not None else g)
         _BWD_LAUNCH(grid, args, dict(kw, ROLE=role), aligned=aligned, stream=stream)
     if fused:
         bvd = kw["BVD"]
         bv = FUSED_BV or (bvd if bvd <= FUSED_FULL_MAX else FUSED_FULL_MAX)
         bv = min(bv, bvd)
-        ns = _cdiv(e, bv)
+        ns = _k.cdiv(e, bv)
         if ns > 1:  # fp32 partial dk per E-slice, summed below
             dk = _empty(ns, b, t, h, d, dtype=torch.float32, device=q.device)
         stride = b * t * h * d if ns > 1 else 0
         args = (q, k, v, do, dht if dht is not None else g, g, cu if cu is not None else g,
-                t, h, hkv, float(scale), _t_bucket(t), stride, dk, dv, dh0 if dh0 is not None else g)
+                t, h, hkv, float(scale), _k.t_bucket(t), stride, dk, dv, dh0 if dh0 is not None else g)
         fkw = dict(KD=d, VD=e, BKD=kw["BKD"], REVERSE=bool(reverse), HAS_H0=h0 is not None,
                    HAS_DHT=dht is not None, IS_VARLEN=cu is not None, DOT_PREC=kw["DOT_PREC"], BV=bv)
         if _k.lightning_bwd_dkdv is None:  # interpreter: fixed config
