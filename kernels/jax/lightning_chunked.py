@@ -290,19 +290,26 @@ def _set_chunk(x, row, i):
     return lax.dynamic_update_slice_in_dim(x, row.astype(x.dtype)[:, :, None], i % x.shape[2], axis=2)
 
 
-def _states_direct(k, v, h0, gamma, wk, cfg):
+def _states_direct(kw, v, h0, gamma, cfg, u_scale=None):
     """S_in written once in the compute dtype by one [NC, NC] matmul (cdt operands, fp32 accumulation):
     S_in[n] = Σ_{j<n} λ^{C(n−1−j)} U_j (+ λ^{Cn} h0), final = Σ_j m_fin[j] U_j (+ λ^{L+C(NC−1)} h0) as
     an fp32 reduction reading U once. No dynamic-update-slice of U or S_in: on the H200 (jax 0.11,
     n = 32768, chunk 128) folding h0 into chunk 0 that way cost a 1 GB copy and a 1 GB update pass,
     1.5 of the forward's 9.3 ms (results/h200/s3b/jax_prof.json). Without an initial state
-    (cfg.has_h0 False) the h0 terms are skipped: S_in[0] = 0 comes out of the matmul."""
-    b, h, nc, c, d = _shape(k, cfg)
+    (cfg.has_h0 False) the h0 terms are skipped: S_in[0] = 0 comes out of the matmul.
+
+    kw: k already weighted per token, so that Σ_s kw_s v_sᵀ = U_n / u_scale; u_scale = ([H] for the
+    full chunks, [H] for the last one), None for 1 (k weighted by λ^{L_n−1−s} itself)."""
+    b, h, nc, c, d = _shape(kw, cfg)
     e = v.shape[-1]
-    cdt = _cdt(k)
+    cdt = _cdt(v)           # kw is fp32 after its weighting; v is still in the compute dtype
     n = h0.shape[0]
     m, m_fin, _, _ = _direct_mats(gamma, cfg)
-    u = _dot(_sp("bhncd,bhnce->bhnde", cfg), k * _tok(wk, cfg), v, cdt, out=cdt).reshape(b, h, nc, d * e)
+    if u_scale is not None:
+        full, last = (x[:, None] for x in u_scale)
+        m = m * full[:, :, None]                        # S_in only sums full chunks (j < n ≤ NC − 1)
+        m_fin = jnp.concatenate([m_fin[:, :-1] * full, last], axis=1)
+    u = _dot(_sp("bhncd,bhnce->bhnde", cfg), kw, v, cdt, out=cdt).reshape(b, h, nc, d * e)
     mb = jnp.broadcast_to(m[None], (b, h, nc, nc))
     # fp32 weighted sum over the chunks (one reduction reading U once; not a matmul with an fp32 copy)
     final = jnp.sum(m_fin[None, :, :, None] * u.astype(F32), axis=2)
@@ -320,7 +327,7 @@ def _states(k, v, h0, gamma, wk, cfg):
     """U (fp32) and the state pass; returns (S_in fp32 [B,H,NC,D,E], final [N,H,D,E]);
     state="direct": S_in in the compute dtype."""
     if _direct(cfg):
-        return _states_direct(k, v, h0, gamma, wk, cfg)
+        return _states_direct(k * _tok(wk, cfg), v, h0, gamma, cfg)
     b, h, nc, c, d = _shape(k, cfg)
     e = v.shape[-1]
     cdt = _cdt(k)
@@ -341,37 +348,22 @@ def _forward_fold(q, k, v, h0, gamma, cfg):
     max|γ|·h ≤ FOLD_MAX_EXP and the dtype has bf16 / fp32 range (lightning_chunked checks). Only
     the primal (undifferentiated) call uses it; see _core_fwd."""
     cdt = _cdt(q)
-    b, h, nc, c, d = q.shape
-    e = v.shape[-1]
-    n = h0.shape[0]
+    c = cfg.c
     half = c // 2
     i = jnp.arange(c, dtype=F32)
     g = gamma[:, None]
     kf = k * jnp.exp(g * (half - 1.0 - i))[None, :, None, :, None]        # λ^{h−1−s} k_s
     row = jnp.exp(g * (i - half + 1.0))[None, :, None, :, None]            # λ^{i−h+1}
     wq = jnp.exp(g * (i + 1.0))[None, :, None, :, None]                    # λ^{i+1}
-    m, m_fin, _, _ = _direct_mats(gamma, cfg)
-    lam_h = jnp.exp(gamma * float(half))[:, None]
-    last = jnp.exp(gamma * float(cfg.lens[-1] - half))[:, None]
-    m_fin = jnp.concatenate([m_fin[:, :-1] * lam_h, last], axis=1)        # weights of U'
-    u = _dot("bhncd,bhnce->bhnde", kf, v, cdt, out=cdt).reshape(b, h, nc, d * e)
-    mb = jnp.broadcast_to((m * lam_h[:, :, None])[None], (b, h, nc, nc))
-    final = jnp.sum(m_fin[None, :, :, None] * u.astype(F32), axis=2)
-    if cfg.has_h0:
-        h0r = h0.reshape(n, h, d * e)
-        m0 = jnp.exp(gamma[:, None] * (c * np.arange(nc, dtype=np.float32))[None])
-        s_in = (_dot("bhnj,bhjx->bhnx", mb, u, cdt) + m0[None, :, :, None] * h0r[:, :, None]).astype(cdt)
-        final = final + jnp.exp(gamma * float(cfg.lens[-1] + c * (nc - 1)))[None, :, None] * h0r
-    else:
-        s_in = _dot("bhnj,bhjx->bhnx", mb, u, cdt, out=cdt)
-    s_c = s_in.reshape(b, h, nc, d, e)
+    u_scale = (jnp.exp(gamma * float(half)), jnp.exp(gamma * float(cfg.lens[-1] - half)))  # U = scale · U'
+    s_c, final = _states_direct(kf, v, h0, gamma, cfg, u_scale)
     sp = _dot("bhnid,bhnjd->bhnij", q, kf, cdt, out=_score_dt(cfg, cdt))
     p = jnp.where(np.tril(np.ones((c, c), bool)), sp, 0).astype(cdt)
     pdt = _part_dt(cfg, cdt)
     o_intra = _dot("bhnij,bhnje->bhnie", p, v, cdt, out=pdt)
     o_inter = _dot("bhncd,bhnde->bhnce", q, s_c, cdt, out=pdt)
     o = (cfg.scale * (row * o_intra.astype(F32) + wq * o_inter)).astype(cdt)
-    return o, final.reshape(n, h, d, e), s_c
+    return o, final, s_c
 
 
 def _forward(q, k, v, h0, gamma, cfg):

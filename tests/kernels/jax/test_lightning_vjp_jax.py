@@ -268,6 +268,17 @@ def test_vjp_state_direct(dtype, t, varlen, reverse, kw):
 
 
 # intra="fold": the forward's intra-chunk decay folded into k and a row factor (dense, direct state)
+@pytest.fixture
+def fold_calls(monkeypatch):
+    """A list that grows by one at every call of the folded forward."""
+    from lattnbench.kernels.jax import lightning_chunked as lc
+
+    calls = []
+    real = lc._forward_fold
+    monkeypatch.setattr(lc, "_forward_fold", lambda *a: (calls.append(1), real(*a))[1])
+    return calls
+
+
 @pytest.mark.parametrize("dtype,t,reverse,kw", [
     ("fp32", 45, False, dict()),                                        # partial last chunk, h0
     ("fp32", 48, True, dict(h0=False, strong=True)),                    # |γ|·C/2 = 23: still folded
@@ -275,18 +286,13 @@ def test_vjp_state_direct(dtype, t, varlen, reverse, kw):
     ("bf16", 64, False, dict(h0=False, scores="f32", combine="f32")),
     ("bf16", 45, False, dict(save_states=False, scale=0.3)),
 ])
-def test_vjp_fold(dtype, t, reverse, kw, monkeypatch):
+def test_vjp_fold(dtype, t, reverse, kw, fold_calls):
     """The folded forward runs for the primal (undifferentiated) call: o and S_T against fp64;
     under jax.vjp the mask form runs (and the gradients are checked as everywhere else)."""
-    from lattnbench.kernels.jax import lightning_chunked as lc
-
-    calls = []
-    real = lc._forward_fold
-    monkeypatch.setattr(lc, "_forward_fold", lambda *a: (calls.append(1), real(*a))[1])
     h0, strong, scale = kw.pop("h0", True), kw.pop("strong", False), kw.pop("scale", None)
     _check(64, dtype, t=t, reverse=reverse, chunk=8, state="direct", intra="fold", h0=h0, strong=strong,
            scale=scale, **kw)
-    assert not calls, "the differentiated forward took the folded form"
+    assert not fold_calls, "the differentiated forward took the folded form"
     b = 2
     inp = make_inputs(64, b, t, H, HK, D, E, dtype, h0=h0)
     g = _gamma(64, strong)
@@ -298,24 +304,19 @@ def test_vjp_fold(dtype, t, reverse, kw, monkeypatch):
             for nm, x in inp.items()}
     o, fin = chunked_attention(**args, g_gamma=g, reverse=reverse, chunk=8, state="direct", intra="fold",
                                lightning="vjp", **({} if scale is None else dict(scale=scale)), **kw)
-    assert calls, "the primal call did not take the folded form"
+    assert fold_calls, "the primal call did not take the folded form"
     assert_close({"o": o, "final_state": fin}, ref, dtype, keys=["o", "final_state"])
 
 
-def test_fold_auto_picks_fold_when_safe_and_mask_otherwise(monkeypatch):
+def test_fold_auto_picks_fold_when_safe_and_mask_otherwise(fold_calls):
     """auto folds a concrete, mild decay; a traced decay, fp16 or max|γ|·C/2 > FOLD_MAX_EXP fall back
     to the mask path (same results as intra='mask'), and intra='fold' then refuses with the reason."""
-    from lattnbench.kernels.jax import lightning_chunked as lc
-
-    calls = []
-    real = lc._forward_fold
-    monkeypatch.setattr(lc, "_forward_fold", lambda *a: (calls.append(1), real(*a))[1])
     rng = np.random.default_rng(65)
     q, k, v = (jnp.asarray(rng.standard_normal((1, 40, 2, 16)), jnp.float32) for _ in range(3))
     mild, strong = -rng.uniform(0.05, 0.5, 2), np.array([-0.3, -16.0])  # strong: 16·4 > 60 at chunk 8
     kw = dict(chunk=8, lightning="vjp")
     chunked_attention(q, k, v, g_gamma=mild, **kw)
-    assert len(calls) == 1
+    assert len(fold_calls) == 1
     for name, run in [
         ("strong", lambda intra: chunked_attention(q, k, v, g_gamma=strong, intra=intra, **kw)),
         ("fp16", lambda intra: chunked_attention(*(x.astype(jnp.float16) for x in (q, k, v)), g_gamma=mild,
@@ -328,6 +329,6 @@ def test_fold_auto_picks_fold_when_safe_and_mask_otherwise(monkeypatch):
             np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(m, np.float32), err_msg=name)
         with pytest.raises(ValueError, match="fold"):
             run("fold")
-    assert len(calls) == 1, "a blocked case took the folded forward"
+    assert len(fold_calls) == 1, "a blocked case took the folded forward"
     with pytest.raises(ValueError, match="intra"):
         chunked_attention(q, k, v, g_gamma=mild, intra="folded", **kw)
