@@ -19,9 +19,11 @@ from lattnbench.kernels.triton.lightning import lookback as L
 tgt = GPUTarget("cuda", 90, 32)
 
 def comp(fn, types, consts, opts):
+    names = fn.arg_names
+    if "TR" in names and "TR" not in consts:
+        consts = dict(consts, TR=0)
     sig = dict(types)
     for k in consts: sig[k] = "constexpr"
-    names = fn.arg_names
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in types.items() if t.startswith("*")}
     src = ASTSource(fn, sig, constexprs={(names.index(k),): v for k, v in consts.items()}, attrs=attrs)
     ck = triton.compile(src, target=tgt, options=opts)

@@ -120,7 +120,7 @@ def _state_index(i_n, i_h, H, o_k, o_v, m_k, m_v, KD: tl.constexpr, VD: tl.const
 
 
 @triton.jit
-def _chunk_pass(
+def _chunk_pass_n(
     a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr,
     T, H, A_H, B_H, C_H,
     out_scale, k_scale,
@@ -194,6 +194,95 @@ def _chunk_pass(
         tl.store(ht_ptr + state_off + s_idx, S, mask=m_s)
 
 
+@triton.jit
+def _chunk_pass_t(
+    a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr,
+    T, H, A_H, B_H, C_H,
+    out_scale, k_scale,
+    i_v, i_nh,
+    KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, H0_TRANS: tl.constexpr,
+    STORE_HT: tl.constexpr, BWD_STATE: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr,
+):
+    """_chunk_pass with every product transposed: the state is held as Sᵀ [BV, BK] and the output
+    chunk as outᵀ [BV, BT], so the value slice (BV, e.g. all 128 of E) is the M dimension of the
+    three big products. Why: with BV = 128 and 8 warps the two warpgroups split M (no duplicated
+    64-row products, the reason BV = 128 lost in _chunk_pass), q and k are read once per head
+    instead of once per E-slice, and Sᵀ feeds outᵀ = Sᵀ·aᵀ straight from registers (no bf16 copy of
+    the state stored to shared memory each chunk). Same arithmetic, same decays, same results."""
+    i_n, i_h, bos, seq_len, gam = _sequence(cu_ptr, g_ptr, i_nh, T, H, IS_VARLEN)
+    o_t, o_k, o_v, m_k, m_v, p, pf, m_intra = _chunk_layout(gam, i_v, KD, VD, BK, BV, BT, REVERSE)
+    m_intra_t = tl.trans(m_intra) * (out_scale * k_scale)  # [s, r]
+
+    a_row = A_H * KD
+    b_row = B_H * KD
+    c_row = C_H * VD
+    o_row = H * VD
+    a_base = a_ptr + bos * a_row + (i_h // (H // A_H)) * KD
+    b_base = b_ptr + bos * b_row + (i_h // (H // B_H)) * KD
+    c_base = c_ptr + bos * c_row + (i_h // (H // C_H)) * VD
+    o_base = o_ptr + bos * o_row + i_h * VD
+
+    state_off, s_idx, m_s = _state_index(i_n, i_h, H, o_k, o_v, m_k, m_v, KD, VD, H0_TRANS)
+    s_idx_t = tl.trans(s_idx)
+    m_s_t = tl.trans(m_s)
+    if HAS_H0:
+        St = tl.load(h0_ptr + state_off + s_idx_t, mask=m_s_t, other=0.0).to(tl.float32)
+    else:
+        St = tl.zeros([BV, BK], dtype=tl.float32)
+
+    dt = a_ptr.dtype.element_ty
+    n_chunks = tl.cdiv(seq_len, BT)
+    for i_c in range(0, n_chunks):
+        rows, valid, n_valid = _chunk_rows(seq_len, i_c * BT, o_t, p, BT, REVERSE)
+        a = _load_rows(a_base, rows, a_row, o_k, valid, m_k)
+        b = _load_rows(b_base, rows, b_row, o_k, valid, m_k)
+        c = _load_rows(c_base, rows, c_row, o_v, valid, m_v)
+        if BWD_STATE:
+            shift = tl.where(i_c > 0, 1.0, 0.0)
+        else:
+            shift = 1.0
+        qd = tl.exp(gam * (pf + shift)) * out_scale
+        # carried state: outᵀ = (Sᵀ·aᵀ)·diag(qd)
+        acc = tl.dot(St.to(dt), tl.trans(a), input_precision=DOT_PREC) * qd[None, :]
+        # intra-chunk: outᵀ += cᵀ·((b·aᵀ)⊙Mᵀ)
+        st = tl.dot(b, tl.trans(a), input_precision=DOT_PREC) * m_intra_t
+        acc = tl.dot(tl.trans(c), st.to(dt), acc, input_precision=DOT_PREC)
+        # state update: Sᵀ·λ^L + cᵀ·diag(λ^(L−1−p))·b
+        kd = tl.where(valid, tl.exp(gam * tl.maximum(n_valid - 1 - pf, 0.0)), 0.0) * k_scale
+        cw = (c * kd[:, None]).to(dt)
+        St = tl.dot(tl.trans(cw), b, St * tl.exp(gam * (n_valid - 1 + shift)), input_precision=DOT_PREC)
+        tl.store(o_base + rows[:, None] * o_row + o_v[None, :], tl.trans(acc).to(o_ptr.dtype.element_ty),
+                 mask=valid[:, None] & m_v[None, :])
+    if STORE_HT:
+        if BWD_STATE:
+            St = St * tl.exp(gam * tl.where(n_chunks > 0, 1.0, 0.0))
+        tl.store(ht_ptr + state_off + s_idx_t, St, mask=m_s_t)
+
+
+@triton.jit
+def _chunk_pass(
+    a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr,
+    T, H, A_H, B_H, C_H,
+    out_scale, k_scale,
+    i_v, i_nh,
+    KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, H0_TRANS: tl.constexpr,
+    STORE_HT: tl.constexpr, BWD_STATE: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, PROBE: tl.constexpr = 0, TR: tl.constexpr = 0,
+):
+    """The chunk pass in the orientation TR picks (a tuning choice: same arithmetic, same results)."""
+    if TR:
+        _chunk_pass_t(a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr, T, H, A_H, B_H, C_H,
+                      out_scale, k_scale, i_v, i_nh, KD, VD, BK, BV, BT, REVERSE, HAS_H0, H0_TRANS,
+                      STORE_HT, BWD_STATE, IS_VARLEN, DOT_PREC)
+    else:
+        _chunk_pass_n(a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr, T, H, A_H, B_H, C_H,
+                      out_scale, k_scale, i_v, i_nh, KD, VD, BK, BV, BT, REVERSE, HAS_H0, H0_TRANS,
+                      STORE_HT, BWD_STATE, IS_VARLEN, DOT_PREC, PROBE)
+
+
 # (BT, BV, num_warps, num_stages). Seen in the sm_90 compiler report (bf16, D=E=128): BT=64 with
 # 8 warps duplicates the chained 64-row dots across the two warpgroups; BV=64 with 4 warps spills
 # a little; (64, 32, 4, 2) uses 201 registers and 77 KB of shared memory (two programs per SM).
@@ -244,11 +333,12 @@ def lightning_fwd_kernel(
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, PROBE: tl.constexpr = 0,
+    TR: tl.constexpr = 0,
 ):
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
     _chunk_pass(q, k, v, o, h0, ht, g, cu, T, H, H, HKV, HKV, scale, 1.0, i_v, i_nh,
-                KD, VD, BK, BV, BT, REVERSE, HAS_H0, False, STORE_HT, False, IS_VARLEN, DOT_PREC, PROBE)
+                KD, VD, BK, BV, BT, REVERSE, HAS_H0, False, STORE_HT, False, IS_VARLEN, DOT_PREC, PROBE, TR)
 
 
 @triton.jit
@@ -256,18 +346,18 @@ def _bwd_role(
     q, k, v, do, h0, dht, g, cu, T, H, HKV, scale, dx, dh0, i_v, i_nh,
     KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr, BVD: tl.constexpr, ROLE: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, TR: tl.constexpr = 0,
 ):
     """One backward pass as a chunk pass: ROLE 0 writes dq, 1 dk, 2 dv (and dh0) into dx."""
     if ROLE == 0:
         _chunk_pass(do, v, k, dx, h0, h0, g, cu, T, H, H, HKV, HKV, scale, 1.0, i_v, i_nh,
-                    VD, KD, BVD, BV, BT, REVERSE, HAS_H0, True, False, False, IS_VARLEN, DOT_PREC)
+                    VD, KD, BVD, BV, BT, REVERSE, HAS_H0, True, False, False, IS_VARLEN, DOT_PREC, 0, TR)
     elif ROLE == 1:
         _chunk_pass(v, do, q, dx, dht, dht, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
-                    VD, KD, BVD, BV, BT, not REVERSE, HAS_DHT, True, False, True, IS_VARLEN, DOT_PREC)
+                    VD, KD, BVD, BV, BT, not REVERSE, HAS_DHT, True, False, True, IS_VARLEN, DOT_PREC, 0, TR)
     else:
         _chunk_pass(k, q, do, dx, dht, dh0, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
-                    KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC)
+                    KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC, 0, TR)
 
 
 @triton.jit(do_not_specialize=["T_BUCKET"])
@@ -277,7 +367,7 @@ def lightning_bwd_kernel(
     dx, dh0,
     KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr, BVD: tl.constexpr, ROLE: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, TR: tl.constexpr = 0,
 ):
     """One backward pass: ROLE 0 writes dq, 1 dk, 2 dv (and dh0); dx is that output.
 
@@ -285,7 +375,7 @@ def lightning_bwd_kernel(
     passes are independent (each recomputes its state on the fly), one launch each.
     """
     _bwd_role(q, k, v, do, h0, dht, g, cu, T, H, HKV, scale, dx, dh0, tl.program_id(0), tl.program_id(1),
-              KD, VD, BKD, BVD, ROLE, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV)
+              KD, VD, BKD, BVD, ROLE, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV, TR)
 
 
 @triton.jit(do_not_specialize=["T_BUCKET"])
@@ -295,7 +385,7 @@ def lightning_bwd_one_kernel(
     dq, dk, dv, dh0,
     KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr, BVD: tl.constexpr, ROLE: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
+    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, TR: tl.constexpr = 0,
 ):
     """The three backward passes of lightning_bwd_kernel in ONE launch: grid
     (cdiv(max(D, E), BV), N·H, 3), program_id(2) picks the pass (0 dq, 1 dk, 2 dv + dh0); slices
@@ -312,15 +402,15 @@ def lightning_bwd_one_kernel(
     if role == 0:
         if i_v * BV < KD:
             _bwd_role(q, k, v, do, h0, dht, g, cu, T, H, HKV, scale, dq, dh0, i_v, i_nh,
-                      KD, VD, BKD, BVD, 0, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV)
+                      KD, VD, BKD, BVD, 0, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV, TR)
     elif role == 1:
         if i_v * BV < KD:
             _bwd_role(q, k, v, do, h0, dht, g, cu, T, H, HKV, scale, dk, dh0, i_v, i_nh,
-                      KD, VD, BKD, BVD, 1, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV)
+                      KD, VD, BKD, BVD, 1, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV, TR)
     else:
         if i_v * BV < VD:
             _bwd_role(q, k, v, do, h0, dht, g, cu, T, H, HKV, scale, dv, dh0, i_v, i_nh,
-                      KD, VD, BKD, BVD, 2, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV)
+                      KD, VD, BKD, BVD, 2, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV, TR)
 
 
 @triton.jit
