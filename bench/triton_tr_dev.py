@@ -46,9 +46,14 @@ else:
     # regs, 96 KB smem; (64,128,8,3) 254, 144 KB; (64,128,8,4) 255, 192 KB; (32,128,8,2) 255, 32 KB;
     # (32,128,8,3) 248, 56 KB; (64,64,4,2) 255, 80 KB; (64,64,4,3) 255, 120 KB; (64,128,16,2) 128 regs
     # + 408 B spill; row-wise (64,64,4,2) 255, 88 KB. No spill unless said.
-    FWD = [(64, 64, 4, 2, 0), (64, 64, 4, 3, 0), (64, 128, 8, 2, 1), (64, 128, 8, 3, 1), (64, 128, 8, 4, 1),
-           (32, 128, 8, 2, 1), (32, 128, 8, 3, 1), (64, 64, 4, 2, 1), (64, 64, 4, 3, 1), (64, 128, 16, 2, 1)]
-    BWD = [(64, 64, 4, 2, 0), (64, 128, 8, 2, 1), (64, 128, 8, 3, 1), (32, 128, 8, 3, 1), (64, 64, 4, 2, 1)]
+    # TR_SET=2 (session 4, second call): the decay-on-b variant (TR=2) beside TR=1 and the row-wise default
+    if os.environ.get("TR_SET") == "2":
+        FWD = [(64, 64, 4, 2, 0), (64, 128, 8, 3, 1), (64, 128, 8, 3, 2), (64, 128, 8, 4, 2), (64, 128, 8, 2, 2)]
+        BWD = [(64, 64, 4, 2, 0), (64, 128, 8, 3, 1), (64, 128, 8, 3, 2)]
+    else:
+        FWD = [(64, 64, 4, 2, 0), (64, 64, 4, 3, 0), (64, 128, 8, 2, 1), (64, 128, 8, 3, 1), (64, 128, 8, 4, 1),
+               (32, 128, 8, 2, 1), (32, 128, 8, 3, 1), (64, 64, 4, 2, 1), (64, 64, 4, 3, 1), (64, 128, 16, 2, 1)]
+        BWD = [(64, 64, 4, 2, 0), (64, 128, 8, 2, 1), (64, 128, 8, 3, 1), (32, 128, 8, 3, 1), (64, 64, 4, 2, 1)]
     CHECK = dict(b=2, h=4, n=1024)
     SIZES = tuple(int(x) for x in os.environ.get("TR_SIZES", "8192,32768").split(","))
 PREC = "ieee" if DTYPE == torch.float32 else "tf32"
@@ -70,7 +75,7 @@ def inputs(b, n, h, seed, h0=False):
     return q, k, v, do, g, s0, ds
 
 
-def fwd(cfg, q, k, v, g, s0=None, reverse=False, store_ht=False):
+def fwd(cfg, q, k, v, g, s0=None, reverse=False, store_ht=False, probe=0):
     bt, bv, w, s, tr = cfg
     b, t, h, d = q.shape
     o = torch.full_like(q, float("nan"))
@@ -78,7 +83,7 @@ def fwd(cfg, q, k, v, g, s0=None, reverse=False, store_ht=False):
     K.lightning_fwd_kernel[(triton.cdiv(d, bv), b * h)](
         q, k, v, s0 if s0 is not None else g, g, g, t, h, h, d ** -0.5, K.t_bucket(t), o, ht,
         KD=d, VD=d, BK=K.pow2(d), REVERSE=reverse, HAS_H0=s0 is not None, STORE_HT=store_ht, IS_VARLEN=False,
-        DOT_PREC=PREC, BT=bt, BV=bv, TR=tr, num_warps=w, num_stages=s)
+        DOT_PREC=PREC, BT=bt, BV=bv, TR=tr, PROBE=probe, num_warps=w, num_stages=s)
     return o, (ht if store_ht else None)
 
 
@@ -164,6 +169,11 @@ def fwd_section():
                 ms = bench(lambda: fwd(cfg, q, k, v, g))
                 return {"ms": round(ms, 4), "TB/s": round(stream / ms / 1e9, 3), "diff": rel(o, ref)}
             RUN.guarded("fwd", f"n{n} {cfg}", one)
+        # bound analysis: the same transposed pass with every chunk re-reading chunk 0 (L2-resident,
+        # so next to no DRAM traffic) and one output store: the time of its compute chain alone
+        for cfg in [c for c in FWD if c[4]][:2]:
+            RUN.guarded("fwd", f"n{n} {cfg} COMPUTE_ONLY", lambda cfg=cfg: {"ms": round(bench(
+                lambda: fwd(cfg, q, k, v, g, probe=5)), 4)})
         del q, k, v
         torch.cuda.empty_cache()
 

@@ -203,7 +203,7 @@ def _chunk_pass_t(
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, H0_TRANS: tl.constexpr,
     STORE_HT: tl.constexpr, BWD_STATE: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr,
+    DOT_PREC: tl.constexpr, DECAY_ON_B: tl.constexpr = False, PROBE: tl.constexpr = 0,
 ):
     """_chunk_pass with every product transposed: the state is held as Sᵀ [BV, BK] and the output
     chunk as outᵀ [BV, BT], so the value slice (BV, e.g. all 128 of E) is the M dimension of the
@@ -235,7 +235,10 @@ def _chunk_pass_t(
     dt = a_ptr.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
     for i_c in range(0, n_chunks):
-        rows, valid, n_valid = _chunk_rows(seq_len, i_c * BT, o_t, p, BT, REVERSE)
+        if PROBE == 5:  # COMPUTE_ONLY (bound analysis, wrong results): every chunk re-reads chunk 0
+            rows, valid, n_valid = _chunk_rows(seq_len, 0, o_t, p, BT, REVERSE)
+        else:
+            rows, valid, n_valid = _chunk_rows(seq_len, i_c * BT, o_t, p, BT, REVERSE)
         a = _load_rows(a_base, rows, a_row, o_k, valid, m_k)
         b = _load_rows(b_base, rows, b_row, o_k, valid, m_k)
         c = _load_rows(c_base, rows, c_row, o_v, valid, m_v)
@@ -251,10 +254,19 @@ def _chunk_pass_t(
         acc = tl.dot(tl.trans(c), st.to(dt), acc, input_precision=DOT_PREC)
         # state update: Sᵀ·λ^L + cᵀ·diag(λ^(L−1−p))·b
         kd = tl.where(valid, tl.exp(gam * tl.maximum(n_valid - 1 - pf, 0.0)), 0.0) * k_scale
-        cw = (c * kd[:, None]).to(dt)
-        St = tl.dot(tl.trans(cw), b, St * tl.exp(gam * (n_valid - 1 + shift)), input_precision=DOT_PREC)
-        tl.store(o_base + rows[:, None] * o_row + o_v[None, :], tl.trans(acc).to(o_ptr.dtype.element_ty),
-                 mask=valid[:, None] & m_v[None, :])
+        if DECAY_ON_B:  # cᵀ straight from shared memory as the A operand, the scaled b stored for B
+            bw = (b * kd[:, None]).to(dt)
+            St = tl.dot(tl.trans(c), bw, St * tl.exp(gam * (n_valid - 1 + shift)), input_precision=DOT_PREC)
+        else:
+            cw = (c * kd[:, None]).to(dt)
+            St = tl.dot(tl.trans(cw), b, St * tl.exp(gam * (n_valid - 1 + shift)), input_precision=DOT_PREC)
+        if PROBE == 5:
+            if i_c == n_chunks - 1:
+                tl.store(o_base + rows[:, None] * o_row + o_v[None, :], tl.trans(acc).to(o_ptr.dtype.element_ty),
+                         mask=valid[:, None] & m_v[None, :])
+        else:
+            tl.store(o_base + rows[:, None] * o_row + o_v[None, :], tl.trans(acc).to(o_ptr.dtype.element_ty),
+                     mask=valid[:, None] & m_v[None, :])
     if STORE_HT:
         if BWD_STATE:
             St = St * tl.exp(gam * tl.where(n_chunks > 0, 1.0, 0.0))
@@ -272,11 +284,13 @@ def _chunk_pass(
     STORE_HT: tl.constexpr, BWD_STATE: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, PROBE: tl.constexpr = 0, TR: tl.constexpr = 0,
 ):
-    """The chunk pass in the orientation TR picks (a tuning choice: same arithmetic, same results)."""
+    """The chunk pass in the orientation TR picks (a tuning choice: same arithmetic, same results):
+    0 row-wise (_chunk_pass_n), 1 transposed (_chunk_pass_t), 2 transposed with the update's decay
+    on b instead of c."""
     if TR:
         _chunk_pass_t(a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr, T, H, A_H, B_H, C_H,
                       out_scale, k_scale, i_v, i_nh, KD, VD, BK, BV, BT, REVERSE, HAS_H0, H0_TRANS,
-                      STORE_HT, BWD_STATE, IS_VARLEN, DOT_PREC)
+                      STORE_HT, BWD_STATE, IS_VARLEN, DOT_PREC, TR == 2, PROBE)
     else:
         _chunk_pass_n(a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr, T, H, A_H, B_H, C_H,
                       out_scale, k_scale, i_v, i_nh, KD, VD, BK, BV, BT, REVERSE, HAS_H0, H0_TRANS,
@@ -288,11 +302,19 @@ def _chunk_pass(
 # a little; (64, 32, 4, 2) uses 201 registers and 77 KB of shared memory (two programs per SM).
 # Measured on the H200 (bench/NOTES-triton.md, n=8192 fwd): (64,64,4,2) 0.41 ms, (64,32,4,3) 0.47,
 # (64,128,8,2) 0.54, (64,32,4,2) 0.59, (128,64,8,2) 0.59; (64,64,8,2) 0.77, (64,16,4,3) 0.79,
-# (128,32,8,2) 0.84, (64,16,4,2) 0.90 were dropped. (64,64,4,3) and (64,32,4,4) are added untimed:
-# a deeper pipeline helped every BV measured (0.59 -> 0.47 at BV=32).
-FWD_CONFIGS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 32, 4, 4), (64, 64, 4, 2), (64, 64, 4, 3),
-               (128, 64, 8, 2), (64, 128, 8, 2)]
-BWD_CONFIGS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 32, 4, 4), (64, 64, 4, 2), (64, 64, 4, 3)]
+# (128,32,8,2) 0.84, (64,16,4,2) 0.90 were dropped. Session 4 (results/h200/s4a): (64,64,4,3) lost to
+# (64,64,4,2) (n=32768 fwd 2.11 vs 1.98 ms); (64,128,8,2), (128,64,8,2), (64,32,4,2), (64,32,4,4) dropped
+# from the forward's list with it (the transposed configs below cover BV=128).
+FWD_CONFIGS = [(64, 32, 4, 3), (64, 64, 4, 2)]
+BWD_CONFIGS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 64, 4, 2)]
+# Transposed pass (_chunk_pass_t): (BT, BV, num_warps, num_stages, TR). sm_90 AOT (triton 3.9, bf16
+# D=E=128, fwd): (64,128,8,2) 242 regs, 96 KB smem; (64,128,8,3) 254, 144 KB; (64,128,8,4) 255, 192 KB;
+# (64,64,4,2) 255, 80 KB; no spill. H200 do_bench, one run (results/h200/s4a/triton_tr_dev.json), ms at
+# n=32768 fwd: row-wise (64,64,4,2) 1.984, transposed (64,128,8,3) 1.700, (64,128,8,4) 1.700,
+# (64,64,4,2) 1.887, (64,128,8,2) 2.090; backward passes dq / dk / dv: row-wise 1.99 / 1.87 / 1.88,
+# transposed (64,128,8,3) 1.69 / 1.79 / 1.79. BT=32 and 16 warps lost everywhere.
+FWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 4, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1)]
+BWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1)]
 INTERP_CONFIG = (32, 32, 4, 1)
 # fused dk+dv pass: (BT, num_warps, num_stages); BV is fixed by the caller (ops.FUSED_BV), BV=E=128
 # at D=E=128. sm_90 AOT report (bf16, BV 128, all at 255 regs): (64,8,2) 316 B spill, 160 KB smem;
@@ -301,10 +323,12 @@ INTERP_CONFIG = (32, 32, 4, 1)
 FUSED_CONFIGS = [(64, 8, 2), (64, 8, 1), (32, 8, 2), (32, 4, 2)]
 
 
-def _configs(table):
+def _configs(table, table_t=()):
+    """Autotune configs: the row-wise table (TR=0) and the transposed one (TR from the tuple)."""
     if INTERPRET:
-        table = [INTERP_CONFIG]
-    return [triton.Config({"BT": bt, "BV": bv}, num_warps=w, num_stages=s) for bt, bv, w, s in table]
+        table, table_t = [INTERP_CONFIG], ()
+    rows = [(bt, bv, w, s, 0) for bt, bv, w, s in table] + list(table_t)
+    return [triton.Config({"BT": bt, "BV": bv, "TR": tr}, num_warps=w, num_stages=s) for bt, bv, w, s, tr in rows]
 
 
 def _prune(configs, named_args, **kwargs):
@@ -322,6 +346,8 @@ def _prune(configs, named_args, **kwargs):
     elif role == 3:  # all three passes in one launch: the wider of D and E
         split = max(allargs["KD"], allargs["VD"])
     keep = [c for c in configs if c.kwargs["BV"] <= pow2(split)]
+    if role == 3:  # three passes in one kernel: a transposed BV=128 config needs > 228 KB of smem
+        keep = [c for c in keep if not (c.kwargs.get("TR") and c.kwargs["BV"] > 64)]
     return keep or configs[:1]
 
 
@@ -517,11 +543,11 @@ if INTERPRET:
     lightning_fwd = lightning_bwd = lightning_bwd_one = lightning_bwd_dkdv = None
 else:
     _prune_by = {"early_config_prune": _prune}
-    lightning_fwd = triton.autotune(configs=_configs(FWD_CONFIGS), key=["KD", "VD", "T_BUCKET"],
+    lightning_fwd = triton.autotune(configs=_configs(FWD_CONFIGS, FWD_CONFIGS_T), key=["KD", "VD", "T_BUCKET"],
                                     prune_configs_by=_prune_by)(lightning_fwd_kernel)
-    lightning_bwd = triton.autotune(configs=_configs(BWD_CONFIGS), key=["KD", "VD", "T_BUCKET", "ROLE"],
+    lightning_bwd = triton.autotune(configs=_configs(BWD_CONFIGS, BWD_CONFIGS_T), key=["KD", "VD", "T_BUCKET", "ROLE"],
                                     prune_configs_by=_prune_by)(lightning_bwd_kernel)
-    lightning_bwd_one = triton.autotune(configs=_configs(BWD_CONFIGS), key=["KD", "VD", "T_BUCKET"],
+    lightning_bwd_one = triton.autotune(configs=_configs(BWD_CONFIGS, BWD_CONFIGS_T), key=["KD", "VD", "T_BUCKET"],
                                         prune_configs_by=_prune_by)(lightning_bwd_one_kernel)
     lightning_bwd_dkdv = triton.autotune(
         configs=[triton.Config({"BT": bt}, num_warps=w, num_stages=st) for bt, w, st in FUSED_CONFIGS],

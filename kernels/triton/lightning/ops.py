@@ -14,7 +14,7 @@ Tensor = torch.Tensor
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # fixed launch config under the interpreter (autotune cannot run there)
-_INTERP_META = dict(zip(("BT", "BV", "num_warps", "num_stages"), _k.INTERP_CONFIG))
+_INTERP_META = dict(zip(("BT", "BV", "num_warps", "num_stages"), _k.INTERP_CONFIG), TR=0)
 
 
 # Backward path: "split" (three independent passes: dq, dk, dv+dh0, one launch each), "one" (the same

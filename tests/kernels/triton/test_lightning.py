@@ -23,9 +23,15 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
+# chunk-pass orientations (the TR config key) each backward path is tested with: 0 row-wise,
+# 1 transposed, 2 transposed with the state update's decay on b. The fused path's own dk+dv kernel has
+# no orientation; its dq pass is the same chunk pass as split's.
+ORIENTATIONS = {"split": (0, 1, 2), "one": (0, 1), "fused": (0,), "auto": (0, 1)}
+
+
 def pytest_generate_tests(metafunc):
-    """Every test runs under every backward path, tests marked ``fused_only`` / ``auto_only`` under
-    that one."""
+    """Every test runs under every backward path (and its orientations), tests marked
+    ``fused_only`` / ``auto_only`` under that one."""
     if "bwd_path" in metafunc.fixturenames:
         if metafunc.definition.get_closest_marker("auto_only") is not None:
             paths = ["auto"]
@@ -33,7 +39,9 @@ def pytest_generate_tests(metafunc):
             paths = ["fused"]
         else:
             paths = ["split", "one", "fused"]
-        metafunc.parametrize("bwd_path", paths, indirect=True)
+        combos = [(p, tr) for p in paths for tr in ORIENTATIONS[p]]
+        metafunc.parametrize(("bwd_path", "orientation"), combos, indirect=True,
+                             ids=[f"{p}-tr{tr}" for p, tr in combos])
 
 
 @pytest.fixture(autouse=True)
@@ -42,6 +50,13 @@ def bwd_path(request):
     tl_ops.set_bwd_path(request.param)
     yield request.param
     tl_ops.set_bwd_path(None)
+
+
+@pytest.fixture(autouse=True)
+def orientation(request, monkeypatch):
+    """The chunk-pass orientation of the interpreter's fixed launch config (every pass, fwd and bwd)."""
+    monkeypatch.setitem(tl_ops._INTERP_META, "TR", request.param)
+    return request.param
 
 
 @pytest.fixture(autouse=True)
@@ -329,3 +344,23 @@ def test_bwd_path_env_var(monkeypatch):
         tl_ops.set_bwd_path("fast")
     with pytest.raises(ValueError):
         tl_ops.set_bwd_path("fused", fused_bv=24)
+
+
+def test_tuned_configs_carry_the_orientation_and_prune_one_launch(monkeypatch):
+    """The GPU autotune lists hold row-wise (TR=0) and transposed (TR>0) configs; the one-launch
+    backward drops transposed BV=128 configs (> 228 KB of shared memory), every pass drops BV wider
+    than its split dimension."""
+    from lattnbench.kernels.triton.lightning import kernels as K
+
+    monkeypatch.setattr(K, "INTERPRET", False)
+    cfgs = K._configs(K.BWD_CONFIGS, K.BWD_CONFIGS_T)
+    got = {(c.kwargs["BT"], c.kwargs["BV"], c.num_warps, c.num_stages, c.kwargs["TR"]) for c in cfgs}
+    assert got == {(*c, 0) for c in K.BWD_CONFIGS} | set(K.BWD_CONFIGS_T)
+    assert any(tr for *_, tr in got) and any(not tr for *_, tr in got)
+    one = K._prune(cfgs, {"KD": 128, "VD": 128, "ROLE": 3})
+    assert one and not any(c.kwargs["TR"] and c.kwargs["BV"] > 64 for c in one)
+    assert any(c.kwargs["TR"] for c in one)  # transposed BV=64 stays
+    dq = K._prune(cfgs, {"KD": 128, "VD": 128, "ROLE": 0})
+    assert any(c.kwargs["TR"] and c.kwargs["BV"] == 128 for c in dq)
+    narrow = K._prune(cfgs, {"KD": 48, "VD": 40, "ROLE": 2})
+    assert narrow and all(c.kwargs["BV"] <= 64 for c in narrow)

@@ -63,3 +63,35 @@ def test_scalars_reach_jax_triton_as_fp32_not_fp64(monkeypatch, one):
         scalars = [a for a in args if not hasattr(a, "shape") or np.ndim(a) == 0]
         assert not any(type(a) is float for a in scalars), scalars
         assert any(isinstance(a, np.float32) and a == np.float32(0.25) for a in scalars)
+
+
+@pytest.mark.parametrize("d,e,one,want_tr", [(16, 16, False, 1), (128, 96, False, 1), (192, 64, False, 0),
+                                             (64, 130, False, 0), (16, 16, True, 0)])
+def test_launch_config_orientation(monkeypatch, d, e, one, want_tr):
+    """The transposed pass (TR=1, BV=128) for head dims up to 128; the row-wise config when a padded
+    head dim passes 128 and for the one-launch backward (its three transposed passes do not fit in
+    shared memory). Every launch of a call carries the same TR and BV."""
+    import jax.numpy as jnp
+
+    from lattnbench.kernels.triton.lightning import jax_bridge
+
+    metas = []
+
+    class FakeJaxTriton:
+        @staticmethod
+        def triton_call(*args, kernel, out_shape, grid, **meta):
+            metas.append((kernel.__name__, meta["TR"], meta["BV"], meta["num_warps"]))
+            return [jnp.zeros(s.shape, s.dtype) for s in out_shape]
+
+    monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: FakeJaxTriton)
+    monkeypatch.setattr(jax_bridge, "JAX_BWD_ONE", one)
+    q, k = jnp.asarray(_x(1, 8, 2, d)), jnp.asarray(_x(1, 8, 2, d))
+    v = jnp.asarray(_x(1, 8, 2, e))
+    g = jnp.zeros(2, jnp.float32)
+    if not one:
+        jax_bridge._fwd_call(q, k, v, g, None, 0.25, False)
+        assert metas[-1][1:] == ((1, 128, 8) if want_tr else (0, 64, 4))
+    jax_bridge._bwd_call(q, k, v, jnp.asarray(_x(1, 8, 2, e)), g, None, jnp.zeros((1, 2, d, e), jnp.float32),
+                         0.25, False)
+    bwd = metas[-1 if one else -3:]
+    assert {m[1:] for m in bwd} == {(1, 128, 8) if want_tr else (0, 64, 4)}
