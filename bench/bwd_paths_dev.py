@@ -27,7 +27,7 @@ from lattnbench.timing import measure  # noqa: E402
 from lattnbench.torch_fw import TorchProblem, l2_flusher  # noqa: E402
 
 RUN = DevRun("bwd_paths_dev", float(os.environ.get("BWD_BUDGET_S", "200")), ("agree", "time", "jax"))
-PATHS = ("split", "one", "fused")
+PATHS = tuple(os.environ.get("BWD_PATHS", "split,one,fused").split(","))
 
 
 def rel(x, ref):

@@ -20,12 +20,16 @@ _INTERP_META = dict(zip(("BT", "BV", "num_warps", "num_stages"), _k.INTERP_CONFI
 # Backward path: "split" (three independent passes: dq, dk, dv+dh0, one launch each), "one" (the same
 # three passes in ONE launch, a grid axis picking the pass), "fused" (dq pass + one dk+dv+dh0 pass),
 # or "auto" (the default): "one" up to ONE_MAX_T tokens, "split" beyond. H200, B4 H32 D=E=128 bf16,
-# fwd+bwd one / split (results/h200/s3c/bwd_paths_dev.json): n=512 0.55 / 0.65 ms, 1024 0.60 /
-# 0.67 (host-bound: one launch instead of three, 3x the programs), 8192 1.95 / 1.93, 32768
-# 7.59 / 7.11. The env var LIGHTNING_TRITON_BWD is read at every backward call; set_bwd_path()
-# overrides it for the process (None = back to the env var).
+# fwd+bwd one / split with the row-wise passes (results/h200/s3c/bwd_paths_dev.json): n=512 0.55 /
+# 0.65 ms, 1024 0.60 / 0.67 (host-bound: one launch instead of three, 3x the programs), 8192 1.95 /
+# 1.93, 32768 7.59 / 7.11. Session 4: the split passes take the transposed BV=128 configs, which the
+# one launch cannot (> 228 KB of shared memory for three such passes), and the one launch lost on
+# the device beyond n=1024: bwd 0.72 ms at 2048 and 1.14 at 4096 (one) against 1.25 at 8192
+# (split), results/h200/triton-peers.json. Hence ONE_MAX_T 4096 -> 1024. The env var
+# LIGHTNING_TRITON_BWD is read at every backward call; set_bwd_path() overrides it for the process
+# (None = back to the env var).
 _BWD_PATHS = ("auto", "split", "one", "fused")
-ONE_MAX_T = 4096
+ONE_MAX_T = 1024
 _BWD_OVERRIDE: str | None = None
 # E-slice width of the fused pass: None = the whole (padded) E when it is <= FUSED_FULL_MAX (dk
 # written directly), otherwise slices of FUSED_FULL_MAX with fp32 dk partials summed afterwards.
