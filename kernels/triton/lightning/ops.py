@@ -25,11 +25,14 @@ _INTERP_META = dict(zip(("BT", "BV", "num_warps", "num_stages"), _k.INTERP_CONFI
 # 1.93, 32768 7.59 / 7.11. Session 4: the split passes take the transposed BV=128 configs, which the
 # one launch cannot (> 228 KB of shared memory for three such passes), and the one launch lost on
 # the device beyond n=1024: bwd 0.72 ms at 2048 and 1.14 at 4096 (one) against 1.25 at 8192
-# (split), results/h200/triton-peers.json. Hence ONE_MAX_T 4096 -> 1024. The env var
+# (split), results/h200/triton-peers.json; then split against one in one process
+# (results/h200/s4d/bwd_paths_dev.json), bwd / fwd+bwd ms: n=512 0.186 / 0.472 vs 0.231 / 0.476,
+# 1024 0.314 / 0.476 vs 0.416 / 0.645, 2048 0.419 / 0.641 vs 0.643 / 0.956, 4096 0.826 / 0.968 vs
+# 1.245 / 1.379. Split wins or ties at every n, so ONE_MAX_T is 0: auto = split. The env var
 # LIGHTNING_TRITON_BWD is read at every backward call; set_bwd_path() overrides it for the process
 # (None = back to the env var).
 _BWD_PATHS = ("auto", "split", "one", "fused")
-ONE_MAX_T = 1024
+ONE_MAX_T = 0
 _BWD_OVERRIDE: str | None = None
 # E-slice width of the fused pass: None = the whole (padded) E when it is <= FUSED_FULL_MAX (dk
 # written directly), otherwise slices of FUSED_FULL_MAX with fp32 dk partials summed afterwards.
