@@ -30,6 +30,16 @@ import triton
 import triton.language as tl
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+# TR=3 configs make tensor descriptors on the device: they need tl.make_tensor_descriptor and
+# Triton's global-scratch allocator (set by ops.ensure_allocator before each launch).
+try:
+    from triton.runtime import _allocation as _triton_allocation
+except ImportError:  # an older Triton
+    _triton_allocation = None
+# LIGHTNING_TRITON_TMA=0 (read at import) keeps them out of the autotune lists.
+TMA_OK = (hasattr(tl, "make_tensor_descriptor") and _triton_allocation is not None
+          and hasattr(_triton_allocation, "_allocator") and hasattr(_triton_allocation, "NullAllocator")
+          and os.environ.get("LIGHTNING_TRITON_TMA", "1").strip() != "0")
 
 
 # Host-side launch arithmetic shared by the torch, jax-triton and look-back launchers. Plain Python:
@@ -204,13 +214,20 @@ def _chunk_pass_t(
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, H0_TRANS: tl.constexpr,
     STORE_HT: tl.constexpr, BWD_STATE: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, DECAY_ON_B: tl.constexpr = False, PROBE: tl.constexpr = 0,
+    TMA: tl.constexpr = False,
 ):
     """_chunk_pass with every product transposed: the state is held as Sᵀ [BV, BK] and the output
     chunk as outᵀ [BV, BT], so the value slice (BV, e.g. all 128 of E) is the M dimension of the
     three big products. Why: with BV = 128 and 8 warps the two warpgroups split M (no duplicated
     64-row products, the reason BV = 128 lost in _chunk_pass), q and k are read once per head
     instead of once per E-slice, and Sᵀ feeds outᵀ = Sᵀ·aᵀ straight from registers (no bf16 copy of
-    the state stored to shared memory each chunk). Same arithmetic, same decays, same results."""
+    the state stored to shared memory each chunk). Same arithmetic, same decays, same results.
+
+    TMA: the chunk tiles move by tensor descriptors (made on the device; the launch needs Triton's
+    global-scratch allocator) instead of per-element pointers, which take ~150 of the ~710
+    instructions per thread and chunk. Only where a descriptor's zero fill outside [0, T) is the
+    pass's row mask: one sequence per batch row (not varlen), KD a power of two (BK = KD), whole
+    BV slices of VD; elsewhere the pointer path runs."""
     i_n, i_h, bos, seq_len, gam = _sequence(cu_ptr, g_ptr, i_nh, T, H, IS_VARLEN)
     o_t, o_k, o_v, m_k, m_v, p, pf, m_intra = _chunk_layout(gam, i_v, KD, VD, BK, BV, BT, REVERSE)
     m_intra_t = tl.trans(m_intra) * (out_scale * k_scale)  # [s, r]
@@ -234,14 +251,37 @@ def _chunk_pass_t(
 
     dt = a_ptr.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
+    if TMA and not IS_VARLEN and KD == BK and VD % BV == 0:
+        # [batch, T, heads·dim] views; rows outside [0, T) read as zeros and are not written
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[i_n + 1, T, a_row], strides=[T * a_row, a_row, 1],
+                                           block_shape=[1, BT, BK])
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[i_n + 1, T, b_row], strides=[T * b_row, b_row, 1],
+                                           block_shape=[1, BT, BK])
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[i_n + 1, T, c_row], strides=[T * c_row, c_row, 1],
+                                           block_shape=[1, BT, BV])
+        o_desc = tl.make_tensor_descriptor(o_ptr, shape=[i_n + 1, T, o_row], strides=[T * o_row, o_row, 1],
+                                           block_shape=[1, BT, BV])
+        a_col = (i_h // (H // A_H)) * KD
+        b_col = (i_h // (H // B_H)) * KD
+        c_col = (i_h // (H // C_H)) * VD + i_v * BV
+        o_col = i_h * VD + i_v * BV
     for i_c in range(0, n_chunks):
         if PROBE == 5:  # COMPUTE_ONLY (bound analysis, wrong results): every chunk re-reads chunk 0
             rows, valid, n_valid = _chunk_rows(seq_len, 0, o_t, p, BT, REVERSE)
         else:
             rows, valid, n_valid = _chunk_rows(seq_len, i_c * BT, o_t, p, BT, REVERSE)
-        a = _load_rows(a_base, rows, a_row, o_k, valid, m_k)
-        b = _load_rows(b_base, rows, b_row, o_k, valid, m_k)
-        c = _load_rows(c_base, rows, c_row, o_v, valid, m_v)
+        if TMA and not IS_VARLEN and KD == BK and VD % BV == 0:
+            if REVERSE:
+                t0 = seq_len - i_c * BT - BT
+            else:
+                t0 = i_c * BT
+            a = a_desc.load([i_n, t0, a_col]).reshape(BT, BK)
+            b = b_desc.load([i_n, t0, b_col]).reshape(BT, BK)
+            c = c_desc.load([i_n, t0, c_col]).reshape(BT, BV)
+        else:
+            a = _load_rows(a_base, rows, a_row, o_k, valid, m_k)
+            b = _load_rows(b_base, rows, b_row, o_k, valid, m_k)
+            c = _load_rows(c_base, rows, c_row, o_v, valid, m_v)
         if BWD_STATE:
             shift = tl.where(i_c > 0, 1.0, 0.0)
         else:
@@ -264,6 +304,8 @@ def _chunk_pass_t(
             if i_c == n_chunks - 1:
                 tl.store(o_base + rows[:, None] * o_row + o_v[None, :], tl.trans(acc).to(o_ptr.dtype.element_ty),
                          mask=valid[:, None] & m_v[None, :])
+        elif TMA and not IS_VARLEN and KD == BK and VD % BV == 0:
+            o_desc.store([i_n, t0, o_col], tl.trans(acc).to(o_ptr.dtype.element_ty).reshape(1, BT, BV))
         else:
             tl.store(o_base + rows[:, None] * o_row + o_v[None, :], tl.trans(acc).to(o_ptr.dtype.element_ty),
                      mask=valid[:, None] & m_v[None, :])
@@ -286,11 +328,11 @@ def _chunk_pass(
 ):
     """The chunk pass in the orientation TR picks (a tuning choice: same arithmetic, same results):
     0 row-wise (_chunk_pass_n), 1 transposed (_chunk_pass_t), 2 transposed with the update's decay
-    on b instead of c."""
+    on b instead of c, 3 transposed with tensor-descriptor (TMA) loads and stores where they apply."""
     if TR:
         _chunk_pass_t(a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr, T, H, A_H, B_H, C_H,
                       out_scale, k_scale, i_v, i_nh, KD, VD, BK, BV, BT, REVERSE, HAS_H0, H0_TRANS,
-                      STORE_HT, BWD_STATE, IS_VARLEN, DOT_PREC, TR == 2, PROBE)
+                      STORE_HT, BWD_STATE, IS_VARLEN, DOT_PREC, TR == 2, PROBE, TR == 3)
     else:
         _chunk_pass_n(a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr, T, H, A_H, B_H, C_H,
                       out_scale, k_scale, i_v, i_nh, KD, VD, BK, BV, BT, REVERSE, HAS_H0, H0_TRANS,
@@ -313,8 +355,11 @@ BWD_CONFIGS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 64, 4, 2)]
 # n=32768 fwd: row-wise (64,64,4,2) 1.984, transposed (64,128,8,3) 1.700, (64,128,8,4) 1.700,
 # (64,64,4,2) 1.887, (64,128,8,2) 2.090; backward passes dq / dk / dv: row-wise 1.99 / 1.87 / 1.88,
 # transposed (64,128,8,3) 1.69 / 1.79 / 1.79. BT=32 and 16 warps lost everywhere.
-FWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 4, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1)]
-BWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1)]
+# TR=3 (transposed + tensor-descriptor loads / stores; sm_90 AOT: (64,128,8,3) 238 regs, 160 KB smem;
+# (64,128,8,4) 238, 208 KB; loop body 710 -> 640 PTX instructions): untimed when added (session 4).
+FWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 4, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1),
+                 (64, 128, 8, 3, 3), (64, 128, 8, 4, 3)]
+BWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1), (64, 128, 8, 3, 3)]
 INTERP_CONFIG = (32, 32, 4, 1)
 # fused dk+dv pass: (BT, num_warps, num_stages); BV is fixed by the caller (ops.FUSED_BV), BV=E=128
 # at D=E=128. sm_90 AOT report (bf16, BV 128, all at 255 regs): (64,8,2) 316 B spill, 160 KB smem;
@@ -346,6 +391,9 @@ def _prune(configs, named_args, **kwargs):
     elif role == 3:  # all three passes in one launch: the wider of D and E
         split = max(allargs["KD"], allargs["VD"])
     keep = [c for c in configs if c.kwargs["BV"] <= pow2(split)]
+    tensors = [a for a in allargs.values() if hasattr(a, "data_ptr")]
+    if not TMA_OK or any(a.data_ptr() % 16 for a in tensors):  # descriptors need 16-byte-aligned bases
+        keep = [c for c in keep if c.kwargs.get("TR") != 3]
     if role == 3:  # three passes in one kernel: a transposed BV=128 config needs > 228 KB of smem
         keep = [c for c in keep if not (c.kwargs.get("TR") and c.kwargs["BV"] > 64)]
     return keep or configs[:1]

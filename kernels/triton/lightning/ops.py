@@ -82,6 +82,22 @@ def fwd_path() -> str:
     return _env_choice("LIGHTNING_TRITON_FWD", _FWD_PATHS)
 
 
+def _scratch(size: int, alignment: int, stream) -> Tensor:
+    """Triton's global scratch (the device-side tensor descriptors of the TR=3 configs)."""
+    device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+    return torch.empty(size, dtype=torch.int8, device=device)
+
+
+def ensure_allocator() -> None:
+    """Set Triton's global-scratch allocator when none is set. It is a ContextVar, i.e. per thread:
+    the backward runs on autograd's device thread, so both directions call this before launching.
+    A user's own allocator is kept."""
+    if _k.TMA_OK and isinstance(_k._triton_allocation._allocator.get(), _k._triton_allocation.NullAllocator):
+        import triton
+
+        triton.set_allocator(_scratch)
+
+
 def _empty(*shape, dtype, device) -> Tensor:
     """Allocation of every buffer the kernels fully write (tests patch it to NaN-fill)."""
     return torch.empty(*shape, dtype=dtype, device=device)
@@ -171,6 +187,7 @@ def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, aligned=False
         from .lookback import lightning_fwd_lookback
 
         return lightning_fwd_lookback(q, k, v, g, scale, h0, reverse, store_ht, alloc=_empty)
+    ensure_allocator()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
@@ -189,6 +206,7 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
     """Backward launches; inputs contiguous. split: dq; dk; dv and dh0, one independent pass each.
     one: those three passes in one launch. fused: dq; then dk, dv and dh0 in one pass (bwd_path()). ``aligned`` as in lightning_fwd,
     for do and dS_T too."""
+    ensure_allocator()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv

@@ -24,14 +24,15 @@ NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 # chunk-pass orientations (the TR config key) each backward path is tested with: 0 row-wise,
-# 1 transposed, 2 transposed with the state update's decay on b. The fused path's own dk+dv kernel has
-# no orientation; its dq pass is the same chunk pass as split's.
-ORIENTATIONS = {"split": (0, 1, 2), "one": (0, 1), "fused": (0,), "auto": (0, 1)}
+# 1 transposed, 2 transposed with the state update's decay on b, 3 transposed with tensor-descriptor
+# loads / stores (where they apply: pow2 head dims, not varlen; the pointer path elsewhere). The fused
+# path's own dk+dv kernel has no orientation; its dq pass is the same chunk pass as split's.
+ORIENTATIONS = {"split": (0, 1, 2, 3), "one": (0, 1, 3), "fused": (0,), "auto": (0, 1)}
 
 
 def pytest_generate_tests(metafunc):
     """Every test runs under every backward path (and its orientations), tests marked
-    ``fused_only`` / ``auto_only`` under that one."""
+    ``fused_only`` / ``auto_only`` under that one, ``tma_only`` under orientation 3 only."""
     if "bwd_path" in metafunc.fixturenames:
         if metafunc.definition.get_closest_marker("auto_only") is not None:
             paths = ["auto"]
@@ -40,6 +41,8 @@ def pytest_generate_tests(metafunc):
         else:
             paths = ["split", "one", "fused"]
         combos = [(p, tr) for p in paths for tr in ORIENTATIONS[p]]
+        if metafunc.definition.get_closest_marker("tma_only") is not None:
+            combos = [(p, tr) for p, tr in combos if tr == 3]
         metafunc.parametrize(("bwd_path", "orientation"), combos, indirect=True,
                              ids=[f"{p}-tr{tr}" for p, tr in combos])
 
@@ -364,3 +367,80 @@ def test_tuned_configs_carry_the_orientation_and_prune_one_launch(monkeypatch):
     assert any(c.kwargs["TR"] and c.kwargs["BV"] == 128 for c in dq)
     narrow = K._prune(cfgs, {"KD": 48, "VD": 40, "ROLE": 2})
     assert narrow and all(c.kwargs["BV"] <= 64 for c in narrow)
+
+
+@pytest.fixture
+def descriptor_spy(monkeypatch):
+    """Count tl.make_tensor_descriptor calls made by the interpreted kernels."""
+    import triton.language as tl
+
+    orig, calls = tl.make_tensor_descriptor, []
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("block_shape"))
+        return orig(*args, **kwargs)
+
+    spy.__triton_builtin__ = True  # the interpreter passes its semantic argument to builtins only
+    monkeypatch.setattr(tl, "make_tensor_descriptor", spy)
+    return calls
+
+
+@pytest.mark.tma_only
+@pytest.mark.parametrize("case,tma", [
+    ("pow2", True), ("reverse_d_lt_e", True), ("gqa_t1_fp16", True), ("no_h0_t100", True),
+    ("d48", False), ("e_not_whole_slices", False), ("varlen", False)])
+def test_descriptor_path_where_it_applies(bwd_path, orientation, case, tma, descriptor_spy):
+    """TR=3: every pass of an eligible shape moves its tiles by tensor descriptors (zero fill outside
+    [0, T) as the row mask, reverse starting below row 0, a last partial chunk); other shapes take
+    the pointer path. Both against the fp64 reference."""
+    assert orientation == 3
+    kw = {"pow2": dict(d=32, e=32), "reverse_d_lt_e": dict(d=16, e=64, reverse=True),
+          "gqa_t1_fp16": dict(h=4, hkv=2, d=32, e=32, t=1, dtype=torch.float16),
+          "no_h0_t100": dict(d=64, e=16, h0=False), "d48": dict(d=48, e=32),
+          "e_not_whole_slices": dict(d=32, e=40),
+          "varlen": dict(b=1, cu_seqlens=[0, 30, 31, 100], d=32, e=32)}[case]
+    check(**kw)
+    assert bool(descriptor_spy) == tma, descriptor_spy
+    if tma:
+        assert all(len(bs) == 3 and bs[0] == 1 for bs in descriptor_spy)
+
+
+def test_prune_drops_descriptor_configs_when_unaligned_or_unavailable(monkeypatch):
+    from lattnbench.kernels.triton.lightning import kernels as K
+
+    monkeypatch.setattr(K, "INTERPRET", False)
+    cfgs = K._configs(K.FWD_CONFIGS, K.FWD_CONFIGS_T)
+    assert any(c.kwargs["TR"] == 3 for c in cfgs)
+    base = torch.empty(64, dtype=torch.float32)
+    args = {"KD": 128, "VD": 128, "q": base, "k": base[1:], "o": base}  # k 4 bytes past a boundary
+    aligned = K._prune(cfgs, {**args, "k": base})
+    assert any(c.kwargs["TR"] == 3 for c in aligned)
+    unaligned = K._prune(cfgs, args)
+    assert unaligned and not any(c.kwargs["TR"] == 3 for c in unaligned)
+    monkeypatch.setattr(K, "TMA_OK", False)
+    assert not any(c.kwargs["TR"] == 3 for c in K._prune(cfgs, {**args, "k": base}))
+
+
+def test_ensure_allocator_sets_only_a_missing_one():
+    import contextvars
+
+    from lattnbench.kernels.triton.lightning import kernels as K
+
+    if not K.TMA_OK:
+        pytest.skip("this Triton has no tensor descriptors")
+    var = K._triton_allocation._allocator
+
+    def fresh():
+        var.set(K._triton_allocation.NullAllocator())
+        tl_ops.ensure_allocator()
+        return var.get()
+
+    assert contextvars.copy_context().run(fresh) is tl_ops._scratch
+
+    def users():
+        mine = lambda size, align, stream: None  # noqa: E731
+        var.set(mine)
+        tl_ops.ensure_allocator()
+        return var.get() is mine
+
+    assert contextvars.copy_context().run(users)
