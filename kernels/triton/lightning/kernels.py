@@ -392,7 +392,10 @@ def _prune(configs, named_args, **kwargs):
         split = max(allargs["KD"], allargs["VD"])
     keep = [c for c in configs if c.kwargs["BV"] <= pow2(split)]
     tensors = [a for a in allargs.values() if hasattr(a, "data_ptr")]
-    if not TMA_OK or any(a.data_ptr() % 16 for a in tensors):  # descriptors need 16-byte-aligned bases
+    # descriptors need 16-byte-aligned bases; and up to 4096 tokens (T_BUCKET < 2) a torch call is
+    # host-bound, where the scratch allocation each TR=3 launch makes costs more than it saves
+    # (results/h200/s4e vs s4f: fwd+bwd at n=512 0.22 vs 0.46 ms, device gain ~3-8 % at n=32768)
+    if (not TMA_OK or allargs.get("T_BUCKET", 2) < 2 or any(a.data_ptr() % 16 for a in tensors)):
         keep = [c for c in keep if c.kwargs.get("TR") != 3]
     if role == 3:  # three passes in one kernel: a transposed BV=128 config needs > 228 KB of smem
         keep = [c for c in keep if not (c.kwargs.get("TR") and c.kwargs["BV"] > 64)]

@@ -405,16 +405,19 @@ def test_descriptor_path_where_it_applies(bwd_path, orientation, case, tma, desc
         assert all(len(bs) == 3 and bs[0] == 1 for bs in descriptor_spy)
 
 
-def test_prune_drops_descriptor_configs_when_unaligned_or_unavailable(monkeypatch):
+def test_prune_drops_descriptor_configs_when_short_unaligned_or_unavailable(monkeypatch):
     from lattnbench.kernels.triton.lightning import kernels as K
 
     monkeypatch.setattr(K, "INTERPRET", False)
     cfgs = K._configs(K.FWD_CONFIGS, K.FWD_CONFIGS_T)
     assert any(c.kwargs["TR"] == 3 for c in cfgs)
     base = torch.empty(64, dtype=torch.float32)
-    args = {"KD": 128, "VD": 128, "q": base, "k": base[1:], "o": base}  # k 4 bytes past a boundary
+    args = {"KD": 128, "VD": 128, "T_BUCKET": 2, "q": base, "k": base[1:], "o": base}  # k 4 bytes off
     aligned = K._prune(cfgs, {**args, "k": base})
     assert any(c.kwargs["TR"] == 3 for c in aligned)
+    for short in (0, 1):  # up to 4096 tokens: host-bound, no descriptor configs
+        kept = K._prune(cfgs, {**args, "k": base, "T_BUCKET": short})
+        assert kept and not any(c.kwargs["TR"] == 3 for c in kept)
     unaligned = K._prune(cfgs, args)
     assert unaligned and not any(c.kwargs["TR"] == 3 for c in unaligned)
     monkeypatch.setattr(K, "TMA_OK", False)
