@@ -356,7 +356,10 @@ BWD_CONFIGS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 64, 4, 2)]
 # (64,64,4,2) 1.887, (64,128,8,2) 2.090; backward passes dq / dk / dv: row-wise 1.99 / 1.87 / 1.88,
 # transposed (64,128,8,3) 1.69 / 1.79 / 1.79. BT=32 and 16 warps lost everywhere.
 # TR=3 (transposed + tensor-descriptor loads / stores; sm_90 AOT: (64,128,8,3) 238 regs, 160 KB smem;
-# (64,128,8,4) 238, 208 KB; loop body 710 -> 640 PTX instructions): untimed when added (session 4).
+# (64,128,8,4) 238, 208 KB; loop body 710 -> 640 PTX instructions). H200 do_bench, one run
+# (results/h200/s4f), n=32768: fwd TR=1 (64,128,8,3) 1.675 ms, TR=3 (64,128,8,3) 1.546, (64,128,8,4)
+# 1.539, (64,128,8,2) 2.088; bwd passes TR=1 1.66 / 1.79 / 1.79, TR=3 1.61 / 1.68 / 1.65; outputs
+# bit-identical to TR=1. Pruned up to 4096 tokens (see _prune).
 FWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 4, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1),
                  (64, 128, 8, 3, 3), (64, 128, 8, 4, 3)]
 BWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1), (64, 128, 8, 3, 3)]
