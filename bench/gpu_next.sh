@@ -1,16 +1,25 @@
-# Prepared for the next device session (not run yet): re-run the seed README suite with the current kernels,
-# in two calls, so the README's seed-readme block (session 1) can be regenerated. Run as
-#   LATTNBENCH_COMMIT=<local sha> bash bench/gpu_next.sh          (first call, ~9 min)
-#   LATTNBENCH_COMMIT=<local sha> bash bench/gpu_next.sh rest     (second call: --resume, after copying the
-#                                                                  first call's seed-readme.json to results/h200/)
-# fla-core's first backward compile + autotune took > 60 s on the H200 (results/h200/triton-vs-fla.json),
-# so the point timeout is 180 s.
+# Prepared for the next device session (not run yet). Three calls:
+#   LATTNBENCH_COMMIT=<local sha> bash bench/gpu_next.sh            (1: ~3 min) the fused transposed dk+dv
+#       pass (kernels.py::_dkdv_pass_t, TRANS=2; AOT: 416-500 B spill) against the split dk and dv passes
+#       (TR=1 / TR=3) at n=8192 and 32768, then lightning/triton beside cuDNN with the final code (the
+#       session-4 commit was never run as a whole: results/h200/SESSION4.md);
+#   LATTNBENCH_COMMIT=<local sha> bash bench/gpu_next.sh peers      (2: ~7 min) the triton-peers suite;
+#   LATTNBENCH_COMMIT=<local sha> bash bench/gpu_next.sh peers-rest (3: ~5 min) its --resume, after copying
+#       the second call's triton-peers.json to results/h200/.
 source bench/gpu_setup.sh
-if [ "$1" = "rest" ]; then
-  timeout 540 lattnbench run suites/seed-readme.toml --out results/h200 --resume --point-timeout 180 2>&1 \
-    | tee $OUT/seed-readme-rest.log | grep -v "━" | tail -60
-  cp results/h200/seed-readme.json results/h200/seed-readme.csv $OUT/ 2>/dev/null
-else
-  timeout 540 lattnbench run suites/seed-readme.toml --out $OUT --point-timeout 180 2>&1 \
-    | tee $OUT/seed-readme.log | grep -v "━" | tail -100
-fi
+case "$1" in
+  peers)
+    mkdir -p $OUT/suite
+    timeout 560 lattnbench run suites/triton-peers.toml --out $OUT/suite --point-timeout 180 2>&1 \
+      | tee $OUT/triton-peers.log | grep -v "━" | tail -40 ;;
+  peers-rest)
+    mkdir -p $OUT/suite && cp results/h200/triton-peers.json results/h200/triton-peers.csv $OUT/suite/
+    timeout 560 lattnbench run suites/triton-peers.toml --out $OUT/suite --resume --point-timeout 180 2>&1 \
+      | tee $OUT/triton-peers.log | grep -v "━" | tail -40 ;;
+  *)
+    TR_SET=3 TR_SIZES=8192,32768 TR_BUDGET_S=100 timeout 130 python3 bench/triton_tr_dev.py dkdv 2>&1 \
+      | grep -v "Warn\|warn" | tail -20
+    timeout 150 lattnbench speed -k lightning/triton,softmax/sdpa-cudnn -n 512..32768 -b 4 --heads 32 -d 128 \
+      --dtype bf16 -m fwd,bwd,fwdbwd --decay alibi --budget 0.3 --point-timeout 90 --out $OUT/triton-final.json 2>&1 \
+      | grep -v "━" | grep -v "│       │" | tail -40 ;;
+esac

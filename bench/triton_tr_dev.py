@@ -10,7 +10,8 @@ starting new measurements after that many seconds; TR_SIZES (default 8192,32768)
    output of every bwd config against the fp64 reference (err ratio as lattnbench's check-grad);
 2. fwd: do_bench median (L2 flushed by do_bench) of each (BT, BV, warps, stages, TR) at B4 H32
    D=E=128 bf16, ALiBi decay; ms, TB/s of the 4 streams and the rel diff to the row-wise default;
-3. bwd: the same for each backward pass (ROLE 0 dq, 1 dk, 2 dv) and the one-launch kernel.
+3. bwd: the same for each backward pass (ROLE 0 dq, 1 dk, 2 dv) and the one-launch kernel;
+4. dkdv: the fused dk+dv pass per (BT, warps, stages, TRANS) against the split dk and dv passes.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from devrun import DevRun  # noqa: E402
 
 from lattnbench.kernels.triton.lightning import kernels as K  # noqa: E402
 
-RUN = DevRun("triton_tr_dev", float(os.environ.get("TR_BUDGET_S", "400")), ("env", "check", "fwd", "bwd"))
+RUN = DevRun("triton_tr_dev", float(os.environ.get("TR_BUDGET_S", "400")), ("env", "check", "fwd", "bwd", "dkdv"))
 R, log = RUN.results, RUN.log
 DEV = "cuda" if torch.cuda.is_available() and not SMOKE else "cpu"
 if SMOKE:
@@ -204,6 +205,41 @@ def bwd_section():
         torch.cuda.empty_cache()
 
 
+def dkdv(cfg, q, k, v, do, g):
+    """The fused dk+dv pass (lightning_bwd_dkdv_kernel) at (BT, warps, stages, TRANS), BV = E."""
+    bt, w, s, trans = cfg
+    b, t, h, d = q.shape
+    dk, dv = torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))
+    K.lightning_bwd_dkdv_kernel[(1, b * h)](
+        q, k, v, do, g, g, g, t, h, h, d ** -0.5, K.t_bucket(t), 0, dk, dv, g,
+        KD=d, VD=d, BKD=K.pow2(d), REVERSE=False, HAS_H0=False, HAS_DHT=False, IS_VARLEN=False, DOT_PREC=PREC,
+        BV=K.pow2(d), BT=bt, TRANS=trans, num_warps=w, num_stages=s)
+    return dk, dv
+
+
+def dkdv_section():
+    """The fused transposed dk+dv pass (TRANS=2) against the split dk and dv passes (TR=1 / TR=3):
+    agreement and do_bench at each size. TR_DKDV lists the fused configs as BT:W:S:TRANS."""
+    cfgs = [tuple(int(x) for x in c.split(":")) for c in
+            os.environ.get("TR_DKDV", "64:8:3:2,64:8:2:2,64:8:2:0").split(",")]
+    split = [c for c in BWD if c[4]]
+    for n in SIZES:
+        q, k, v, do, g, _, _ = inputs(B, n, H, seed=5)
+        ref = [bwd(split[0], role, q, k, v, do, g)[0] for role in (1, 2)]
+        for cfg in split:
+            RUN.guarded("dkdv", f"n{n} split dk+dv {cfg}", lambda cfg=cfg: {"ms": round(
+                bench(lambda: (bwd(cfg, 1, q, k, v, do, g), bwd(cfg, 2, q, k, v, do, g))), 4)})
+        for cfg in cfgs:
+            def one(cfg=cfg):
+                dk, dv = dkdv(cfg, q, k, v, do, g)
+                sync()
+                ms = bench(lambda: dkdv(cfg, q, k, v, do, g))
+                return {"ms": round(ms, 4), "diff_dk": rel(dk, ref[0]), "diff_dv": rel(dv, ref[1])}
+            RUN.guarded("dkdv", f"n{n} fused {cfg}", one)
+        del q, k, v, do
+        torch.cuda.empty_cache()
+
+
 def main():
     from lattnbench.kernels.triton.lightning import ops
 
@@ -213,7 +249,8 @@ def main():
                 "gpu": torch.cuda.get_device_name() if DEV == "cuda" else "cpu (interpreter)"}
     log("env", R["env"])
     sections = [a for a in sys.argv[1:] if not a.startswith("--")] or (["check"] if SMOKE else ["check", "fwd", "bwd"])
-    RUN.run_sections({"check": check_section, "fwd": fwd_section, "bwd": bwd_section}, sections)
+    RUN.run_sections({"check": check_section, "fwd": fwd_section, "bwd": bwd_section, "dkdv": dkdv_section},
+                     sections)
 
 
 if __name__ == "__main__":
