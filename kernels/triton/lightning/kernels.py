@@ -225,9 +225,9 @@ def _chunk_pass_t(
 
     TMA: the chunk tiles move by tensor descriptors (made on the device; the launch needs Triton's
     global-scratch allocator) instead of per-element pointers, which take ~150 of the ~710
-    instructions per thread and chunk. Only where a descriptor's zero fill outside [0, T) is the
-    pass's row mask: one sequence per batch row (not varlen), KD a power of two (BK = KD), whole
-    BV slices of VD; elsewhere the pointer path runs."""
+    instructions per thread and chunk. The caller (_chunk_pass) sets it only where a descriptor's
+    zero fill outside [0, T) is the pass's row mask: one sequence per batch row (not varlen), KD a
+    power of two (BK = KD), whole BV slices of VD; and never under a PROBE."""
     i_n, i_h, bos, seq_len, gam = _sequence(cu_ptr, g_ptr, i_nh, T, H, IS_VARLEN)
     o_t, o_k, o_v, m_k, m_v, p, pf, m_intra = _chunk_layout(gam, i_v, KD, VD, BK, BV, BT, REVERSE)
     m_intra_t = tl.trans(m_intra) * (out_scale * k_scale)  # [s, r]
@@ -251,7 +251,7 @@ def _chunk_pass_t(
 
     dt = a_ptr.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
-    if TMA and not IS_VARLEN and KD == BK and VD % BV == 0:
+    if TMA:
         # [batch, T, heads·dim] views; rows outside [0, T) read as zeros and are not written
         a_desc = tl.make_tensor_descriptor(a_ptr, shape=[i_n + 1, T, a_row], strides=[T * a_row, a_row, 1],
                                            block_shape=[1, BT, BK])
@@ -270,7 +270,7 @@ def _chunk_pass_t(
             rows, valid, n_valid = _chunk_rows(seq_len, 0, o_t, p, BT, REVERSE)
         else:
             rows, valid, n_valid = _chunk_rows(seq_len, i_c * BT, o_t, p, BT, REVERSE)
-        if TMA and not IS_VARLEN and KD == BK and VD % BV == 0:
+        if TMA:
             if REVERSE:
                 t0 = seq_len - i_c * BT - BT
             else:
@@ -300,15 +300,16 @@ def _chunk_pass_t(
         else:
             cw = (c * kd[:, None]).to(dt)
             St = tl.dot(tl.trans(cw), b, St * tl.exp(gam * (n_valid - 1 + shift)), input_precision=DOT_PREC)
-        if PROBE == 5:
-            if i_c == n_chunks - 1:
-                tl.store(o_base + rows[:, None] * o_row + o_v[None, :], tl.trans(acc).to(o_ptr.dtype.element_ty),
-                         mask=valid[:, None] & m_v[None, :])
-        elif TMA and not IS_VARLEN and KD == BK and VD % BV == 0:
-            o_desc.store([i_n, t0, o_col], tl.trans(acc).to(o_ptr.dtype.element_ty).reshape(1, BT, BV))
+        out = tl.trans(acc).to(o_ptr.dtype.element_ty)
+        if TMA:
+            o_desc.store([i_n, t0, o_col], out.reshape(1, BT, BV))
         else:
-            tl.store(o_base + rows[:, None] * o_row + o_v[None, :], tl.trans(acc).to(o_ptr.dtype.element_ty),
-                     mask=valid[:, None] & m_v[None, :])
+            o_ptrs = o_base + rows[:, None] * o_row + o_v[None, :]
+            if PROBE == 5:  # one output store, at the last chunk
+                if i_c == n_chunks - 1:
+                    tl.store(o_ptrs, out, mask=valid[:, None] & m_v[None, :])
+            else:
+                tl.store(o_ptrs, out, mask=valid[:, None] & m_v[None, :])
     if STORE_HT:
         if BWD_STATE:
             St = St * tl.exp(gam * tl.where(n_chunks > 0, 1.0, 0.0))
@@ -332,7 +333,8 @@ def _chunk_pass(
     if TR:
         _chunk_pass_t(a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr, T, H, A_H, B_H, C_H,
                       out_scale, k_scale, i_v, i_nh, KD, VD, BK, BV, BT, REVERSE, HAS_H0, H0_TRANS,
-                      STORE_HT, BWD_STATE, IS_VARLEN, DOT_PREC, TR == 2, PROBE, TR == 3)
+                      STORE_HT, BWD_STATE, IS_VARLEN, DOT_PREC, TR == 2, PROBE,
+                      TR == 3 and PROBE == 0 and not IS_VARLEN and KD == BK and VD % BV == 0)
     else:
         _chunk_pass_n(a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr, T, H, A_H, B_H, C_H,
                       out_scale, k_scale, i_v, i_nh, KD, VD, BK, BV, BT, REVERSE, HAS_H0, H0_TRANS,
