@@ -1,6 +1,6 @@
 # Prepared for the next device session (not run yet). Three calls:
-#   LATTNBENCH_COMMIT=<local sha> bash bench/gpu_next.sh            (1: ~3 min) the fused transposed dk+dv
-#       pass (kernels.py::_dkdv_pass_t, TRANS=2; AOT: 416-500 B spill) against the split dk and dv passes
+#   LATTNBENCH_COMMIT=<local sha> bash bench/gpu_next.sh            (1: ~3 min) the fused dk+dv pass with
+#       transposed products (kernels.py::_dkdv_pass, TRANS=True; AOT: 564 B spill) against the split dk and dv passes
 #       (TR=1 / TR=3) at n=8192 and 32768, then lightning/triton beside cuDNN with the final code (the
 #       session-4 commit was never run as a whole: results/h200/SESSION4.md);
 #   LATTNBENCH_COMMIT=<local sha> bash bench/gpu_next.sh peers      (2: ~7 min) the triton-peers suite;

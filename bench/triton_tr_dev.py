@@ -218,10 +218,10 @@ def dkdv(cfg, q, k, v, do, g):
 
 
 def dkdv_section():
-    """The fused transposed dk+dv pass (TRANS=2) against the split dk and dv passes (TR=1 / TR=3):
+    """The fused dk+dv pass with transposed products (TRANS=1) against the split dk and dv passes (TR=1 / TR=3):
     agreement and do_bench at each size. TR_DKDV lists the fused configs as BT:W:S:TRANS."""
     cfgs = [tuple(int(x) for x in c.split(":")) for c in
-            os.environ.get("TR_DKDV", "64:8:3:2,64:8:2:2,64:8:2:0").split(",")]
+            os.environ.get("TR_DKDV", "64:8:3:1,64:8:2:1,64:8:2:0").split(",")]
     split = [c for c in BWD if c[4]]
     for n in SIZES:
         q, k, v, do, g, _, _ = inputs(B, n, H, seed=5)

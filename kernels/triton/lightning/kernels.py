@@ -371,10 +371,9 @@ INTERP_CONFIG = (32, 32, 4, 1)
 # (64,8,1) 404 B, 96 KB; (32,8,2) 348 B, 68 KB; (32,4,2) 816 B, 66 KB; (64,4,2) 760 B (dropped).
 # TRANS=True (transposed products) spilled more in every config (564 B at (64,8,2)): not tuned.
 FUSED_CONFIGS = [(64, 8, 2), (64, 8, 1), (32, 8, 2), (32, 4, 2)]
-# _dkdv_pass_t (TRANS=2), sm_90 AOT (triton 3.9, bf16 D=E=128, BV 128, all at 255 regs): (64,8,2)
-# 500 B spill, 144 KB smem; (64,8,3) 416 B, 208 KB; (64,8,1) 632 B; (32,8,2) 460 B; (64,16,2) 128
-# regs + 848 B. Untimed (session 4 ran out of device time); in the opt-in fused path's list only, to
-# be measured against the split transposed passes.
+# TRANS=True configs: the transposed products (the value slice as M, as in _chunk_pass_t), untimed
+# (session 4 ran out of device time); in the opt-in fused path's list only, to be measured against
+# the split transposed passes (bench/gpu_next.sh).
 FUSED_CONFIGS_T = [(64, 8, 3), (64, 8, 2)]
 
 
@@ -581,72 +580,6 @@ def _dkdv_pass(
         tl.store(dh0_ptr + state_off + s_idx, P, mask=m_s)
 
 
-@triton.jit
-def _dkdv_pass_t(
-    q_ptr, k_ptr, v_ptr, do_ptr, dht_ptr, dh0_ptr, g_ptr, cu_ptr, dk_ptr, dv_ptr,
-    T, H, HKV, scale, dk_slice_stride, i_v, i_nh,
-    KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
-    BACK: tl.constexpr, HAS_DHT: tl.constexpr, STORE_DH0: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr,
-):
-    """_dkdv_pass in the transposed pass's form (_chunk_pass_t): the dv pass (a, b, c) = (k, q, dO)
-    and the dk pass (v, dO, q) share one state P [BK, BV slice of E] and one read of q, k, v, dO.
-    Per chunk, with the carried P and M[r, s] = λ^{p_r − p_s}·scale for p_s ≤ p_r:
-        dvᵀ = (Pᵀ·kᵀ)·diag(qd) + dOᵀ·((q·kᵀ)⊙Mᵀ)      (value slice as M: 128 rows at BV = 128)
-        dkᵀ = (P·vᵀ)·diag(qd) + qᵀ·((dO·vᵀ)⊙Mᵀ)      (dk of this E-slice; the sum over slices)
-        P   = λ^L·P + qᵀ·diag(λ^(L−1−p))·dO·scale
-    Why: 10 instead of 12 tensor-units of backward traffic with the dq pass, the state's decay and
-    bf16 packing once instead of twice, ~14 % fewer FLOPs than the dk and dv passes together."""
-    i_n, i_h, bos, seq_len, gam = _sequence(cu_ptr, g_ptr, i_nh, T, H, IS_VARLEN)
-    o_t, o_k, o_v, m_k, m_v, p, pf, m_intra = _chunk_layout(gam, i_v, KD, VD, BK, BV, BT, BACK)
-    m_t = tl.trans(m_intra) * scale  # [s, r]
-
-    i_hk = i_h // (H // HKV)
-    q_base = q_ptr + bos * (H * KD) + i_h * KD
-    k_base = k_ptr + bos * (HKV * KD) + i_hk * KD
-    v_base = v_ptr + bos * (HKV * VD) + i_hk * VD
-    do_base = do_ptr + bos * (H * VD) + i_h * VD
-    dv_base = dv_ptr + bos * (H * VD) + i_h * VD
-    dk_base = dk_ptr + i_v.to(tl.int64) * dk_slice_stride + bos * (H * KD) + i_h * KD
-
-    state_off, s_idx, m_s = _state_index(i_n, i_h, H, o_k, o_v, m_k, m_v, KD, VD, False)
-    if HAS_DHT:
-        P = tl.load(dht_ptr + state_off + s_idx, mask=m_s, other=0.0).to(tl.float32)
-    else:
-        P = tl.zeros([BK, BV], dtype=tl.float32)
-
-    dt = q_ptr.dtype.element_ty
-    n_chunks = tl.cdiv(seq_len, BT)
-    for i_c in range(0, n_chunks):
-        rows, valid, n_valid = _chunk_rows(seq_len, i_c * BT, o_t, p, BT, BACK)
-        q = _load_rows(q_base, rows, H * KD, o_k, valid, m_k)
-        k = _load_rows(k_base, rows, HKV * KD, o_k, valid, m_k)
-        v = _load_rows(v_base, rows, HKV * VD, o_v, valid, m_v)
-        do = _load_rows(do_base, rows, H * VD, o_v, valid, m_v)
-        shift = tl.where(i_c > 0, 1.0, 0.0)
-        qd = tl.exp(gam * (pf + shift))
-        Pb = P.to(dt)
-        # dvᵀ [BV, BT], complete for this slice of E
-        acc = tl.dot(tl.trans(Pb), tl.trans(k), input_precision=DOT_PREC) * qd[None, :]
-        st = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * m_t
-        acc = tl.dot(tl.trans(do), st.to(dt), acc, input_precision=DOT_PREC)
-        tl.store(dv_base + rows[:, None] * (H * VD) + o_v[None, :], tl.trans(acc).to(dv_ptr.dtype.element_ty),
-                 mask=valid[:, None] & m_v[None, :])
-        # dkᵀ [BK, BT], this slice's share
-        acc2 = tl.dot(Pb, tl.trans(v), input_precision=DOT_PREC) * qd[None, :]
-        st2 = tl.dot(do, tl.trans(v), input_precision=DOT_PREC) * m_t
-        acc2 = tl.dot(tl.trans(q), st2.to(dt), acc2, input_precision=DOT_PREC)
-        tl.store(dk_base + rows[:, None] * (H * KD) + o_k[None, :], tl.trans(acc2).to(dk_ptr.dtype.element_ty),
-                 mask=valid[:, None] & m_k[None, :])
-        # P = λ^L·P + qᵀ·diag(λ^(L−1−p))·dO·scale
-        kd = tl.where(valid, tl.exp(gam * tl.maximum(n_valid - 1 - pf, 0.0)), 0.0) * scale
-        dow = (do * kd[:, None]).to(dt)
-        P = tl.dot(tl.trans(q), dow, P * tl.exp(gam * (n_valid - 1 + shift)), input_precision=DOT_PREC)
-    if STORE_DH0:
-        P = P * tl.exp(gam * tl.where(n_chunks > 0, 1.0, 0.0))
-        tl.store(dh0_ptr + state_off + s_idx, P, mask=m_s)
-
-
 @triton.jit(do_not_specialize=["T_BUCKET", "DK_STRIDE"])
 def lightning_bwd_dkdv_kernel(
     q, k, v, do, dht, g, cu,
@@ -654,20 +587,14 @@ def lightning_bwd_dkdv_kernel(
     dk, dv, dh0,
     KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr, TRANS: tl.constexpr = 0,
+    DOT_PREC: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr, TRANS: tl.constexpr = False,
 ):
     """Fused backward for dk and dv (+dh0); grid (cdiv(E, BV), N·H). BV is chosen by the caller
-    (it fixes the dk partial buffer: DK_STRIDE elements between slices), BT/warps/stages tuned.
-    TRANS: 0 row-wise products, 1 transposed products (_dkdv_pass), 2 the transposed pass's form
-    (_dkdv_pass_t: the value slice as M, the state's transpose from registers)."""
+    (it fixes the dk partial buffer: DK_STRIDE elements between slices), BT/warps/stages tuned."""
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
-    if TRANS == 2:
-        _dkdv_pass_t(q, k, v, do, dht, dh0, g, cu, dk, dv, T, H, HKV, scale, DK_STRIDE, i_v, i_nh,
-                     KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, HAS_H0, IS_VARLEN, DOT_PREC)
-    else:
-        _dkdv_pass(q, k, v, do, dht, dh0, g, cu, dk, dv, T, H, HKV, scale, DK_STRIDE, i_v, i_nh,
-                   KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, HAS_H0, IS_VARLEN, DOT_PREC, TRANS == 1)
+    _dkdv_pass(q, k, v, do, dht, dh0, g, cu, dk, dv, T, H, HKV, scale, DK_STRIDE, i_v, i_nh,
+               KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, HAS_H0, IS_VARLEN, DOT_PREC, TRANS)
 
 
 # Autotuned launchers on a GPU; under the interpreter autotune cannot run ("0 active drivers"),
@@ -684,5 +611,5 @@ else:
                                         prune_configs_by=_prune_by)(lightning_bwd_one_kernel)
     lightning_bwd_dkdv = triton.autotune(
         configs=[triton.Config({"BT": bt, "TRANS": tr}, num_warps=w, num_stages=st)
-                 for (bt, w, st), tr in [(c, 0) for c in FUSED_CONFIGS] + [(c, 2) for c in FUSED_CONFIGS_T]],
+                 for (bt, w, st), tr in [(c, False) for c in FUSED_CONFIGS] + [(c, True) for c in FUSED_CONFIGS_T]],
         key=["KD", "VD", "T_BUCKET", "BV"])(lightning_bwd_dkdv_kernel)

@@ -38,9 +38,8 @@ _BWD_OVERRIDE: str | None = None
 # written directly), otherwise slices of FUSED_FULL_MAX with fp32 dk partials summed afterwards.
 FUSED_BV: int | None = None
 FUSED_FULL_MAX = 128
-# orientation of the fused pass (TRANS): 0 row-wise, 1 transposed products, 2 the transposed pass's
-# form (_dkdv_pass_t). Interpreter / fixed-config launches; the GPU autotune list sets its own.
-FUSED_TRANS = 0
+# transposed products in the fused pass (interpreter / fixed-config launches; autotune picks its own)
+FUSED_TRANS = False
 
 
 def set_bwd_path(path: str | None, fused_bv: int | None = None) -> None:

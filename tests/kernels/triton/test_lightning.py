@@ -256,11 +256,11 @@ def test_bad_input_raises(case):
 
 
 @pytest.mark.fused_only
-@pytest.mark.parametrize("trans", [0, 1, 2])
+@pytest.mark.parametrize("trans", [False, True])
 @pytest.mark.parametrize("case", ["gqa_reverse", "varlen_d96", "d_lt_e"])
 def test_fused_partial_dk_slices(bwd_path, case, trans, monkeypatch):
     """Fused path with E split into several slices (fp32 dk partials summed after the pass), in
-    every orientation (TRANS 1: transposed dots and stores; 2: the transposed pass's form)."""
+    both product orientations (TRANS: transposed dots and stores)."""
     monkeypatch.setattr(tl_ops, "FUSED_TRANS", trans)
     tl_ops.set_bwd_path("fused", fused_bv=16)
     if case == "gqa_reverse":
@@ -302,11 +302,10 @@ def test_bwd_path_selects_launches(bwd_path, monkeypatch):
 
 
 @pytest.mark.fused_only
-@pytest.mark.parametrize("trans", [1, 2])
 @pytest.mark.parametrize("case", ["h0_dst", "reverse_varlen"])
-def test_fused_transposed_one_slice(bwd_path, case, trans, monkeypatch):
-    """TRANS 1 / 2 with the whole E in one slice (dk written directly), fp32 and fp16."""
-    monkeypatch.setattr(tl_ops, "FUSED_TRANS", trans)
+def test_fused_transposed_one_slice(bwd_path, case, monkeypatch):
+    """TRANS=True with the whole E in one slice (dk written directly), fp32 and fp16."""
+    monkeypatch.setattr(tl_ops, "FUSED_TRANS", True)
     if case == "h0_dst":
         check(seed=23, b=2, t=70, h=2, d=48, e=32, dtype=torch.float16)
     else:
