@@ -130,6 +130,21 @@ def _state_index(i_n, i_h, H, o_k, o_v, m_k, m_v, KD: tl.constexpr, VD: tl.const
 
 
 @triton.jit
+def _pass_bases(a_ptr, b_ptr, c_ptr, o_ptr, bos, i_h, H, A_H, B_H, C_H, KD: tl.constexpr, VD: tl.constexpr):
+    """Row strides of a, b, c (A_H / B_H / C_H heads: GQA maps query head i_h onto theirs) and of the
+    output (H heads), and the pointers to this (sequence, head)'s first row of each."""
+    a_row = A_H * KD
+    b_row = B_H * KD
+    c_row = C_H * VD
+    o_row = H * VD
+    a_base = a_ptr + bos * a_row + (i_h // (H // A_H)) * KD
+    b_base = b_ptr + bos * b_row + (i_h // (H // B_H)) * KD
+    c_base = c_ptr + bos * c_row + (i_h // (H // C_H)) * VD
+    o_base = o_ptr + bos * o_row + i_h * VD
+    return a_row, b_row, c_row, o_row, a_base, b_base, c_base, o_base
+
+
+@triton.jit
 def _chunk_pass_n(
     a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr,
     T, H, A_H, B_H, C_H,
@@ -146,14 +161,8 @@ def _chunk_pass_n(
     i_n, i_h, bos, seq_len, gam = _sequence(cu_ptr, g_ptr, i_nh, T, H, IS_VARLEN)
     o_t, o_k, o_v, m_k, m_v, p, pf, m_intra = _chunk_layout(gam, i_v, KD, VD, BK, BV, BT, REVERSE)
 
-    a_row = A_H * KD
-    b_row = B_H * KD
-    c_row = C_H * VD
-    o_row = H * VD
-    a_base = a_ptr + bos * a_row + (i_h // (H // A_H)) * KD
-    b_base = b_ptr + bos * b_row + (i_h // (H // B_H)) * KD
-    c_base = c_ptr + bos * c_row + (i_h // (H // C_H)) * VD
-    o_base = o_ptr + bos * o_row + i_h * VD
+    a_row, b_row, c_row, o_row, a_base, b_base, c_base, o_base = _pass_bases(
+        a_ptr, b_ptr, c_ptr, o_ptr, bos, i_h, H, A_H, B_H, C_H, KD, VD)
 
     state_off, s_idx, m_s = _state_index(i_n, i_h, H, o_k, o_v, m_k, m_v, KD, VD, H0_TRANS)
     if HAS_H0:
@@ -232,14 +241,8 @@ def _chunk_pass_t(
     o_t, o_k, o_v, m_k, m_v, p, pf, m_intra = _chunk_layout(gam, i_v, KD, VD, BK, BV, BT, REVERSE)
     m_intra_t = tl.trans(m_intra) * (out_scale * k_scale)  # [s, r]
 
-    a_row = A_H * KD
-    b_row = B_H * KD
-    c_row = C_H * VD
-    o_row = H * VD
-    a_base = a_ptr + bos * a_row + (i_h // (H // A_H)) * KD
-    b_base = b_ptr + bos * b_row + (i_h // (H // B_H)) * KD
-    c_base = c_ptr + bos * c_row + (i_h // (H // C_H)) * VD
-    o_base = o_ptr + bos * o_row + i_h * VD
+    a_row, b_row, c_row, o_row, a_base, b_base, c_base, o_base = _pass_bases(
+        a_ptr, b_ptr, c_ptr, o_ptr, bos, i_h, H, A_H, B_H, C_H, KD, VD)
 
     state_off, s_idx, m_s = _state_index(i_n, i_h, H, o_k, o_v, m_k, m_v, KD, VD, H0_TRANS)
     s_idx_t = tl.trans(s_idx)
