@@ -48,7 +48,12 @@ else:
     # (32,128,8,3) 248, 56 KB; (64,64,4,2) 255, 80 KB; (64,64,4,3) 255, 120 KB; (64,128,16,2) 128 regs
     # + 408 B spill; row-wise (64,64,4,2) 255, 88 KB. No spill unless said.
     # TR_SET=2 (session 4, second call): the decay-on-b variant (TR=2) beside TR=1 and the row-wise default
-    if os.environ.get("TR_SET") == "3":  # session 4, last call: tensor-descriptor loads / stores (TR=3)
+    if os.environ.get("TR_SET") == "5":  # session 5: two 4-warp programs per SM, BT=128, with descriptors
+        # sm_90 AOT: (64,64,4,2,3) 226 regs, 88 KB (two programs per SM); (64,64,4,3,3) 228, 128 KB;
+        # (128,128,8,2,3) 255 + 520 B stack, 224 KB
+        FWD = [(64, 128, 8, 3, 1), (64, 128, 8, 3, 3), (64, 128, 8, 4, 3), (64, 64, 4, 2, 3), (128, 128, 8, 2, 3)]
+        BWD = [(64, 128, 8, 3, 3), (64, 64, 4, 2, 3)]
+    elif os.environ.get("TR_SET") == "3":  # session 4, last call: tensor-descriptor loads / stores (TR=3)
         FWD = [(64, 128, 8, 3, 1), (64, 128, 8, 3, 3), (64, 128, 8, 4, 3), (64, 128, 8, 2, 3)]
         BWD = [(64, 128, 8, 3, 1), (64, 128, 8, 3, 3)]
     elif os.environ.get("TR_SET") == "2":
@@ -206,22 +211,23 @@ def bwd_section():
 
 
 def dkdv(cfg, q, k, v, do, g):
-    """The fused dk+dv pass (lightning_bwd_dkdv_kernel) at (BT, warps, stages, TRANS), BV = E."""
-    bt, w, s, trans = cfg
+    """The fused dk+dv pass (lightning_bwd_dkdv_kernel) at (BT, warps, stages, TRANS[, TMA]), BV = E."""
+    bt, w, s, trans = cfg[:4]
+    tma = bool(cfg[4]) if len(cfg) > 4 else False
     b, t, h, d = q.shape
     dk, dv = torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))
     K.lightning_bwd_dkdv_kernel[(1, b * h)](
         q, k, v, do, g, g, g, t, h, h, d ** -0.5, K.t_bucket(t), 0, dk, dv, g,
         KD=d, VD=d, BKD=K.pow2(d), REVERSE=False, HAS_H0=False, HAS_DHT=False, IS_VARLEN=False, DOT_PREC=PREC,
-        BV=K.pow2(d), BT=bt, TRANS=trans, num_warps=w, num_stages=s)
+        BV=K.pow2(d), BT=bt, TRANS=trans, TMA=tma, num_warps=w, num_stages=s)
     return dk, dv
 
 
 def dkdv_section():
     """The fused dk+dv pass with transposed products (TRANS=1) against the split dk and dv passes (TR=1 / TR=3):
-    agreement and do_bench at each size. TR_DKDV lists the fused configs as BT:W:S:TRANS."""
+    agreement and do_bench at each size. TR_DKDV lists the fused configs as BT:W:S:TRANS[:TMA]."""
     cfgs = [tuple(int(x) for x in c.split(":")) for c in
-            os.environ.get("TR_DKDV", "64:8:3:1,64:8:2:1,64:8:2:0").split(",")]
+            os.environ.get("TR_DKDV", "64:8:3:1,64:8:2:1,64:8:2:1:1,64:8:3:1:1").split(",")]
     split = [c for c in BWD if c[4]]
     for n in SIZES:
         q, k, v, do, g, _, _ = inputs(B, n, H, seed=5)

@@ -374,10 +374,10 @@ INTERP_CONFIG = (32, 32, 4, 1)
 # (64,8,1) 404 B, 96 KB; (32,8,2) 348 B, 68 KB; (32,4,2) 816 B, 66 KB; (64,4,2) 760 B (dropped).
 # TRANS=True (transposed products) spilled more in every config (564 B at (64,8,2)): not tuned.
 FUSED_CONFIGS = [(64, 8, 2), (64, 8, 1), (32, 8, 2), (32, 4, 2)]
-# TRANS=True configs: the transposed products (the value slice as M, as in _chunk_pass_t), untimed
-# (session 4 ran out of device time); in the opt-in fused path's list only, to be measured against
-# the split transposed passes (bench/gpu_next.sh).
-FUSED_CONFIGS_T = [(64, 8, 3), (64, 8, 2)]
+# TRANS=True configs (BT, num_warps, num_stages, TMA): the transposed products (the value slice as M,
+# as in _chunk_pass_t). sm_90 AOT (triton 3.9, bf16 D=E=128, no dS_T): pointer tiles (64,8,2) 255 regs
+# + 728 B stack; tensor-descriptor tiles (TMA) (64,8,2) 255 + 304 B, (64,8,3) 255 + 296 B, 229 KB smem.
+FUSED_CONFIGS_T = [(64, 8, 3, False), (64, 8, 2, False), (64, 8, 2, True), (64, 8, 3, True)]
 
 
 def _configs(table, table_t=()):
@@ -386,6 +386,22 @@ def _configs(table, table_t=()):
         table, table_t = [INTERP_CONFIG], ()
     rows = [(bt, bv, w, s, 0) for bt, bv, w, s in table] + list(table_t)
     return [triton.Config({"BT": bt, "BV": bv, "TR": tr}, num_warps=w, num_stages=s) for bt, bv, w, s, tr in rows]
+
+
+def _descriptors_pay(allargs) -> bool:
+    """Whether the tensor-descriptor configs may run for these launch arguments: descriptors need
+    16-byte-aligned bases; and up to 4096 tokens (T_BUCKET < 2) a torch call is host-bound, where
+    the scratch allocation each descriptor launch makes costs more than it saves (results/h200/s4e
+    vs s4f: fwd+bwd at n=512 0.22 vs 0.46 ms, device gain ~3-8 % at n=32768)."""
+    tensors = [a for a in allargs.values() if hasattr(a, "data_ptr")]
+    return TMA_OK and allargs.get("T_BUCKET", 2) >= 2 and not any(a.data_ptr() % 16 for a in tensors)
+
+
+def _prune_fused(configs, named_args, **kwargs):
+    """The fused dk+dv pass's autotune list: the descriptor configs only where _descriptors_pay."""
+    if _descriptors_pay({**named_args, **kwargs}):
+        return configs
+    return [c for c in configs if not c.kwargs.get("TMA")] or configs[:1]
 
 
 def _prune(configs, named_args, **kwargs):
@@ -403,11 +419,7 @@ def _prune(configs, named_args, **kwargs):
     elif role == 3:  # all three passes in one launch: the wider of D and E
         split = max(allargs["KD"], allargs["VD"])
     keep = [c for c in configs if c.kwargs["BV"] <= pow2(split)]
-    tensors = [a for a in allargs.values() if hasattr(a, "data_ptr")]
-    # descriptors need 16-byte-aligned bases; and up to 4096 tokens (T_BUCKET < 2) a torch call is
-    # host-bound, where the scratch allocation each TR=3 launch makes costs more than it saves
-    # (results/h200/s4e vs s4f: fwd+bwd at n=512 0.22 vs 0.46 ms, device gain ~3-8 % at n=32768)
-    if (not TMA_OK or allargs.get("T_BUCKET", 2) < 2 or any(a.data_ptr() % 16 for a in tensors)):
+    if not _descriptors_pay(allargs):
         keep = [c for c in keep if c.kwargs.get("TR") != 3]
     if role == 3:  # three passes in one kernel: a transposed BV=128 config needs > 228 KB of smem
         keep = [c for c in keep if not (c.kwargs.get("TR") and c.kwargs["BV"] > 64)]
@@ -508,7 +520,7 @@ def _dkdv_pass(
     T, H, HKV, scale, dk_slice_stride, i_v, i_nh,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr,
     BACK: tl.constexpr, HAS_DHT: tl.constexpr, STORE_DH0: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, TRANS: tl.constexpr,
+    DOT_PREC: tl.constexpr, TRANS: tl.constexpr, TMA: tl.constexpr = False,
 ):
     """Fused dk + dv: one pass opposite the forward's direction holding P[:, BV slice of E] (fp32).
 
@@ -517,6 +529,11 @@ def _dkdv_pass(
              dk_part      = diag(λ^{p+shift})·(v_s·P_sᵀ) + ((v_s·dO_sᵀ)⊙M·scale)·q    (linear in
     the slice: dk = Σ over E-slices; with one slice (BV ≥ E) it is dk itself).
     dk_part of slice i_v goes to dk_ptr + i_v·dk_slice_stride.
+
+    TMA (transposed products only): the four input tiles and the two output tiles move by
+    device-side tensor descriptors instead of per-element pointers, whose address registers made the
+    pointer version spill. The caller (lightning_bwd_dkdv_kernel) sets it only where the zero fill
+    outside [0, T) is the row mask: not varlen, KD a power of two, one slice (BV = VD).
     """
     i_n, i_h, bos, seq_len, gam = _sequence(cu_ptr, g_ptr, i_nh, T, H, IS_VARLEN)
     o_t, o_k, o_v, m_k, m_v, p, pf, m_intra = _chunk_layout(gam, i_v, KD, VD, BK, BV, BT, BACK)
@@ -538,14 +555,38 @@ def _dkdv_pass(
 
     dt = q_ptr.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
+    if TMA:
+        # [batch, T, heads·dim] views; rows outside [0, T) read as zeros and are not written
+        q_desc = tl.make_tensor_descriptor(q_ptr, shape=[i_n + 1, T, H * KD], strides=[T * H * KD, H * KD, 1],
+                                           block_shape=[1, BT, BK])
+        k_desc = tl.make_tensor_descriptor(k_ptr, shape=[i_n + 1, T, HKV * KD], strides=[T * HKV * KD, HKV * KD, 1],
+                                           block_shape=[1, BT, BK])
+        v_desc = tl.make_tensor_descriptor(v_ptr, shape=[i_n + 1, T, HKV * VD], strides=[T * HKV * VD, HKV * VD, 1],
+                                           block_shape=[1, BT, BV])
+        do_desc = tl.make_tensor_descriptor(do_ptr, shape=[i_n + 1, T, H * VD], strides=[T * H * VD, H * VD, 1],
+                                            block_shape=[1, BT, BV])
+        dk_desc = tl.make_tensor_descriptor(dk_ptr, shape=[i_n + 1, T, H * KD], strides=[T * H * KD, H * KD, 1],
+                                            block_shape=[1, BT, BK])
+        dv_desc = tl.make_tensor_descriptor(dv_ptr, shape=[i_n + 1, T, H * VD], strides=[T * H * VD, H * VD, 1],
+                                            block_shape=[1, BT, BV])
     for i_c in range(0, n_chunks):
         rows, valid, n_valid = _chunk_rows(seq_len, i_c * BT, o_t, p, BT, BACK)
         m_rk = valid[:, None] & m_k[None, :]
         m_rv = valid[:, None] & m_v[None, :]
-        q = _load_rows(q_base, rows, H * KD, o_k, valid, m_k)
-        k = _load_rows(k_base, rows, HKV * KD, o_k, valid, m_k)
-        v = _load_rows(v_base, rows, HKV * VD, o_v, valid, m_v)
-        do = tl.load(do_base + rows[:, None] * (H * VD) + o_v[None, :], mask=m_rv, other=0.0)
+        if TMA:
+            if BACK:
+                t0 = seq_len - i_c * BT - BT
+            else:
+                t0 = i_c * BT
+            q = q_desc.load([i_n, t0, i_h * KD]).reshape(BT, BK)
+            k = k_desc.load([i_n, t0, i_hk * KD]).reshape(BT, BK)
+            v = v_desc.load([i_n, t0, i_hk * VD]).reshape(BT, BV)
+            do = do_desc.load([i_n, t0, i_h * VD]).reshape(BT, BV)
+        else:
+            q = _load_rows(q_base, rows, H * KD, o_k, valid, m_k)
+            k = _load_rows(k_base, rows, HKV * KD, o_k, valid, m_k)
+            v = _load_rows(v_base, rows, HKV * VD, o_v, valid, m_v)
+            do = tl.load(do_base + rows[:, None] * (H * VD) + o_v[None, :], mask=m_rv, other=0.0)
         shift = tl.where(i_c > 0, 1.0, 0.0)
         qd = tl.exp(gam * (pf + shift))
         Pb = P.to(dt)
@@ -556,13 +597,19 @@ def _dkdv_pass(
             st = tl.dot(q, tl.trans(k), input_precision=DOT_PREC) * m_t
             acc = tl.dot(tl.trans(Pb), tl.trans(k), input_precision=DOT_PREC) * qd[None, :]
             acc = tl.dot(tl.trans(do), st.to(dt), acc, input_precision=DOT_PREC)
-            tl.store(dv_base + rows[None, :] * (H * VD) + o_v[:, None], acc.to(dv_ptr.dtype.element_ty),
-                     mask=tl.trans(m_rv))
+            if TMA:
+                dv_desc.store([i_n, t0, i_h * VD], tl.trans(acc).to(dv_ptr.dtype.element_ty).reshape(1, BT, BV))
+            else:
+                tl.store(dv_base + rows[None, :] * (H * VD) + o_v[:, None], acc.to(dv_ptr.dtype.element_ty),
+                         mask=tl.trans(m_rv))
             s2t = tl.dot(do, tl.trans(v), input_precision=DOT_PREC) * m_t
             acc2 = tl.dot(Pb, tl.trans(v), input_precision=DOT_PREC) * qd[None, :]
             acc2 = tl.dot(tl.trans(q), s2t.to(dt), acc2, input_precision=DOT_PREC)
-            tl.store(dk_base + rows[None, :] * (H * KD) + o_k[:, None], acc2.to(dk_ptr.dtype.element_ty),
-                     mask=tl.trans(m_rk))
+            if TMA:
+                dk_desc.store([i_n, t0, i_h * KD], tl.trans(acc2).to(dk_ptr.dtype.element_ty).reshape(1, BT, BK))
+            else:
+                tl.store(dk_base + rows[None, :] * (H * KD) + o_k[:, None], acc2.to(dk_ptr.dtype.element_ty),
+                         mask=tl.trans(m_rk))
         else:
             # dv (complete for this slice of E)
             acc = tl.dot(k, Pb, input_precision=DOT_PREC) * qd[:, None]
@@ -591,13 +638,16 @@ def lightning_bwd_dkdv_kernel(
     KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, BV: tl.constexpr, BT: tl.constexpr, TRANS: tl.constexpr = False,
+    TMA: tl.constexpr = False,
 ):
     """Fused backward for dk and dv (+dh0); grid (cdiv(E, BV), N·H). BV is chosen by the caller
-    (it fixes the dk partial buffer: DK_STRIDE elements between slices), BT/warps/stages tuned."""
+    (it fixes the dk partial buffer: DK_STRIDE elements between slices), BT/warps/stages tuned.
+    TMA asks for tensor-descriptor tiles; they are used only where they apply (see _dkdv_pass)."""
     i_v = tl.program_id(0)
     i_nh = tl.program_id(1)
     _dkdv_pass(q, k, v, do, dht, dh0, g, cu, dk, dv, T, H, HKV, scale, DK_STRIDE, i_v, i_nh,
-               KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, HAS_H0, IS_VARLEN, DOT_PREC, TRANS)
+               KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, HAS_H0, IS_VARLEN, DOT_PREC, TRANS,
+               TMA and TRANS and not IS_VARLEN and KD == BKD and VD == BV)
 
 
 # Autotuned launchers on a GPU; under the interpreter autotune cannot run ("0 active drivers"),
@@ -613,6 +663,8 @@ else:
     lightning_bwd_one = triton.autotune(configs=_configs(BWD_CONFIGS, BWD_CONFIGS_T), key=["KD", "VD", "T_BUCKET"],
                                         prune_configs_by=_prune_by)(lightning_bwd_one_kernel)
     lightning_bwd_dkdv = triton.autotune(
-        configs=[triton.Config({"BT": bt, "TRANS": tr}, num_warps=w, num_stages=st)
-                 for (bt, w, st), tr in [(c, False) for c in FUSED_CONFIGS] + [(c, True) for c in FUSED_CONFIGS_T]],
-        key=["KD", "VD", "T_BUCKET", "BV"])(lightning_bwd_dkdv_kernel)
+        configs=[triton.Config({"BT": bt, "TRANS": tr, "TMA": tma}, num_warps=w, num_stages=st)
+                 for bt, w, st, tr, tma in [c + (False, False) for c in FUSED_CONFIGS]
+                 + [(bt, w, st, True, tma) for bt, w, st, tma in FUSED_CONFIGS_T]],
+        key=["KD", "VD", "T_BUCKET", "BV"], prune_configs_by={"early_config_prune": _prune_fused},
+    )(lightning_bwd_dkdv_kernel)

@@ -38,8 +38,10 @@ _BWD_OVERRIDE: str | None = None
 # written directly), otherwise slices of FUSED_FULL_MAX with fp32 dk partials summed afterwards.
 FUSED_BV: int | None = None
 FUSED_FULL_MAX = 128
-# transposed products in the fused pass (interpreter / fixed-config launches; autotune picks its own)
+# transposed products / tensor-descriptor tiles in the fused pass (interpreter / fixed-config
+# launches; autotune picks its own)
 FUSED_TRANS = False
+FUSED_TMA = False
 
 
 def set_bwd_path(path: str | None, fused_bv: int | None = None) -> None:
@@ -251,7 +253,7 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
                    HAS_DHT=dht is not None, IS_VARLEN=cu is not None, DOT_PREC=kw["DOT_PREC"], BV=bv)
         if _k.lightning_bwd_dkdv is None:  # interpreter: fixed config
             _k.lightning_bwd_dkdv_kernel[(ns, n * h)](*args, **fkw, BT=_INTERP_META["BT"], TRANS=FUSED_TRANS,
-                                                      num_warps=_INTERP_META["num_warps"],
+                                                      TMA=FUSED_TMA, num_warps=_INTERP_META["num_warps"],
                                                       num_stages=_INTERP_META["num_stages"])
         else:
             _k.lightning_bwd_dkdv[(ns, n * h)](*args, **fkw)

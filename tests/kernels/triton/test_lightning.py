@@ -405,6 +405,48 @@ def test_descriptor_path_where_it_applies(bwd_path, orientation, case, tma, desc
         assert all(len(bs) == 3 and bs[0] == 1 for bs in descriptor_spy)
 
 
+@pytest.mark.fused_only
+@pytest.mark.parametrize("case,tma", [
+    ("pow2", True), ("reverse_gqa_fp16", True), ("t1_no_h0", True), ("last_partial_chunk", True),
+    ("d48", False), ("e_sliced", False), ("varlen", False)])
+def test_fused_descriptor_path_where_it_applies(bwd_path, case, tma, descriptor_spy, monkeypatch):
+    """The fused dk+dv pass with FUSED_TMA: an eligible shape (pow2 head dims, one E slice, not
+    varlen) moves its four input and two output tiles by tensor descriptors, reverse and partial
+    chunks included; other shapes take the pointer path. Both against the fp64 reference."""
+    monkeypatch.setattr(tl_ops, "FUSED_TRANS", True)
+    monkeypatch.setattr(tl_ops, "FUSED_TMA", True)
+    kw = {"pow2": dict(d=32, e=32), "reverse_gqa_fp16": dict(h=4, hkv=2, d=16, e=32, reverse=True,
+                                                               dtype=torch.float16),
+          "t1_no_h0": dict(t=1, d=32, e=16, h0=False), "last_partial_chunk": dict(t=77, d=16, e=16),
+          "d48": dict(d=48, e=32), "e_sliced": dict(d=32, e=64),
+          "varlen": dict(b=1, cu_seqlens=[0, 30, 31, 100], d=32, e=32)}[case]
+    if case == "e_sliced":
+        tl_ops.set_bwd_path("fused", fused_bv=32)
+    check(**kw)
+    assert bool(descriptor_spy) == tma, descriptor_spy
+    if tma:  # q, k, v, dO, dk, dv for every program
+        assert len(descriptor_spy) % 6 == 0 and all(len(bs) == 3 and bs[0] == 1 for bs in descriptor_spy)
+
+
+def test_fused_prune_drops_descriptor_configs_when_short_unaligned_or_unavailable(monkeypatch):
+    from lattnbench.kernels.triton.lightning import kernels as K
+
+    cfgs = [triton_config(tma) for tma in (False, True, True)]
+    base = torch.empty(64, dtype=torch.float32)
+    args = {"T_BUCKET": 2, "q": base, "k": base, "dk": base}
+    assert K._prune_fused(cfgs, args) == cfgs
+    assert K._prune_fused(cfgs, {**args, "T_BUCKET": 1}) == cfgs[:1]
+    assert K._prune_fused(cfgs, {**args, "k": base[1:]}) == cfgs[:1]
+    monkeypatch.setattr(K, "TMA_OK", False)
+    assert K._prune_fused(cfgs, args) == cfgs[:1]
+
+
+def triton_config(tma):
+    import triton
+
+    return triton.Config({"BT": 64, "TRANS": True, "TMA": tma}, num_warps=8, num_stages=2)
+
+
 def test_prune_drops_descriptor_configs_when_short_unaligned_or_unavailable(monkeypatch):
     from lattnbench.kernels.triton.lightning import kernels as K
 
