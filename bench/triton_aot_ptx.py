@@ -20,8 +20,9 @@ tgt = GPUTarget("cuda", 90, 32)
 
 def comp(fn, types, consts, opts):
     names = fn.arg_names
-    if "TR" in names and "TR" not in consts:
-        consts = dict(consts, TR=0)
+    for name, default in (("TR", 0), ("TMA", False), ("PROBE", 0)):  # constexprs added later, at their defaults
+        if name in names and name not in consts:
+            consts = dict(consts, **{name: default})
     sig = dict(types)
     for k in consts: sig[k] = "constexpr"
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in types.items() if t.startswith("*")}

@@ -48,7 +48,13 @@ else:
     # (32,128,8,3) 248, 56 KB; (64,64,4,2) 255, 80 KB; (64,64,4,3) 255, 120 KB; (64,128,16,2) 128 regs
     # + 408 B spill; row-wise (64,64,4,2) 255, 88 KB. No spill unless said.
     # TR_SET=2 (session 4, second call): the decay-on-b variant (TR=2) beside TR=1 and the row-wise default
-    if os.environ.get("TR_SET") == "5":  # session 5: two 4-warp programs per SM, BT=128, with descriptors
+    if os.environ.get("TR_SET") == "5b":  # session 5, second call: the default's backward passes compute-only
+        FWD = [(64, 128, 8, 3, 3)]
+        BWD = [(64, 128, 8, 3, 3)]
+    elif os.environ.get("TR_SET") == "5w":  # with LIGHTNING_TRITON_WS=1: Triton's warp specialization
+        FWD = [(64, 128, 8, 3, 3), (64, 128, 8, 3, 1), (64, 64, 4, 2, 3), (64, 64, 4, 2, 1)]
+        BWD = [(64, 128, 8, 3, 3), (64, 64, 4, 2, 3)]
+    elif os.environ.get("TR_SET") == "5":  # session 5: two 4-warp programs per SM, BT=128, with descriptors
         # sm_90 AOT: (64,64,4,2,3) 226 regs, 88 KB (two programs per SM); (64,64,4,3,3) 228, 128 KB;
         # (128,128,8,2,3) 255 + 520 B stack, 224 KB
         FWD = [(64, 128, 8, 3, 1), (64, 128, 8, 3, 3), (64, 128, 8, 4, 3), (64, 64, 4, 2, 3), (128, 128, 8, 2, 3)]
@@ -96,7 +102,7 @@ def fwd(cfg, q, k, v, g, s0=None, reverse=False, store_ht=False, probe=0):
     return o, (ht if store_ht else None)
 
 
-def bwd(cfg, role, q, k, v, do, g, s0=None, ds=None, reverse=False):
+def bwd(cfg, role, q, k, v, do, g, s0=None, ds=None, reverse=False, probe=0):
     bt, bv, w, s, tr = cfg
     b, t, h, d = q.shape
     dx = torch.full_like(q, float("nan"))
@@ -105,7 +111,7 @@ def bwd(cfg, role, q, k, v, do, g, s0=None, ds=None, reverse=False):
         q, k, v, do, s0 if s0 is not None else g, ds if ds is not None else g, g, g, t, h, h, d ** -0.5,
         K.t_bucket(t), dx, dh0, KD=d, VD=d, BKD=K.pow2(d), BVD=K.pow2(d), ROLE=role, REVERSE=reverse,
         HAS_H0=s0 is not None, HAS_DHT=ds is not None, IS_VARLEN=False, DOT_PREC=PREC, BT=bt, BV=bv, TR=tr,
-        num_warps=w, num_stages=s)
+        PROBE=probe, num_warps=w, num_stages=s)
     return dx, (dh0 if s0 is not None and role == 2 else None)
 
 
@@ -199,6 +205,9 @@ def bwd_section():
                     ms = bench(lambda: bwd(cfg, role, q, k, v, do, g))
                     return {"ms": round(ms, 4), "diff": rel(dx, refs[role])}
                 RUN.guarded("bwd", f"n{n} role{role} {cfg}", one)
+                if cfg[4]:  # the pass's compute chain alone (every chunk re-reads chunk 0), as in fwd
+                    RUN.guarded("bwd", f"n{n} role{role} {cfg} COMPUTE_ONLY", lambda cfg=cfg, role=role: {
+                        "ms": round(bench(lambda: bwd(cfg, role, q, k, v, do, g, probe=5)), 4)})
             if n <= 8192:
                 def one_launch(cfg=cfg):
                     outs = bwd_one(cfg, q, k, v, do, g)

@@ -37,6 +37,9 @@ try:
 except ImportError:  # an older Triton
     _triton_allocation = None
 # LIGHTNING_TRITON_TMA=0 (read at import) keeps them out of the autotune lists.
+# LIGHTNING_TRITON_WS=1 (read at import; a dev probe, off by default) asks Triton to warp-specialize
+# the transposed pass's chunk loop (tl.range(warp_specialize=True)).
+WS_LOOP = tl.constexpr(os.environ.get("LIGHTNING_TRITON_WS", "0").strip() == "1")
 TMA_OK = (hasattr(tl, "make_tensor_descriptor") and _triton_allocation is not None
           and hasattr(_triton_allocation, "_allocator") and hasattr(_triton_allocation, "NullAllocator")
           and os.environ.get("LIGHTNING_TRITON_TMA", "1").strip() != "0")
@@ -268,7 +271,7 @@ def _chunk_pass_t(
         b_col = (i_h // (H // B_H)) * KD
         c_col = (i_h // (H // C_H)) * VD + i_v * BV
         o_col = i_h * VD + i_v * BV
-    for i_c in range(0, n_chunks):
+    for i_c in tl.range(0, n_chunks, warp_specialize=WS_LOOP):
         if PROBE == 5:  # COMPUTE_ONLY (bound analysis, wrong results): every chunk re-reads chunk 0
             rows, valid, n_valid = _chunk_rows(seq_len, 0, o_t, p, BT, REVERSE)
         else:
@@ -448,17 +451,19 @@ def _bwd_role(
     KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr, BVD: tl.constexpr, ROLE: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, TR: tl.constexpr = 0,
+    PROBE: tl.constexpr = 0,
 ):
-    """One backward pass as a chunk pass: ROLE 0 writes dq, 1 dk, 2 dv (and dh0) into dx."""
+    """One backward pass as a chunk pass: ROLE 0 writes dq, 1 dk, 2 dv (and dh0) into dx.
+    PROBE as in _chunk_pass (bound analysis only; 0 = the real pass)."""
     if ROLE == 0:
         _chunk_pass(do, v, k, dx, h0, h0, g, cu, T, H, H, HKV, HKV, scale, 1.0, i_v, i_nh,
-                    VD, KD, BVD, BV, BT, REVERSE, HAS_H0, True, False, False, IS_VARLEN, DOT_PREC, 0, TR)
+                    VD, KD, BVD, BV, BT, REVERSE, HAS_H0, True, False, False, IS_VARLEN, DOT_PREC, PROBE, TR)
     elif ROLE == 1:
         _chunk_pass(v, do, q, dx, dht, dht, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
-                    VD, KD, BVD, BV, BT, not REVERSE, HAS_DHT, True, False, True, IS_VARLEN, DOT_PREC, 0, TR)
+                    VD, KD, BVD, BV, BT, not REVERSE, HAS_DHT, True, False, True, IS_VARLEN, DOT_PREC, PROBE, TR)
     else:
         _chunk_pass(k, q, do, dx, dht, dh0, g, cu, T, H, HKV, H, H, 1.0, scale, i_v, i_nh,
-                    KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC, 0, TR)
+                    KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC, PROBE, TR)
 
 
 @triton.jit(do_not_specialize=["T_BUCKET"])
@@ -469,6 +474,7 @@ def lightning_bwd_kernel(
     KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr, BVD: tl.constexpr, ROLE: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, TR: tl.constexpr = 0,
+    PROBE: tl.constexpr = 0,
 ):
     """One backward pass: ROLE 0 writes dq, 1 dk, 2 dv (and dh0); dx is that output.
 
@@ -476,7 +482,7 @@ def lightning_bwd_kernel(
     passes are independent (each recomputes its state on the fly), one launch each.
     """
     _bwd_role(q, k, v, do, h0, dht, g, cu, T, H, HKV, scale, dx, dh0, tl.program_id(0), tl.program_id(1),
-              KD, VD, BKD, BVD, ROLE, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV, TR)
+              KD, VD, BKD, BVD, ROLE, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV, TR, PROBE)
 
 
 @triton.jit(do_not_specialize=["T_BUCKET"])
