@@ -175,15 +175,19 @@ def _chunk_pass_n(
 
     dt = a_ptr.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
+    qd_first = tl.exp(gam * pf) * out_scale
+    lam = tl.exp(gam)
     for i_c in range(0, n_chunks):
         rows, valid, n_valid = _chunk_rows(seq_len, i_c * BT, o_t, p, BT, REVERSE)
         a = _load_rows(a_base, rows, a_row, o_k, valid, m_k)
         b = _load_rows(b_base, rows, b_row, o_k, valid, m_k)
         c = _load_rows(c_base, rows, c_row, o_v, valid, m_v)
-        if BWD_STATE:
+        if BWD_STATE:  # as in _chunk_pass_t
             shift = tl.where(i_c > 0, 1.0, 0.0)
+            qd = qd_first * tl.where(i_c > 0, lam, 1.0)
         else:
             shift = 1.0
+            qd = tl.exp(gam * (pf + shift)) * out_scale
         if PROBE == 3:
             acc = c.to(tl.float32) + tl.sum(a.to(tl.float32) + b.to(tl.float32), 1)[:, None]
         elif PROBE == 4:
@@ -193,7 +197,6 @@ def _chunk_pass_n(
             S = tl.dot(tl.trans(b), c, S, input_precision=DOT_PREC)
         else:
             # carried state, decayed p+1 steps: (diag(qd)·a)·S = diag(qd)·(a·S), a straight from smem
-            qd = tl.exp(gam * (pf + shift)) * out_scale
             if PROBE == 2:
                 acc = tl.zeros([BT, BV], dtype=tl.float32)
             else:
@@ -257,6 +260,10 @@ def _chunk_pass_t(
 
     dt = a_ptr.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
+    # BWD_STATE's output decay λ^(p+shift), shift 0 in the first chunk only: loop-invariant factors
+    # and a scalar select instead of BT exponentials per chunk (no division by λ, which underflows)
+    qd_first = tl.exp(gam * pf) * out_scale
+    lam = tl.exp(gam)
     if TMA:
         # [batch, T, heads·dim] views; rows outside [0, T) read as zeros and are not written
         a_desc = tl.make_tensor_descriptor(a_ptr, shape=[i_n + 1, T, a_row], strides=[T * a_row, a_row, 1],
@@ -290,9 +297,10 @@ def _chunk_pass_t(
             c = _load_rows(c_base, rows, c_row, o_v, valid, m_v)
         if BWD_STATE:
             shift = tl.where(i_c > 0, 1.0, 0.0)
+            qd = qd_first * tl.where(i_c > 0, lam, 1.0)
         else:
             shift = 1.0
-        qd = tl.exp(gam * (pf + shift)) * out_scale
+            qd = tl.exp(gam * (pf + shift)) * out_scale
         # carried state: outᵀ = (Sᵀ·aᵀ)·diag(qd)
         acc = tl.dot(St.to(dt), tl.trans(a), input_precision=DOT_PREC) * qd[None, :]
         # intra-chunk: outᵀ += cᵀ·((b·aᵀ)⊙Mᵀ)
@@ -561,6 +569,8 @@ def _dkdv_pass(
 
     dt = q_ptr.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
+    qd_first = tl.exp(gam * pf)
+    lam = tl.exp(gam)
     if TMA:
         # [batch, T, heads·dim] views; rows outside [0, T) read as zeros and are not written
         q_desc = tl.make_tensor_descriptor(q_ptr, shape=[i_n + 1, T, H * KD], strides=[T * H * KD, H * KD, 1],
@@ -594,7 +604,7 @@ def _dkdv_pass(
             v = _load_rows(v_base, rows, HKV * VD, o_v, valid, m_v)
             do = tl.load(do_base + rows[:, None] * (H * VD) + o_v[None, :], mask=m_rv, other=0.0)
         shift = tl.where(i_c > 0, 1.0, 0.0)
-        qd = tl.exp(gam * (pf + shift))
+        qd = qd_first * tl.where(i_c > 0, lam, 1.0)  # λ^(p+shift), as in _chunk_pass_t
         Pb = P.to(dt)
         if TRANS:
             # the same products transposed: every big dot has M = D or E (128), not BT, so with 8
