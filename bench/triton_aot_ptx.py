@@ -39,19 +39,19 @@ def comp(fn, types, consts, opts):
 
 bf = "*bf16"; f32 = "*fp32"; i32 = "*i32"
 common = dict(KD=128, VD=128, REVERSE=False, HAS_H0=True, IS_VARLEN=False, DOT_PREC="tf32")
-fwd_types = dict(q=bf, k=bf, v=bf, h0=f32, g=f32, cu=i32, T="i32", H="i32", HKV="i32", scale="fp32", T_BUCKET="i32", o=bf, ht=f32)
+fwd_types = dict(q=bf, k=bf, v=bf, h0=f32, g=f32, cu=i32, T="i32", H="i32", HKV="i32", scale="fp32", SHAPE_BUCKET="i32", o=bf, ht=f32)
 for rev in (False, True):
     for var in (False, True):
         c = dict(common, BK=128, STORE_HT=True, BT=64, BV=64, PROBE=0, REVERSE=rev, IS_VARLEN=var)
         print("fwd", rev, var, comp(K.lightning_fwd_kernel, fwd_types, c, dict(num_warps=4, num_stages=2)))
-bwd_types = dict(q=bf, k=bf, v=bf, do=bf, h0=f32, dht=f32, g=f32, cu=i32, T="i32", H="i32", HKV="i32", scale="fp32", T_BUCKET="i32", dx=bf, dh0=f32)
+bwd_types = dict(q=bf, k=bf, v=bf, do=bf, h0=f32, dht=f32, g=f32, cu=i32, T="i32", H="i32", HKV="i32", scale="fp32", SHAPE_BUCKET="i32", dx=bf, dh0=f32)
 for role in (0, 1, 2):
     c = dict(common, BKD=128, BVD=128, ROLE=role, HAS_DHT=True, BT=64, BV=64, REVERSE=True)
     print("bwd", role, comp(K.lightning_bwd_kernel, bwd_types, c, dict(num_warps=4, num_stages=2)))
-one_types = dict(q=bf, k=bf, v=bf, do=bf, h0=f32, dht=f32, g=f32, cu=i32, T="i32", H="i32", HKV="i32", scale="fp32", T_BUCKET="i32", dq=bf, dk=bf, dv=bf, dh0=f32)
+one_types = dict(q=bf, k=bf, v=bf, do=bf, h0=f32, dht=f32, g=f32, cu=i32, T="i32", H="i32", HKV="i32", scale="fp32", SHAPE_BUCKET="i32", dq=bf, dk=bf, dv=bf, dh0=f32)
 c = dict(common, BKD=128, BVD=128, ROLE=3, HAS_DHT=True, BT=64, BV=64, REVERSE=True)
 print("bwd one", comp(K.lightning_bwd_one_kernel, one_types, c, dict(num_warps=4, num_stages=2)))
-dkdv_types = dict(q=bf, k=bf, v=bf, do=bf, dht=f32, g=f32, cu=i32, T="i32", H="i32", HKV="i32", scale="fp32", T_BUCKET="i32", DK_STRIDE="i32", dk=bf, dv=bf, dh0=f32)
+dkdv_types = dict(q=bf, k=bf, v=bf, do=bf, dht=f32, g=f32, cu=i32, T="i32", H="i32", HKV="i32", scale="fp32", SHAPE_BUCKET="i32", DK_STRIDE="i32", dk=bf, dv=bf, dh0=f32)
 c = dict(common, BKD=128, HAS_DHT=True, BV=128, BT=64, TRANS=False, IS_VARLEN=True)
 print("dkdv", comp(K.lightning_bwd_dkdv_kernel, dkdv_types, c, dict(num_warps=8, num_stages=2)))
 lb_types = dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, h0_ptr=f32, g_ptr=f32, T="i32", H="i32", HKV="i32", scale="fp32", NH="i32", N_SEG="i32", N_V="i32", o_ptr=bf, ht_ptr=f32, p_ptr=f32, flag_ptr=i32)

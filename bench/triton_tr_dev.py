@@ -96,7 +96,7 @@ def fwd(cfg, q, k, v, g, s0=None, reverse=False, store_ht=False, probe=0):
     o = torch.full_like(q, float("nan"))
     ht = torch.full((b, h, d, d), float("nan"), device=q.device) if store_ht else o
     K.lightning_fwd_kernel[(triton.cdiv(d, bv), b * h)](
-        q, k, v, s0 if s0 is not None else g, g, g, t, h, h, d ** -0.5, K.t_bucket(t), o, ht,
+        q, k, v, s0 if s0 is not None else g, g, g, t, h, h, d ** -0.5, K.shape_bucket(t, b * h), o, ht,
         KD=d, VD=d, BK=K.pow2(d), REVERSE=reverse, HAS_H0=s0 is not None, STORE_HT=store_ht, IS_VARLEN=False,
         DOT_PREC=PREC, BT=bt, BV=bv, TR=tr, PROBE=probe, num_warps=w, num_stages=s)
     return o, (ht if store_ht else None)
@@ -109,7 +109,7 @@ def bwd(cfg, role, q, k, v, do, g, s0=None, ds=None, reverse=False, probe=0):
     dh0 = torch.full((b, h, d, d), float("nan"), device=q.device) if s0 is not None else g
     K.lightning_bwd_kernel[(triton.cdiv(d, bv), b * h)](
         q, k, v, do, s0 if s0 is not None else g, ds if ds is not None else g, g, g, t, h, h, d ** -0.5,
-        K.t_bucket(t), dx, dh0, KD=d, VD=d, BKD=K.pow2(d), BVD=K.pow2(d), ROLE=role, REVERSE=reverse,
+        K.shape_bucket(t, b * h), dx, dh0, KD=d, VD=d, BKD=K.pow2(d), BVD=K.pow2(d), ROLE=role, REVERSE=reverse,
         HAS_H0=s0 is not None, HAS_DHT=ds is not None, IS_VARLEN=False, DOT_PREC=PREC, BT=bt, BV=bv, TR=tr,
         PROBE=probe, num_warps=w, num_stages=s)
     return dx, (dh0 if s0 is not None and role == 2 else None)
@@ -120,7 +120,7 @@ def bwd_one(cfg, q, k, v, do, g):
     b, t, h, d = q.shape
     outs = [torch.full_like(q, float("nan")) for _ in range(3)]
     K.lightning_bwd_one_kernel[(triton.cdiv(d, bv), b * h, 3)](
-        q, k, v, do, g, g, g, g, t, h, h, d ** -0.5, K.t_bucket(t), *outs, g,
+        q, k, v, do, g, g, g, g, t, h, h, d ** -0.5, K.shape_bucket(t, b * h), *outs, g,
         KD=d, VD=d, BKD=K.pow2(d), BVD=K.pow2(d), ROLE=3, REVERSE=False, HAS_H0=False, HAS_DHT=False,
         IS_VARLEN=False, DOT_PREC=PREC, BT=bt, BV=bv, TR=tr, num_warps=w, num_stages=s)
     return outs
@@ -226,7 +226,7 @@ def dkdv(cfg, q, k, v, do, g):
     b, t, h, d = q.shape
     dk, dv = torch.full_like(q, float("nan")), torch.full_like(q, float("nan"))
     K.lightning_bwd_dkdv_kernel[(1, b * h)](
-        q, k, v, do, g, g, g, t, h, h, d ** -0.5, K.t_bucket(t), 0, dk, dv, g,
+        q, k, v, do, g, g, g, t, h, h, d ** -0.5, K.shape_bucket(t, b * h), 0, dk, dv, g,
         KD=d, VD=d, BKD=K.pow2(d), REVERSE=False, HAS_H0=False, HAS_DHT=False, IS_VARLEN=False, DOT_PREC=PREC,
         BV=K.pow2(d), BT=bt, TRANS=trans, TMA=tma, num_warps=w, num_stages=s)
     return dk, dv

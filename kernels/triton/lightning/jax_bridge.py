@@ -69,7 +69,7 @@ def _fwd_call(q, k, v, g, h0, scale, reverse, store_ht=True):
     bt, bv, w, s, tr = _config(JAX_FWD_CONFIG, d, e)
     outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
     o, ht = jt.triton_call(
-        q, k, v, h0 if h0 is not None else g, g, g, t, h, hkv, np.float32(scale), _k.t_bucket(t),
+        q, k, v, h0 if h0 is not None else g, g, g, t, h, hkv, np.float32(scale), _k.shape_bucket(t, b * h),
         kernel=_k.lightning_fwd_kernel, out_shape=outs, grid=(_k.cdiv(e, bv), b * h),
         num_warps=w, num_stages=s,
         KD=d, VD=e, BK=_k.pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=store_ht,
@@ -90,7 +90,7 @@ def _bwd_call(q, k, v, do, g, h0, dht, scale, reverse):
     kw = dict(num_warps=w, num_stages=s, KD=d, VD=e, BKD=_k.pow2(d), BVD=_k.pow2(e), REVERSE=bool(reverse),
               HAS_H0=h0 is not None, HAS_DHT=True, IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv,
               TR=tr)
-    args = (q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, np.float32(scale), _k.t_bucket(t))
+    args = (q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, np.float32(scale), _k.shape_bucket(t, b * h))
     if JAX_BWD_ONE:
         outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),
                 jax.ShapeDtypeStruct((b, t, h, e), gdt), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]

@@ -57,9 +57,20 @@ def pow2(x: int) -> int:
     return max(16, 1 << (int(x) - 1).bit_length())
 
 
-def t_bucket(t: int) -> int:
-    """Autotune key bucket of the sequence length (short / medium / long)."""
-    return 0 if t <= 1024 else (1 if t <= 4096 else 2)
+FEW_ROWS = 64  # fewer (sequence, head) rows than this: a grid that leaves most SMs idle
+
+
+def shape_bucket(t: int, rows: int = 128) -> int:
+    """Autotune key bucket of a launch shape: the sequence length (0 short ≤ 1024, 1 medium ≤ 4096,
+    2 long), plus 3 when the grid has few (sequence, head) rows (N·H < FEW_ROWS). Why both: the tuned
+    config is reused for every launch with the same key, and a config tuned on a small grid (a
+    gradient check at B2 H8, 16 rows) lost 1.4-2x at B4 H32 in the same process (results/h200/s5c)."""
+    return (0 if t <= 1024 else (1 if t <= 4096 else 2)) + (3 if rows < FEW_ROWS else 0)
+
+
+def long_sequence(bucket: int) -> bool:
+    """Whether a shape bucket is of the long sequences (> 4096 tokens)."""
+    return bucket % 3 == 2
 
 
 @triton.jit
@@ -401,11 +412,12 @@ def _configs(table, table_t=()):
 
 def _descriptors_pay(allargs) -> bool:
     """Whether the tensor-descriptor configs may run for these launch arguments: descriptors need
-    16-byte-aligned bases; and up to 4096 tokens (T_BUCKET < 2) a torch call is host-bound, where
+    16-byte-aligned bases; and up to 4096 tokens (not long_sequence) a torch call is host-bound, where
     the scratch allocation each descriptor launch makes costs more than it saves (results/h200/s4e
     vs s4f: fwd+bwd at n=512 0.22 vs 0.46 ms, device gain ~3-8 % at n=32768)."""
     tensors = [a for a in allargs.values() if hasattr(a, "data_ptr")]
-    return TMA_OK and allargs.get("T_BUCKET", 2) >= 2 and not any(a.data_ptr() % 16 for a in tensors)
+    return (TMA_OK and long_sequence(allargs.get("SHAPE_BUCKET", 2))
+            and not any(a.data_ptr() % 16 for a in tensors))
 
 
 def _prune_fused(configs, named_args, **kwargs):
@@ -437,10 +449,10 @@ def _prune(configs, named_args, **kwargs):
     return keep or configs[:1]
 
 
-@triton.jit(do_not_specialize=["T_BUCKET"])
+@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def lightning_fwd_kernel(
     q, k, v, h0, g, cu,
-    T, H, HKV, scale, T_BUCKET,
+    T, H, HKV, scale, SHAPE_BUCKET,
     o, ht,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
@@ -474,10 +486,10 @@ def _bwd_role(
                     KD, VD, BKD, BV, BT, not REVERSE, HAS_DHT, False, HAS_H0, True, IS_VARLEN, DOT_PREC, PROBE, TR)
 
 
-@triton.jit(do_not_specialize=["T_BUCKET"])
+@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def lightning_bwd_kernel(
     q, k, v, do, h0, dht, g, cu,
-    T, H, HKV, scale, T_BUCKET,
+    T, H, HKV, scale, SHAPE_BUCKET,
     dx, dh0,
     KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr, BVD: tl.constexpr, ROLE: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
@@ -493,10 +505,10 @@ def lightning_bwd_kernel(
               KD, VD, BKD, BVD, ROLE, REVERSE, HAS_H0, HAS_DHT, IS_VARLEN, DOT_PREC, BT, BV, TR, PROBE)
 
 
-@triton.jit(do_not_specialize=["T_BUCKET"])
+@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def lightning_bwd_one_kernel(
     q, k, v, do, h0, dht, g, cu,
-    T, H, HKV, scale, T_BUCKET,
+    T, H, HKV, scale, SHAPE_BUCKET,
     dq, dk, dv, dh0,
     KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr, BVD: tl.constexpr, ROLE: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
@@ -646,10 +658,10 @@ def _dkdv_pass(
         tl.store(dh0_ptr + state_off + s_idx, P, mask=m_s)
 
 
-@triton.jit(do_not_specialize=["T_BUCKET", "DK_STRIDE"])
+@triton.jit(do_not_specialize=["SHAPE_BUCKET", "DK_STRIDE"])
 def lightning_bwd_dkdv_kernel(
     q, k, v, do, dht, g, cu,
-    T, H, HKV, scale, T_BUCKET, DK_STRIDE,
+    T, H, HKV, scale, SHAPE_BUCKET, DK_STRIDE,
     dk, dv, dh0,
     KD: tl.constexpr, VD: tl.constexpr, BKD: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
@@ -672,15 +684,15 @@ if INTERPRET:
     lightning_fwd = lightning_bwd = lightning_bwd_one = lightning_bwd_dkdv = None
 else:
     _prune_by = {"early_config_prune": _prune}
-    lightning_fwd = triton.autotune(configs=_configs(FWD_CONFIGS, FWD_CONFIGS_T), key=["KD", "VD", "T_BUCKET"],
+    lightning_fwd = triton.autotune(configs=_configs(FWD_CONFIGS, FWD_CONFIGS_T), key=["KD", "VD", "SHAPE_BUCKET"],
                                     prune_configs_by=_prune_by)(lightning_fwd_kernel)
-    lightning_bwd = triton.autotune(configs=_configs(BWD_CONFIGS, BWD_CONFIGS_T), key=["KD", "VD", "T_BUCKET", "ROLE"],
+    lightning_bwd = triton.autotune(configs=_configs(BWD_CONFIGS, BWD_CONFIGS_T), key=["KD", "VD", "SHAPE_BUCKET", "ROLE"],
                                     prune_configs_by=_prune_by)(lightning_bwd_kernel)
-    lightning_bwd_one = triton.autotune(configs=_configs(BWD_CONFIGS, BWD_CONFIGS_T), key=["KD", "VD", "T_BUCKET"],
+    lightning_bwd_one = triton.autotune(configs=_configs(BWD_CONFIGS, BWD_CONFIGS_T), key=["KD", "VD", "SHAPE_BUCKET"],
                                         prune_configs_by=_prune_by)(lightning_bwd_one_kernel)
     lightning_bwd_dkdv = triton.autotune(
         configs=[triton.Config({"BT": bt, "TRANS": tr, "TMA": tma}, num_warps=w, num_stages=st)
                  for bt, w, st, tr, tma in [c + (False, False) for c in FUSED_CONFIGS]
                  + [(bt, w, st, True, tma) for bt, w, st, tma in FUSED_CONFIGS_T]],
-        key=["KD", "VD", "T_BUCKET", "BV"], prune_configs_by={"early_config_prune": _prune_fused},
+        key=["KD", "VD", "SHAPE_BUCKET", "BV"], prune_configs_by={"early_config_prune": _prune_fused},
     )(lightning_bwd_dkdv_kernel)

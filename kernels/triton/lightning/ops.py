@@ -196,7 +196,7 @@ def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, aligned=False
     ht = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
     grid = lambda meta: (_k.cdiv(e, meta["BV"]), n * h)  # noqa: E731
     args = (q, k, v, h0 if h0 is not None else g, g, cu if cu is not None else g,
-            t, h, hkv, float(scale), _k.t_bucket(t), o, ht if ht is not None else o)
+            t, h, hkv, float(scale), _k.shape_bucket(t, n * h), o, ht if ht is not None else o)
     kw = dict(KD=d, VD=e, BK=_k.pow2(d), REVERSE=bool(reverse),
               HAS_H0=h0 is not None, STORE_HT=store_ht, IS_VARLEN=cu is not None,
               DOT_PREC=_dot_prec(q.dtype))
@@ -218,7 +218,7 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
     dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
     common = (h0 if h0 is not None else g, dht if dht is not None else g, g, cu if cu is not None else g,
-              t, h, hkv, float(scale), _k.t_bucket(t))
+              t, h, hkv, float(scale), _k.shape_bucket(t, n * h))
     kw = dict(KD=d, VD=e, BKD=_k.pow2(d), BVD=_k.pow2(e),
               REVERSE=bool(reverse), HAS_H0=h0 is not None, HAS_DHT=dht is not None,
               IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(q.dtype))
@@ -248,7 +248,7 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
             dk = _empty(ns, b, t, h, d, dtype=torch.float32, device=q.device)
         stride = b * t * h * d if ns > 1 else 0
         args = (q, k, v, do, dht if dht is not None else g, g, cu if cu is not None else g,
-                t, h, hkv, float(scale), _k.t_bucket(t), stride, dk, dv, dh0 if dh0 is not None else g)
+                t, h, hkv, float(scale), _k.shape_bucket(t, n * h), stride, dk, dv, dh0 if dh0 is not None else g)
         fkw = dict(KD=d, VD=e, BKD=kw["BKD"], REVERSE=bool(reverse), HAS_H0=h0 is not None,
                    HAS_DHT=dht is not None, IS_VARLEN=cu is not None, DOT_PREC=kw["DOT_PREC"], BV=bv)
         if _k.lightning_bwd_dkdv is None:  # interpreter: fixed config

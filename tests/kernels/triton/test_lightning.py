@@ -433,9 +433,9 @@ def test_fused_prune_drops_descriptor_configs_when_short_unaligned_or_unavailabl
 
     cfgs = [triton_config(tma) for tma in (False, True, True)]
     base = torch.empty(64, dtype=torch.float32)
-    args = {"T_BUCKET": 2, "q": base, "k": base, "dk": base}
+    args = {"SHAPE_BUCKET": 2, "q": base, "k": base, "dk": base}
     assert K._prune_fused(cfgs, args) == cfgs
-    assert K._prune_fused(cfgs, {**args, "T_BUCKET": 1}) == cfgs[:1]
+    assert K._prune_fused(cfgs, {**args, "SHAPE_BUCKET": 1}) == cfgs[:1]
     assert K._prune_fused(cfgs, {**args, "k": base[1:]}) == cfgs[:1]
     monkeypatch.setattr(K, "TMA_OK", False)
     assert K._prune_fused(cfgs, args) == cfgs[:1]
@@ -454,16 +454,32 @@ def test_prune_drops_descriptor_configs_when_short_unaligned_or_unavailable(monk
     cfgs = K._configs(K.FWD_CONFIGS, K.FWD_CONFIGS_T)
     assert any(c.kwargs["TR"] == 3 for c in cfgs)
     base = torch.empty(64, dtype=torch.float32)
-    args = {"KD": 128, "VD": 128, "T_BUCKET": 2, "q": base, "k": base[1:], "o": base}  # k 4 bytes off
+    args = {"KD": 128, "VD": 128, "SHAPE_BUCKET": 2, "q": base, "k": base[1:], "o": base}  # k 4 bytes off
     aligned = K._prune(cfgs, {**args, "k": base})
     assert any(c.kwargs["TR"] == 3 for c in aligned)
-    for short in (0, 1):  # up to 4096 tokens: host-bound, no descriptor configs
-        kept = K._prune(cfgs, {**args, "k": base, "T_BUCKET": short})
+    for short in (0, 1, 3, 4):  # up to 4096 tokens (any grid): host-bound, no descriptor configs
+        kept = K._prune(cfgs, {**args, "k": base, "SHAPE_BUCKET": short})
         assert kept and not any(c.kwargs["TR"] == 3 for c in kept)
+    assert any(c.kwargs["TR"] == 3 for c in K._prune(cfgs, {**args, "k": base, "SHAPE_BUCKET": 5}))
     unaligned = K._prune(cfgs, args)
     assert unaligned and not any(c.kwargs["TR"] == 3 for c in unaligned)
     monkeypatch.setattr(K, "TMA_OK", False)
     assert not any(c.kwargs["TR"] == 3 for c in K._prune(cfgs, {**args, "k": base}))
+
+
+def test_shape_bucket_separates_sequence_lengths_and_small_grids():
+    """The autotune key: a config tuned on a small grid (a gradient check at B2 H8) must not be
+    reused for a full one (B4 H32) of the same length, nor one tuned at 4096 tokens for 8192."""
+    from lattnbench.kernels.triton.lightning import kernels as K
+
+    buckets = {(t, rows): K.shape_bucket(t, rows) for t in (1, 1024, 1025, 4096, 4097, 32768)
+               for rows in (1, 16, K.FEW_ROWS - 1, K.FEW_ROWS, 128, 4096)}
+    for (t, rows), b in buckets.items():
+        same = [key for key, other in buckets.items() if other == b]
+        assert all((key[0] <= 1024) == (t <= 1024) and (key[0] <= 4096) == (t <= 4096) for key in same)
+        assert all((key[1] < K.FEW_ROWS) == (rows < K.FEW_ROWS) for key in same)
+        assert K.long_sequence(b) == (t > 4096)
+    assert len(set(buckets.values())) == 6
 
 
 def test_ensure_allocator_sets_only_a_missing_one():
