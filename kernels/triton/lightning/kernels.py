@@ -386,7 +386,9 @@ BWD_CONFIGS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 64, 4, 2)]
 # (64,128,8,4) 238, 208 KB; loop body 710 -> 640 PTX instructions). H200 do_bench, one run
 # (results/h200/s4f), n=32768: fwd TR=1 (64,128,8,3) 1.675 ms, TR=3 (64,128,8,3) 1.546, (64,128,8,4)
 # 1.539, (64,128,8,2) 2.088; bwd passes TR=1 1.66 / 1.79 / 1.79, TR=3 1.61 / 1.68 / 1.65; outputs
-# bit-identical to TR=1. Pruned up to 4096 tokens (see _prune).
+# bit-identical to TR=1. Pruned up to 4096 tokens (see _prune). Session 5 (results/h200/s5a), n=32768
+# fwd: TR=3 (64,128,8,3) 1.554 ms, (64,128,8,4) 1.611, (64,64,4,2) 1.768 (two programs per SM),
+# (128,128,8,2) 2.671 (520 B spill); the compute chain alone (PROBE=5) 1.32 ms.
 FWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 4, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1),
                  (64, 128, 8, 3, 3), (64, 128, 8, 4, 3)]
 BWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1), (64, 128, 8, 3, 3)]
@@ -399,6 +401,9 @@ FUSED_CONFIGS = [(64, 8, 2), (64, 8, 1), (32, 8, 2), (32, 4, 2)]
 # TRANS=True configs (BT, num_warps, num_stages, TMA): the transposed products (the value slice as M,
 # as in _chunk_pass_t). sm_90 AOT (triton 3.9, bf16 D=E=128, no dS_T): pointer tiles (64,8,2) 255 regs
 # + 728 B stack; tensor-descriptor tiles (TMA) (64,8,2) 255 + 304 B, (64,8,3) 255 + 296 B, 229 KB smem.
+# H200 do_bench, one run (results/h200/s5a), dk+dv in ms at n=8192 / 32768: split passes TR=3
+# (64,128,8,3) 0.855 / 3.41; fused TMA (64,8,3) 0.860 / 3.37, (64,8,2) 0.980 / 3.84; fused pointer
+# tiles (64,8,3) 1.50 / 5.98. One fused chain takes as long as the two it replaces: the path stays opt-in.
 FUSED_CONFIGS_T = [(64, 8, 3, False), (64, 8, 2, False), (64, 8, 2, True), (64, 8, 3, True)]
 
 
