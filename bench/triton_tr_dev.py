@@ -48,10 +48,7 @@ else:
     # (32,128,8,3) 248, 56 KB; (64,64,4,2) 255, 80 KB; (64,64,4,3) 255, 120 KB; (64,128,16,2) 128 regs
     # + 408 B spill; row-wise (64,64,4,2) 255, 88 KB. No spill unless said.
     # TR_SET=2 (session 4, second call): the decay-on-b variant (TR=2) beside TR=1 and the row-wise default
-    if os.environ.get("TR_SET") == "5s":  # session 5, score product first (TR 4 = 3, TR 5 = 1, async update)
-        FWD = [(64, 128, 8, 3, 3), (64, 128, 8, 3, 4), (64, 128, 8, 4, 4), (64, 128, 8, 2, 4), (64, 128, 8, 3, 5)]
-        BWD = [(64, 128, 8, 3, 3), (64, 128, 8, 3, 4)]
-    elif os.environ.get("TR_SET") == "5b":  # session 5, second call: the default's backward passes compute-only
+    if os.environ.get("TR_SET") == "5b":  # session 5, second call: the default's backward passes compute-only
         FWD = [(64, 128, 8, 3, 3)]
         BWD = [(64, 128, 8, 3, 3)]
     elif os.environ.get("TR_SET") == "5w":  # with LIGHTNING_TRITON_WS=1: Triton's warp specialization

@@ -240,7 +240,7 @@ def _chunk_pass_t(
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, H0_TRANS: tl.constexpr,
     STORE_HT: tl.constexpr, BWD_STATE: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, DECAY_ON_B: tl.constexpr = False, PROBE: tl.constexpr = 0,
-    TMA: tl.constexpr = False, SCORE_FIRST: tl.constexpr = False,
+    TMA: tl.constexpr = False,
 ):
     """_chunk_pass with every product transposed: the state is held as Sᵀ [BV, BK] and the output
     chunk as outᵀ [BV, BT], so the value slice (BV, e.g. all 128 of E) is the M dimension of the
@@ -253,12 +253,7 @@ def _chunk_pass_t(
     global-scratch allocator) instead of per-element pointers, which take ~150 of the ~710
     instructions per thread and chunk. The caller (_chunk_pass) sets it only where a descriptor's
     zero fill outside [0, T) is the pass's row mask: one sequence per batch row (not varlen), KD a
-    power of two (BK = KD), whole BV slices of VD; and never under a PROBE.
-
-    SCORE_FIRST: the state-independent score product b·aᵀ comes first in the chunk, so every use of
-    the carried state follows a completed wgmma. Then Triton issues the state update as a properly
-    async wgmma (no wait after it, sm_90): it runs on while the output tile is stored and the next
-    chunk starts. Same products, same results."""
+    power of two (BK = KD), whole BV slices of VD; and never under a PROBE."""
     i_n, i_h, bos, seq_len, gam = _sequence(cu_ptr, g_ptr, i_nh, T, H, IS_VARLEN)
     o_t, o_k, o_v, m_k, m_v, p, pf, m_intra = _chunk_layout(gam, i_v, KD, VD, BK, BV, BT, REVERSE)
     m_intra_t = tl.trans(m_intra) * (out_scale * k_scale)  # [s, r]
@@ -317,14 +312,10 @@ def _chunk_pass_t(
         else:
             shift = 1.0
             qd = tl.exp(gam * (pf + shift)) * out_scale
-        if SCORE_FIRST:
-            st = tl.dot(b, tl.trans(a), input_precision=DOT_PREC) * m_intra_t
-            acc = tl.dot(St.to(dt), tl.trans(a), input_precision=DOT_PREC) * qd[None, :]
-        else:
-            # carried state: outᵀ = (Sᵀ·aᵀ)·diag(qd)
-            acc = tl.dot(St.to(dt), tl.trans(a), input_precision=DOT_PREC) * qd[None, :]
-            # intra-chunk: outᵀ += cᵀ·((b·aᵀ)⊙Mᵀ)
-            st = tl.dot(b, tl.trans(a), input_precision=DOT_PREC) * m_intra_t
+        # carried state: outᵀ = (Sᵀ·aᵀ)·diag(qd)
+        acc = tl.dot(St.to(dt), tl.trans(a), input_precision=DOT_PREC) * qd[None, :]
+        # intra-chunk: outᵀ += cᵀ·((b·aᵀ)⊙Mᵀ)
+        st = tl.dot(b, tl.trans(a), input_precision=DOT_PREC) * m_intra_t
         acc = tl.dot(tl.trans(c), st.to(dt), acc, input_precision=DOT_PREC)
         # state update: Sᵀ·λ^L + cᵀ·diag(λ^(L−1−p))·b
         kd = tl.where(valid, tl.exp(gam * tl.maximum(n_valid - 1 - pf, 0.0)), 0.0) * k_scale
@@ -363,14 +354,12 @@ def _chunk_pass(
 ):
     """The chunk pass in the orientation TR picks (a tuning choice: same arithmetic, same results):
     0 row-wise (_chunk_pass_n), 1 transposed (_chunk_pass_t), 2 transposed with the update's decay
-    on b instead of c, 3 transposed with tensor-descriptor (TMA) loads and stores where they apply;
-    4 and 5 are 3 and 1 with the score product first (SCORE_FIRST: an async state update)."""
+    on b instead of c, 3 transposed with tensor-descriptor (TMA) loads and stores where they apply."""
     if TR:
         _chunk_pass_t(a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr, T, H, A_H, B_H, C_H,
                       out_scale, k_scale, i_v, i_nh, KD, VD, BK, BV, BT, REVERSE, HAS_H0, H0_TRANS,
                       STORE_HT, BWD_STATE, IS_VARLEN, DOT_PREC, TR == 2, PROBE,
-                      (TR == 3 or TR == 4) and PROBE == 0 and not IS_VARLEN and KD == BK and VD % BV == 0,
-                      TR >= 4)
+                      TR == 3 and PROBE == 0 and not IS_VARLEN and KD == BK and VD % BV == 0)
     else:
         _chunk_pass_n(a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr, T, H, A_H, B_H, C_H,
                       out_scale, k_scale, i_v, i_nh, KD, VD, BK, BV, BT, REVERSE, HAS_H0, H0_TRANS,
