@@ -54,6 +54,16 @@ def commit() -> str | None:
     return sha
 
 
+# Environment variables that change what the kernels run (backward path, autotune lists, Triton
+# and JAX options): recorded with every result, so a run made under a knob says so.
+KNOB_PREFIXES = ("LIGHTNING_TRITON_", "TRITON_", "FLA_", "JAX_", "XLA_")
+
+
+def knobs() -> dict[str, str]:
+    """The set environment variables that start with one of KNOB_PREFIXES, sorted by name."""
+    return {k: os.environ[k] for k in sorted(os.environ) if k.startswith(KNOB_PREFIXES)}
+
+
 def gpu_info() -> dict:
     """GPU name, count, memory, driver and CUDA runtime, via torch when it sees a GPU."""
     try:
@@ -81,6 +91,7 @@ def collect(with_gpu: bool = True) -> dict:
         "commit": commit(),
         "versions": {p: _version(p) for p in PACKAGES},
         "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
+        "knobs": knobs(),
     }
     if with_gpu:
         env.update(gpu_info())

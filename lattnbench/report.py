@@ -265,6 +265,11 @@ def env_summary(doc: dict) -> str:
         v = env.get(key)
         if isinstance(v, (str, int, float)) and v != "":
             parts.append(f"{key} {str(v)[:12] if key == 'commit' else v}")
+    knobs = env.get("knobs")
+    if isinstance(knobs, dict):  # only the kernels' own switches: Triton / JAX options stay in the JSON
+        set_knobs = [f"{k}={v}" for k, v in sorted(knobs.items()) if k.startswith("LIGHTNING_TRITON_")]
+        if set_knobs:
+            parts.append("knobs " + " ".join(set_knobs))
     return " · ".join(parts)
 
 

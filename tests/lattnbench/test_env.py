@@ -1,4 +1,4 @@
-"""The env block's commit: the checkout's own, or the one a device script passes in."""
+"""The env block's commit (the checkout's own, or the one a device script passes in) and knobs."""
 import secrets
 
 from lattnbench import env
@@ -15,3 +15,14 @@ def test_commit_from_the_checkout(monkeypatch):
     got = env.commit()
     head = env._run(["git", "rev-parse", "--short=12", "HEAD"], cwd=str(env.Path(env.__file__).resolve().parent))
     assert got is not None and head is not None and got.split("-")[0] == head
+
+
+def test_knobs_record_the_kernel_switches_that_are_set(monkeypatch):
+    value = secrets.token_hex(3)
+    monkeypatch.setenv("LIGHTNING_TRITON_BWD", value)
+    monkeypatch.setenv("LIGHTNING_OTHER_THING", "x")  # not a knob prefix
+    monkeypatch.delenv("LIGHTNING_TRITON_FWD", raising=False)
+    block = env.collect(with_gpu=False)
+    assert block["knobs"]["LIGHTNING_TRITON_BWD"] == value
+    assert "LIGHTNING_TRITON_FWD" not in block["knobs"] and "LIGHTNING_OTHER_THING" not in block["knobs"]
+    assert list(block["knobs"]) == sorted(block["knobs"])

@@ -261,3 +261,15 @@ def test_fmt_keeps_two_to_three_significant_decimals():
     assert [fmt(v) for v in (0.09441, 0.46, 1.134238, 17.661427, 162.895615, 4096.000488)] == [
         "0.0944", "0.460", "1.13", "17.66", "162.9", "4096"]
     assert fmt(None) == "—" and fmt(math.nan) == "nan"
+
+
+def test_env_line_names_the_kernel_knobs_a_run_was_made_under():
+    from lattnbench.report import env_summary
+
+    doc = {"env": {"gpu": "NVIDIA H200", "commit": "abc", "knobs": {"LIGHTNING_TRITON_BWD": "fused",
+                                                                   "TRITON_CACHE_DIR": "/tmp/x"}},
+           "rows": []}
+    line = env_summary(doc)
+    assert line.endswith("knobs LIGHTNING_TRITON_BWD=fused") and "TRITON_CACHE_DIR" not in line
+    doc["env"]["knobs"] = {"TRITON_CACHE_DIR": "/tmp/x"}
+    assert "knobs" not in env_summary(doc)
