@@ -14,7 +14,7 @@ GATE = ["--baseline", str(BASE), "--threshold", "100%", "--reference", "lightnin
 
 def ci_threshold() -> str:
     """The threshold .ci/run uses (this test must follow it)."""
-    line = next(x for x in (ROOT / ".ci/run").read_text().splitlines() if x.startswith("lattnbench gate"))
+    line = next(x for x in (ROOT / ".ci/run").read_text().splitlines() if x.strip().startswith("lattnbench gate"))
     return line.split("--threshold")[1].split()[0]
 
 
