@@ -112,15 +112,33 @@ def _chunk_layout(gam, i_v, KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr
 
 
 @triton.jit
+def _out_decay(i_c, gam, pf, qd_first, lam, out_scale, BWD_STATE: tl.constexpr):
+    """(shift, qd) of chunk i_c: the carried state reaches row p decayed λ^(p+shift)·out_scale, with
+    shift 1, except in a backward pass's first chunk (BWD_STATE: the initial state enters one step
+    late, shift 0). BWD_STATE takes the loop-invariant qd_first = λ^p·out_scale and lam = λ and a
+    scalar select, not BT exponentials per chunk (and no division by λ, which underflows)."""
+    if BWD_STATE:
+        return tl.where(i_c > 0, 1.0, 0.0), qd_first * tl.where(i_c > 0, lam, 1.0)
+    else:
+        return 1.0, tl.exp(gam * (pf + 1.0)) * out_scale
+
+
+@triton.jit
+def _chunk_start(T, ps, BT: tl.constexpr, BACK: tl.constexpr):
+    """First row (lowest address) of the BT-row chunk at processing position ps of a sequence of T
+    tokens; walking backwards (BACK) it is below row 0 for a last, partial chunk."""
+    if BACK:
+        return T - ps - BT
+    else:
+        return ps
+
+
+@triton.jit
 def _chunk_rows(T, ps, o_t, p, BT: tl.constexpr, BACK: tl.constexpr):
     """The chunk at processing position ps of a sequence of T tokens: its rows (ascending
     addresses), which of them are valid, and how many."""
     n_valid = tl.minimum(T - ps, BT)
-    if BACK:
-        t0 = T - ps - BT
-    else:
-        t0 = ps
-    return t0 + o_t, p < n_valid, n_valid
+    return _chunk_start(T, ps, BT, BACK) + o_t, p < n_valid, n_valid
 
 
 @triton.jit
@@ -193,12 +211,7 @@ def _chunk_pass_n(
         a = _load_rows(a_base, rows, a_row, o_k, valid, m_k)
         b = _load_rows(b_base, rows, b_row, o_k, valid, m_k)
         c = _load_rows(c_base, rows, c_row, o_v, valid, m_v)
-        if BWD_STATE:  # as in _chunk_pass_t
-            shift = tl.where(i_c > 0, 1.0, 0.0)
-            qd = qd_first * tl.where(i_c > 0, lam, 1.0)
-        else:
-            shift = 1.0
-            qd = tl.exp(gam * (pf + shift)) * out_scale
+        shift, qd = _out_decay(i_c, gam, pf, qd_first, lam, out_scale, BWD_STATE)
         if PROBE == 3:
             acc = c.to(tl.float32) + tl.sum(a.to(tl.float32) + b.to(tl.float32), 1)[:, None]
         elif PROBE == 4:
@@ -271,8 +284,6 @@ def _chunk_pass_t(
 
     dt = a_ptr.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
-    # BWD_STATE's output decay λ^(p+shift), shift 0 in the first chunk only: loop-invariant factors
-    # and a scalar select instead of BT exponentials per chunk (no division by λ, which underflows)
     qd_first = tl.exp(gam * pf) * out_scale
     lam = tl.exp(gam)
     if TMA:
@@ -295,10 +306,7 @@ def _chunk_pass_t(
         else:
             rows, valid, n_valid = _chunk_rows(seq_len, i_c * BT, o_t, p, BT, REVERSE)
         if TMA:
-            if REVERSE:
-                t0 = seq_len - i_c * BT - BT
-            else:
-                t0 = i_c * BT
+            t0 = _chunk_start(seq_len, i_c * BT, BT, REVERSE)
             a = a_desc.load([i_n, t0, a_col]).reshape(BT, BK)
             b = b_desc.load([i_n, t0, b_col]).reshape(BT, BK)
             c = c_desc.load([i_n, t0, c_col]).reshape(BT, BV)
@@ -306,12 +314,7 @@ def _chunk_pass_t(
             a = _load_rows(a_base, rows, a_row, o_k, valid, m_k)
             b = _load_rows(b_base, rows, b_row, o_k, valid, m_k)
             c = _load_rows(c_base, rows, c_row, o_v, valid, m_v)
-        if BWD_STATE:
-            shift = tl.where(i_c > 0, 1.0, 0.0)
-            qd = qd_first * tl.where(i_c > 0, lam, 1.0)
-        else:
-            shift = 1.0
-            qd = tl.exp(gam * (pf + shift)) * out_scale
+        shift, qd = _out_decay(i_c, gam, pf, qd_first, lam, out_scale, BWD_STATE)
         # carried state: outᵀ = (Sᵀ·aᵀ)·diag(qd)
         acc = tl.dot(St.to(dt), tl.trans(a), input_precision=DOT_PREC) * qd[None, :]
         # intra-chunk: outᵀ += cᵀ·((b·aᵀ)⊙Mᵀ)
@@ -607,10 +610,7 @@ def _dkdv_pass(
         m_rk = valid[:, None] & m_k[None, :]
         m_rv = valid[:, None] & m_v[None, :]
         if TMA:
-            if BACK:
-                t0 = seq_len - i_c * BT - BT
-            else:
-                t0 = i_c * BT
+            t0 = _chunk_start(seq_len, i_c * BT, BT, BACK)
             q = q_desc.load([i_n, t0, i_h * KD]).reshape(BT, BK)
             k = k_desc.load([i_n, t0, i_hk * KD]).reshape(BT, BK)
             v = v_desc.load([i_n, t0, i_hk * VD]).reshape(BT, BV)
@@ -620,8 +620,7 @@ def _dkdv_pass(
             k = _load_rows(k_base, rows, HKV * KD, o_k, valid, m_k)
             v = _load_rows(v_base, rows, HKV * VD, o_v, valid, m_v)
             do = tl.load(do_base + rows[:, None] * (H * VD) + o_v[None, :], mask=m_rv, other=0.0)
-        shift = tl.where(i_c > 0, 1.0, 0.0)
-        qd = qd_first * tl.where(i_c > 0, lam, 1.0)  # λ^(p+shift), as in _chunk_pass_t
+        shift, qd = _out_decay(i_c, gam, pf, qd_first, lam, 1.0, True)
         Pb = P.to(dt)
         if TRANS:
             # the same products transposed: every big dot has M = D or E (128), not BT, so with 8
