@@ -217,8 +217,9 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
     dk = _empty(b, t, h, d, dtype=gdt, device=q.device)
     dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
+    bucket = _k.shape_bucket(t, n * h)
     common = (h0 if h0 is not None else g, dht if dht is not None else g, g, cu if cu is not None else g,
-              t, h, hkv, float(scale), _k.shape_bucket(t, n * h))
+              t, h, hkv, float(scale), bucket)
     kw = dict(KD=d, VD=e, BKD=_k.pow2(d), BVD=_k.pow2(e),
               REVERSE=bool(reverse), HAS_H0=h0 is not None, HAS_DHT=dht is not None,
               IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(q.dtype))
@@ -248,7 +249,7 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False)
             dk = _empty(ns, b, t, h, d, dtype=torch.float32, device=q.device)
         stride = b * t * h * d if ns > 1 else 0
         args = (q, k, v, do, dht if dht is not None else g, g, cu if cu is not None else g,
-                t, h, hkv, float(scale), _k.shape_bucket(t, n * h), stride, dk, dv, dh0 if dh0 is not None else g)
+                t, h, hkv, float(scale), bucket, stride, dk, dv, dh0 if dh0 is not None else g)
         fkw = dict(KD=d, VD=e, BKD=kw["BKD"], REVERSE=bool(reverse), HAS_H0=h0 is not None,
                    HAS_DHT=dht is not None, IS_VARLEN=cu is not None, DOT_PREC=kw["DOT_PREC"], BV=bv)
         if _k.lightning_bwd_dkdv is None:  # interpreter: fixed config
