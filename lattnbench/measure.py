@@ -154,9 +154,10 @@ class Sweeper:
     def _todo(self, entry, case, modes, metric) -> list[str]:
         return [m for m in modes if row_key(base_row(entry, case, self.device, m, metric)) not in self.skip]
 
-    def speed(self, entry: KernelEntry, case: Case, modes: Iterable[str]) -> list[dict]:
+    def speed(self, entry: KernelEntry, case: Case, modes: Iterable[str], run: int = 0) -> list[dict]:
+        """Time each mode with every timer; one row per mode (``timer`` names the tables' one)."""
         from lattnbench.roofline import floor_ms
-        from lattnbench.timing import measure
+        from lattnbench.timing import measure_point
 
         modes = self._todo(entry, case, modes, "time_ms")
         if not modes:
@@ -169,38 +170,37 @@ class Sweeper:
         interpreted = self.device == "cpu" and entry.interpreted_on_cpu
         try:
             problem = make_problem(entry, case, self.device)
+            backend = timing_backend(problem, self.device)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a row
             status, reason = classify(exc, entry)
             rows = self._rows(entry, case, modes, "time_ms", status, reason)
             self.emit(rows)
             return rows
-        flush = None
-        events = self.device == "cuda" and entry.framework == "torch"
-        if self.device == "cuda":
-            from lattnbench.torch_fw import l2_flusher
-            flush = l2_flusher(self.device, wait=not events)
+        timers = ("device",) if interpreted else ("device", "graph", "latency")
         for mode in modes:
             row = base_row(entry, case, self.device, mode, "time_ms")
             try:
                 if not _finite(problem.fwd() if mode == "fwd" else problem.fwdbwd()):
                     raise _NonFinite()
-                run = {"fwd": problem.fwd, "fwdbwd": problem.fwdbwd}.get(mode) or problem.bwd_callable()
-                t = measure(run, problem.sync, flush=flush, budget_s=self.budget_s, cuda_events=events,
-                            min_reps=3 if interpreted else 5,
-                            batch_short=self.device == "cuda" and entry.framework == "jax")
+                call = {"fwd": problem.fwd, "fwdbwd": problem.fwdbwd}.get(mode) or problem.bwd_callable()
+                before = clock_sample(self.device)
+                pt = measure_point(call, backend, budget_s=self.budget_s, timers=timers,
+                                   min_reps=3 if interpreted else 5)
+                after = clock_sample(self.device)
+                if not pt.timers["device"].ok:
+                    raise RuntimeError(pt.timers["device"].reason or "the device timer took no sample")
+                row.update(timing_fields(pt, run, before, after), interpreted=interpreted, status="ok", reason=None)
                 floor = floor_ms(case, entry.family, mode, self.ceilings)
-                row.update(median=t.median, p20=t.quantile(0.2), p80=t.quantile(0.8),
-                           samples=len(t.samples_ms), samples_ms=[round(x, 5) for x in t.samples_ms],
-                           warmup_calls=t.warmup_calls, first_call_s=round(t.first_call_s, 3),
-                           timer=t.method, interpreted=interpreted, status="ok", reason=None)
                 if floor is not None:
                     row["floor_ms"] = floor
-                    row["pct_floor"] = 100.0 * floor / t.median
+                    row["pct_floor"] = 100.0 * floor / row["median"]
             except _NonFinite:
                 row.update(status="fail", reason="NaN/Inf in the output")
             except Exception as exc:  # noqa: BLE001
                 status, reason = classify(exc, entry)
                 row.update(status=status, reason=reason)
+            if row["status"] != "ok":
+                row["runs"] = [{"run": run, "status": row["status"], "reason": row["reason"]}]
             rows.append(row)
             self.emit([row])
         del problem
@@ -236,6 +236,57 @@ class Sweeper:
 
 class _NonFinite(Exception):
     pass
+
+
+_BACKENDS: dict = {}
+
+
+def timing_backend(problem, device: str):
+    """The timers' backend for a problem: torch on CUDA, JAX on a GPU, or the host clock."""
+    from lattnbench import timing
+
+    if device != "cuda":
+        return timing.host_backend(problem.sync)
+    if problem.entry.framework == "torch":
+        if "torch" not in _BACKENDS:
+            _BACKENDS["torch"] = timing.torch_cuda_backend(device)
+        return _BACKENDS["torch"]
+    if "jax" not in _BACKENDS:
+        _BACKENDS["jax"] = timing.jax_gpu_backend(problem.dev)
+    return _BACKENDS["jax"]
+
+
+def clock_sample(device: str) -> dict | None:
+    if device != "cuda":
+        return None
+    from lattnbench.clocks import sample
+    return sample()
+
+
+def timing_fields(pt, run: int = 0, before: dict | None = None, after: dict | None = None) -> dict:
+    """A speed row's measured fields: the device timer's numbers, every timer's block, one run."""
+    from lattnbench.clocks import throttled
+    from lattnbench.timing import quantile
+
+    dev = pt.timers["device"]
+    med = {name: (pt.get(name).median if pt.get(name) else None) for name in ("graph", "latency", "host")}
+    hot = throttled(before, after)
+    fields = {
+        "timer": "device", "median": dev.median, "p20": quantile(dev.samples_ms, 0.2),
+        "p80": quantile(dev.samples_ms, 0.8), "samples": len(dev.samples_ms),
+        "samples_ms": [round(x, 5) for x in dev.samples_ms],
+        "graph_ms": med["graph"], "latency_ms": med["latency"], "host_ms": med["host"],
+        "host_bound": pt.host_bound(), "first_call_s": round(pt.first_call_s, 3),
+        "warmup_calls": pt.warmup_calls, "throttled": hot,
+    }
+    run_entry = {"run": run, "status": "ok", "median": fields["median"], "p20": fields["p20"],
+                 "p80": fields["p80"], **{f"{k}_ms": v for k, v in med.items()}, "throttled": hot,
+                 "timers": {name: t.summary() for name, t in pt.timers.items()},
+                 "clocks": {"before": before, "after": after} if (before or after) else None}
+    fields["runs"] = [run_entry]
+    fields["repeat"] = 1
+    fields["run_spread"] = 0.0
+    return fields
 
 
 def summarize(rows: list[dict]) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """The results file: schema ``lattnbench.results/1``, written as a sweep goes, read back safely.
 
 One JSON document per run: ``{"schema", "suite", "env", "ceilings", "rows": [...]}`` with flat
-rows (DESIGN.md "Results schema"). The writer rewrites the file atomically after every point,
+rows (see docs/methodology.md). A speed row measured in several runs (``--repeat``) holds each
+run in ``runs`` and reports the median of the run medians. The writer rewrites the file atomically after every point,
 so a run killed at any moment (even SIGKILL) leaves a complete, readable file of what
 finished. No framework imports here: report, plot and gate read results without torch or jax.
 """
@@ -77,9 +78,22 @@ class ResultsWriter:
         self.doc["ceilings"] = ceilings
         self._flush()
 
+    def done_runs(self) -> dict[tuple, set[int]]:
+        """For each point, the runs already measured (a row without ``runs`` counts as run 0)."""
+        return {row_key(r): {int(x.get("run", 0)) for x in r.get("runs") or [{"run": 0}]} for r in self.rows}
+
     def add(self, rows: dict | Iterable[dict]) -> None:
+        """Append rows; a speed row of a point already in the file is merged in as another run."""
         new = [rows] if isinstance(rows, dict) else list(rows)
-        self.doc["rows"].extend({k: _clean(v) for k, v in r.items()} for r in new)
+        index = {row_key(r): i for i, r in enumerate(self.doc["rows"])}
+        for r in new:
+            r = {k: _clean(v) for k, v in r.items()}
+            i = index.get(row_key(r))
+            if i is not None and r.get("metric") == "time_ms" and "runs" in r:
+                self.doc["rows"][i] = merge_runs(self.doc["rows"][i], r)
+            else:
+                index[row_key(r)] = len(self.doc["rows"])
+                self.doc["rows"].append(r)
         self._flush()
 
     def _flush(self) -> None:
@@ -92,6 +106,45 @@ class ResultsWriter:
             os.replace(tmp, self.path)
         except OSError as exc:
             raise ResultsError(f"cannot write {self.path}: {exc.strerror}") from None
+
+
+def merge_runs(old: dict, new: dict) -> dict:
+    """One speed row from two measurements of a point (``--repeat``): every run kept in ``runs``.
+
+    median: the median of the run medians; p20/p80 and samples_ms: the pooled device samples;
+    run_spread: (max - min) / median of the run medians; the status: ok only when every run is.
+    """
+    import statistics
+
+    from lattnbench.timing import HOST_BOUND, quantile
+
+    runs = sorted([*(old.get("runs") or [{"run": 0, **{k: old.get(k) for k in ("status", "median", "p20", "p80")}}]),
+                   *new["runs"]], key=lambda x: x.get("run", 0))
+    good = [x for x in runs if x.get("status") == "ok" and isinstance(x.get("median"), (int, float))]
+    bad = [x for x in runs if x.get("status") != "ok"]
+    base = new if new.get("status") == "ok" or old.get("status") != "ok" else old
+    row = {**base, "runs": runs, "repeat": len(runs)}
+    if bad:
+        row["status"], row["reason"] = bad[0].get("status", "error"), f"run {bad[0].get('run', 0)}: {bad[0].get('reason')}"
+    if not good:
+        return row
+    meds = [x["median"] for x in good]
+    pooled = [*(old.get("samples_ms") or []), *(new.get("samples_ms") or [])]
+    row["median"] = statistics.median(meds)
+    if pooled:
+        row["p20"], row["p80"] = quantile(pooled, 0.2), quantile(pooled, 0.8)
+        row["samples_ms"], row["samples"] = pooled, len(pooled)
+    for k in ("graph_ms", "latency_ms", "host_ms"):
+        vals = [x[k] for x in good if isinstance(x.get(k), (int, float))]
+        row[k] = statistics.median(vals) if vals else None
+    row["run_spread"] = (max(meds) - min(meds)) / row["median"] if row["median"] else 0.0
+    slow = [v for v in (row["median"], row.get("latency_ms")) if isinstance(v, (int, float))]
+    row["host_bound"] = None if row.get("graph_ms") is None else any(v > HOST_BOUND * row["graph_ms"] for v in slow)
+    hot = [x.get("throttled") for x in good if x.get("throttled") is not None]
+    row["throttled"] = any(hot) if hot else None
+    if "floor_ms" in row and row["median"]:
+        row["pct_floor"] = 100.0 * row["floor_ms"] / row["median"]
+    return row
 
 
 def load(path: str | Path) -> dict:

@@ -48,20 +48,27 @@ def floor_ms(case: Case, family: str, mode: str, ceilings: dict) -> float | None
 
 
 def measure_ceilings(device: str) -> dict:
-    """Copy bandwidth (bytes read + written) and bf16 matmul rate on a CUDA device via torch."""
+    """Copy bandwidth (bytes read + written) and bf16 matmul rate on a CUDA device via torch.
+
+    Both on the device timer (back-to-back CUDA events, L2 flushed between repetitions).
+    """
     import torch
 
-    from lattnbench.timing import measure
+    from lattnbench.timing import time_device, torch_cuda_backend, warm_up
+
+    be = torch_cuda_backend(device)
+
+    def device_ms(call) -> float:
+        _, _, est = warm_up(call, be.sync)
+        return time_device(call, be, 300.0, est).median
 
     x = torch.empty(2**30, dtype=torch.uint8, device=device)
     y = torch.empty_like(x)
-    t = measure(lambda: y.copy_(x), lambda _: torch.cuda.synchronize(), cuda_events=True, budget_s=0.3)
-    copy_gbps = 2 * x.numel() / (t.median * 1e-3) / 1e9
+    copy_gbps = 2 * x.numel() / (device_ms(lambda: y.copy_(x)) * 1e-3) / 1e9
     del x, y
     n = 8192
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     bm = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    t = measure(lambda: a @ bm, lambda _: torch.cuda.synchronize(), cuda_events=True, budget_s=0.3)
-    tflops = 2 * n**3 / (t.median * 1e-3) / 1e12
+    tflops = 2 * n**3 / (device_ms(lambda: a @ bm) * 1e-3) / 1e12
     return {"copy_gbps": round(copy_gbps, 1), "matmul_tflops": round(tflops, 1),
-            "method": "torch copy_ of 1 GiB (read+write); bf16 8192³ matmul; medians"}
+            "method": "torch copy_ of 1 GiB (read+write); bf16 8192³ matmul; device-timer medians"}

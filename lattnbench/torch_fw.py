@@ -123,20 +123,3 @@ class TorchProblem:
 
 def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
-
-
-def l2_flusher(device: str, wait: bool = False) -> Callable[[], None] | None:
-    """Zero a buffer larger than L2 before each repetition so no run reads a warm cache.
-
-    ``wait``: also synchronise, for host-clock timing (the flush must not fall in the sample).
-    """
-    if not device.startswith("cuda") or not torch.cuda.is_available():
-        return None
-    buf = torch.empty(256 * 2**20, dtype=torch.int8, device=device)
-    if not wait:
-        return buf.zero_
-
-    def flush_and_wait() -> None:
-        buf.zero_()
-        torch.cuda.synchronize()
-    return flush_and_wait
