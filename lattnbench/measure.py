@@ -301,3 +301,36 @@ def any_failed(rows: list[dict]) -> bool:
     return any(r["status"] in FAILED for r in rows) or any(
         r.get("metric") == "err_ratio" and isinstance(r.get("median"), float) and math.isnan(r["median"])
         for r in rows)
+
+
+def execute(task, registry, device: str, ceilings: dict) -> list[dict]:
+    """Run one task here and return its rows (speed, memory or check-grad)."""
+    entry = registry[task.kernel]
+    if task.kind == "check-grad":
+        from lattnbench.verify import check
+
+        return check(entry, task.case, device, task.seed)
+    rows: list[dict] = []
+    sweeper = Sweeper(device, rows.extend, ceilings, budget_s=task.budget)
+    if task.kind == "speed":
+        sweeper.speed(entry, task.case, list(task.modes), run=task.run)
+    else:
+        sweeper.memory(entry, task.case, list(task.modes))
+    return rows
+
+
+def failed_rows(task, entry: KernelEntry, device: str, status: str, reason: str) -> list[dict]:
+    """The rows a task would have produced, each with ``status`` and ``reason`` (timeouts, crashes)."""
+    if task.kind == "check-grad":
+        from lattnbench.tolerance import TOLERANCE
+        from lattnbench.verify import expected_tensors
+
+        return [{**base_row(entry, task.case, device, "fwdbwd", "err_ratio"), "tensor": t,
+                 "tol": TOLERANCE[task.case.dtype], "status": status, "reason": reason}
+                for t in expected_tensors(entry, task.case)]
+    rows = [{**base_row(entry, task.case, device, m, task.metric), "status": status, "reason": reason}
+            for m in task.modes]
+    if task.kind == "speed":
+        for r in rows:
+            r["runs"] = [{"run": task.run, "status": status, "reason": reason}]
+    return rows

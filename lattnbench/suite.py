@@ -180,11 +180,16 @@ def parse(doc: dict, where: str, default_name: str) -> Suite:
     return Suite(name, description, reference, device, measurements)
 
 
+#: the project's suites, beside the package (an editable install or a checkout)
+SUITES_DIR = Path(__file__).resolve().parent.parent / "suites"
+
+
 def load_suite(path: str | Path) -> Suite:
-    """Read a suite TOML file; a name without a path looks in the project's ``suites/``."""
+    """Read a suite TOML file; a bare name (``cpu``) is looked up in the project's ``suites/``."""
     p = Path(path)
-    if not p.exists() and not p.suffix:
-        p = Path("suites") / f"{p}.toml"
+    if not p.exists() and not p.suffix and p.name == str(path):
+        p = next((d / f"{p}.toml" for d in (Path("suites"), SUITES_DIR) if (d / f"{p}.toml").exists()),
+                 SUITES_DIR / f"{p}.toml")
     try:
         doc = tomllib.loads(p.read_text())
     except FileNotFoundError:

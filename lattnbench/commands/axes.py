@@ -26,11 +26,40 @@ PLUGIN = Annotated[list[str] | None, typer.Option(
 MODE = Annotated[str, typer.Option("--mode", "-m", help=f"Comma list of {', '.join(MODES)}.")]
 DEVICE = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cuda or cpu.")]
 OUT = Annotated[str | None, typer.Option(
-    "--out", "-o", help="Results JSON path (default: results/<machine>/<command>-<time>.json).", show_default=False)]
+    "--out", "-o", help="Results JSON path (default: ~/.cache/lattnbench/results/<machine>/<command>-<time>.json, "
+    "or under $LATTNBENCH_RESULTS_DIR).", show_default=False)]
 JSON = Annotated[bool, typer.Option("--json", help="Print the results document on stdout; progress goes to stderr.")]
 DECAY = Annotated[str, typer.Option("--decay", help=f"Per-head decay: {', '.join(DECAYS)}.")]
 RESUME = Annotated[bool, typer.Option("--resume", help="Skip points already in --out.")]
 SEED = Annotated[int, typer.Option("--seed", min=0, help="Seed of the random inputs (>= 0).")]
+ISOLATE = Annotated[str, typer.Option(
+    "--isolate", help="Where points run: kernel (a fresh worker process per kernel, autotuning forgotten "
+    "between its points), point (a fresh worker per point), none (this process). auto = kernel on a GPU, "
+    "none on a CPU.")]
+REPEAT = Annotated[int, typer.Option(
+    "--repeat", min=1, max=100, help="Run the speed sweep R times, rotating the kernel order each run; rows "
+    "report the median of the run medians and the spread across runs.")]
+POINT_TIMEOUT = Annotated[str, typer.Option(
+    "--point-timeout", metavar="SECONDS",
+    help="Give up on a point (a hung kernel) after this many seconds: it is recorded as 'timeout' and the "
+    "sweep goes on in a new worker process. 0 = off.")]
+
+
+def parse_timeout(text: str | float | None) -> float:
+    """``--point-timeout`` → seconds (0 = off); a one-line usage error (exit 2) otherwise."""
+    import math
+
+    from lattnbench.commands.common import die
+
+    if text is None:
+        return 0.0
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        die(f"bad --point-timeout {text!r}: give seconds, e.g. 600 (0 = off)")
+    if not math.isfinite(value) or value < 0:
+        die(f"bad --point-timeout {text!r}: give a finite number of seconds >= 0 (0 = off)")
+    return value
 
 
 @dataclass

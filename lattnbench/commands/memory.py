@@ -5,7 +5,6 @@ import typer
 
 from lattnbench.commands import axes
 from lattnbench.commands.speed import _run
-from lattnbench.supervise import POINT_TIMEOUT
 
 EXAMPLE = """Examples:
 
@@ -22,13 +21,15 @@ def register(app: typer.Typer) -> None:
         dim: axes.DIM = None, dim_v: axes.DIM_V = None, dtype: axes.DTYPE = None,
         kernels: axes.KERNELS = None, kernel: axes.PLUGIN = None, mode: axes.MODE = "fwd,fwdbwd",
         device: axes.DEVICE = "auto", out: axes.OUT = None, json_: axes.JSON = False,
-        decay: axes.DECAY = "alibi", resume: axes.RESUME = False, point_timeout: POINT_TIMEOUT = "0",
+        decay: axes.DECAY = "alibi", resume: axes.RESUME = False, isolate: axes.ISOLATE = "auto",
+        point_timeout: axes.POINT_TIMEOUT = "0",
     ) -> None:
         """Peak memory above the live inputs, in MB, for fwd (no autograd graph) and fwd+bwd.
 
         torch: torch.cuda.max_memory_allocated after resetting the peak once the inputs exist
         (CUDA only; the CPU allocator keeps no peak, so torch kernels on CPU are 'unsupported').
         JAX: XLA's compiled memory analysis (temporaries + outputs). Each row records its method.
+        Defaults as for speed: the seed shape on a GPU, a small fp32 sweep on a CPU.
         """
         _run("memory", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
-             json_, decay, resume, 0.0, point_timeout)
+             json_, decay, resume, 0.0, 1, isolate, point_timeout)

@@ -1,80 +1,146 @@
-"""Shared driver of the measuring commands: pick kernels, open the results file, run with a
-progress bar, print the tables, and exit with a status that says what failed."""
+"""Shared driver of the measuring commands: pick kernels, open the results file, hand the tasks to
+the runner with a progress display, print the tables, and exit with a status that says what failed."""
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from lattnbench.commands.common import EXIT_FAIL, EXIT_OK, die, err, out
 from lattnbench.errors import Unsupported
+from lattnbench.plan import Task
 from lattnbench.registry import KernelEntry, Registry
 from lattnbench.results import ResultsError, ResultsWriter, write_csv
-from lattnbench.spec import Case, SpecError
+from lattnbench.spec import SpecError
+
+#: where runs write when --out is not given (outside any checkout, so a run never dirties one)
+RESULTS_ENV = "LATTNBENCH_RESULTS_DIR"
 
 
-def pick_kernels(reg: Registry, patterns: list[str] | None, device: str, families=None) -> list[KernelEntry]:
-    """Named kernels, or by default every available, non-reference bundled kernel of ``families``.
+def results_root() -> Path:
+    """``$LATTNBENCH_RESULTS_DIR``, else ``$XDG_CACHE_HOME/lattnbench/results`` (``~/.cache/...``)."""
+    forced = os.environ.get(RESULTS_ENV)
+    if forced:
+        return Path(forced)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "lattnbench" / "results"
 
-    Peers and plugins run when named (``-k 'lightning/*'`` includes them).
-    """
+
+def pick_kernels(reg: Registry, patterns: list[str] | None, device: str, families=None,
+                 plugins: list[str] | None = None) -> list[KernelEntry]:
+    """Named kernels, or by default every available, non-reference bundled kernel of ``families``
+    (plus the plugins given with ``--kernel``). Peers run when named."""
     if patterns:
         return reg.select(patterns)
-    chosen = [e for e in reg if not e.reference and e.origin == "bundled" and e.available(device) is None
-              and (families is None or e.family in families)]
-    if device == "cpu":
-        chosen = [e for e in chosen if not e.interpreted_on_cpu]
+    chosen = [e for e in reg if default_kernel(e, device) and (families is None or e.family in families)]
+    if plugins:
+        chosen += [e for e in reg if e.origin == "plugin" and e.loader.spec in plugins]
     return chosen
 
 
-def default_out(command: str, machine: str) -> Path:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("results") / machine / f"{command}-{stamp}.json"
+def default_kernel(entry: KernelEntry, device: str) -> bool:
+    """Runs when no ``--kernels`` is given: bundled, not a reference, available; on a CPU not interpreted."""
+    return (not entry.reference and entry.origin == "bundled" and entry.available(device) is None
+            and not (device == "cpu" and entry.interpreted_on_cpu))
 
 
-def open_writer(path: str | None, command: str, env: dict, resume: bool) -> ResultsWriter:
+def open_writer(path: str | Path | None, name: str, env: dict, resume: bool) -> ResultsWriter:
+    """The results file: ``--out``, else a time-stamped file under ``results_root()/<machine>/``."""
     from lattnbench.env import machine_name
 
-    target = Path(path) if path else default_out(command, machine_name(env))
+    if path:
+        target = Path(path)
+    else:
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        target = results_root() / machine_name(env) / f"{name}-{stamp}.json"
+    if target.exists() and target.is_dir():
+        die(f"--out {target} is a directory: give a file path such as {target / (name + '.json')}")
+    for parent in target.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                die(f"cannot write {target}: {parent} is a file, not a directory")
+            break
     try:
-        return ResultsWriter(target, command, env, resume=resume)
+        return ResultsWriter(target, name, env, resume=resume)
     except ResultsError as exc:
         die(str(exc))
 
 
-def progress_bar() -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err,
-                    transient=False)
+class Progress:
+    """A progress bar on a terminal; elsewhere (CI logs) one line per finished point."""
+
+    def __init__(self, title: str, total: int) -> None:
+        self.title, self.total, self.count = title, total, 0
+        self.started = time.monotonic()
+        self.bar = None
+        if err.is_terminal:
+            from rich.progress import (BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+            from rich.progress import Progress as Bar
+
+            self.bar = Bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                           TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err,
+                           transient=False)
+            self.task_id = self.bar.add_task(title, total=total)
+
+    def __enter__(self) -> "Progress":
+        if self.bar is not None:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def start(self, task: Task) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task_id, description=task.label())
+
+    def done(self, task: Task, rows: list[dict]) -> None:
+        self.count += 1
+        if self.bar is not None:
+            self.bar.advance(self.task_id)
+            return
+        statuses = sorted({r["status"] for r in rows}) or ["skipped"]
+        elapsed = time.monotonic() - self.started
+        err.print(f"[{self.count}/{self.total}] {task.label()}: {', '.join(statuses)} ({elapsed:.0f} s)",
+                  highlight=False, soft_wrap=True)
+
+    def note(self, text: str) -> None:
+        err.print(f"[yellow]{text}[/]", highlight=False, soft_wrap=True)
 
 
-def run_points(command: str, kernels: list[KernelEntry], cases: list[Case],
-               point: Callable[[KernelEntry, Case], list[dict]]) -> None:
-    """Run every (kernel, case) under a progress bar; Ctrl-C stops after what is saved."""
-    with progress_bar() as bar:
-        task = bar.add_task(command, total=len(kernels) * len(cases))
+def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg: Registry, device: str, *,
+            isolate: str, point_timeout: float, repeat: int, plugins: list[str] | None, resume: bool) -> None:
+    """Run the tasks under a progress display; Ctrl-C / SIGTERM exit 130 / 143 after saving."""
+    from lattnbench.runner import Hooks, Interrupted, RunConfig, Runner
+
+    cfg = RunConfig(device=device, isolate=isolate, point_timeout=point_timeout, repeat=repeat,
+                    plugins=tuple(plugins or ()), needs_ceilings=device == "cuda")
+    runner = Runner(tasks, writer, reg, cfg, resume=resume)
+    writer.doc["isolation"] = isolate
+    writer.doc["repeat"] = repeat
+    if not resume or "run_order" not in writer.doc:
+        writer.doc["run_order"] = runner.order
+    with Progress(title, runner.total) as progress:
+        runner.hooks = Hooks(start=progress.start, done=progress.done, note=progress.note)
         try:
-            for case in cases:
-                for entry in kernels:
-                    bar.update(task, description=f"{command} {entry.name} {case.label()}")
-                    point(entry, case)
-                    bar.advance(task)
-        except KeyboardInterrupt:
-            err.print("[yellow]interrupted: every finished point is saved[/]")
-            raise typer.Exit(130) from None
+            runner.run()
+        except Interrupted as exc:
+            err.print("[yellow]interrupted: every finished point is saved; --resume continues[/]")
+            raise typer.Exit(128 + int(exc.signum)) from None
 
 
 def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], list]) -> None:
     """Print the tables (or JSON), the file paths and a status summary; exit 1 on failures."""
     from lattnbench.measure import any_failed, summarize
-    from lattnbench.supervise import heartbeat
 
-    heartbeat()  # no point in flight any more (a supervising parent stops the clock)
     rows = writer.rows
     try:
         write_csv(writer.doc, writer.path.with_suffix(".csv"))
@@ -88,7 +154,7 @@ def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], 
             out.print(table)
     counts = summarize(rows)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    err.print(f"results: {writer.path} (+ .csv) — {summary or 'no points'}")
+    err.print(f"results: {writer.path} (+ .csv) — {len(rows)} rows: {summary or 'none'}")
     raise typer.Exit(EXIT_FAIL if any_failed(rows) else EXIT_OK)
 
 
@@ -103,6 +169,17 @@ def setup(device: str, plugins: list[str] | None):
     except (Unsupported, SpecError) as exc:
         die(str(exc))
     return dev, reg
+
+
+def resolve_isolation(isolate: str, device: str) -> str:
+    from lattnbench.runner import ISOLATION, default_isolation
+
+    choice = isolate.strip().lower()
+    if choice == "auto":
+        return default_isolation(device)
+    if choice not in ISOLATION:
+        die(f"bad --isolate {isolate!r}: choose auto, {', '.join(ISOLATION)}")
+    return choice
 
 
 def guarded(fn: Callable[[], object]):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lattnbench import memory_estimate, supervise
+from lattnbench import memory_estimate
 from lattnbench.cli import app
 from lattnbench.memory_estimate import estimate, estimate_bytes, meminfo_available, too_big
 from lattnbench.registry import default_registry
@@ -36,7 +36,6 @@ def invoke(*args):
 def env_with_plugins() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-    env.pop(supervise.CHILD_ENV, None)
     return env
 
 
@@ -107,133 +106,103 @@ def test_sigkill_mid_sweep_keeps_every_finished_point_and_resume_completes(tmp_p
 
 
 def test_ctrl_c_stops_cleanly_after_saving(tmp_path):
+    """Ctrl-C while a point is in flight: the finished points are saved, exit 130, no traceback.
+
+    The second kernel never returns, so the signal always lands inside a point whatever the load.
+    """
     out = tmp_path / "run.json"
-    proc = start(*SWEEP, "--out", out)
-    wait_for_rows(out, proc, 1)
+    proc = start("speed", "--kernel", "hang_kernels:hang", "-k", "lightning/naive-torch,plugin/hang",
+                 "--n", "32", "--mode", "fwd", "--budget", "0.05", "--device", "cpu", "--out", out)
+    wait_for_rows(out, proc, 1, limit_s=120)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
     rows = load(out)["rows"]
-    assert 1 <= len(rows) < TOTAL and all(r["status"] == "ok" for r in rows)
+    assert [(r["kernel"], r["status"]) for r in rows] == [("lightning/naive-torch", "ok")]
 
 
-# ---- per-point timeout (supervised) ------------------------------------------------------------
+@pytest.mark.parametrize("isolate", ["none", "kernel"])
+def test_ctrl_c_reaches_the_worker_and_keeps_its_rows(tmp_path, isolate):
+    """With workers (a point timeout, or isolation) Ctrl-C stops the worker too; nothing is lost."""
+    out = tmp_path / "run.json"
+    proc = start("speed", "--kernel", "hang_kernels:hang", "-k", "lightning/naive-torch,plugin/hang",
+                 "--n", "32", "--mode", "fwd", "--budget", "0.05", "--device", "cpu", "--out", out,
+                 "--isolate", isolate, "--point-timeout", "600")
+    wait_for_rows(out, proc, 1, limit_s=120)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert [(r["kernel"], r["status"]) for r in load(out)["rows"]] == [("lightning/naive-torch", "ok")]
 
-def test_a_hung_kernel_times_out_and_the_sweep_finishes_the_others(tmp_path):
+
+# ---- per-point timeout and crashes (workers) ----------------------------------------------------
+
+@pytest.mark.parametrize("isolate", ["none", "kernel"])
+def test_a_hung_kernel_times_out_and_the_sweep_finishes_the_others(tmp_path, isolate):
     out = tmp_path / "t.json"
     proc = start("speed", "--kernel", "hang_kernels:hang", "--kernel", "fake_kernels:faithful",
                  "-k", "lightning/naive-torch,plugin/hang,plugin/faithful",
                  "--n", "32", "--mode", "fwd", "--budget", "0.05", "--device", "cpu",
-                 "--point-timeout", "5", "--out", out)
-    stdout, stderr = proc.communicate(timeout=120)
+                 "--point-timeout", "5", "--isolate", isolate, "--out", out)
+    stdout, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 1, stderr
     assert "Traceback" not in stderr
     status = {r["kernel"]: (r["status"], r["reason"]) for r in load(out)["rows"]}
     assert status["plugin/hang"] == ("timeout", "no result after 5 s (per-point timeout)")
     assert status["lightning/naive-torch"][0] == "ok" and status["plugin/faithful"][0] == "ok"
     assert len(load(out)["rows"]) == 3
-    assert "restarting with --resume" in stderr and "timeout" in stdout
+    assert "carrying on in a new worker" in stderr and "timeout" in stdout
 
 
-# A stand-in for the child: no torch, starts in a blink. It records one ok row, announces a
-# point, then behaves as told by FAKE_MODE: hang, die, or (with --resume) finish cleanly.
-FAKE_CHILD = r"""
-import json, os, signal, sys, time
-from lattnbench.results import ResultsWriter, load
-from lattnbench.supervise import die_with_parent
-die_with_parent()
-out = next(a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--out="))
-resume = "--resume" in sys.argv
-row = dict(kernel="k", family="lightning", framework="torch", device="cpu", batch=1, seqlen=16, heads=2,
-           kv_heads=2, dim_qk=8, dim_v=8, dtype="fp32", mode="fwdbwd", metric="err_ratio", tol=1e-5)
-beat = lambda rows: json.dump({"start": time.time(), "label": "k T16", "rows": rows, "pid": os.getpid()},
-                              open(os.environ["LATTNBENCH_HEARTBEAT"], "w"))
-if resume:
-    beat([])
-    sys.exit(1 if any(r["status"] != "ok" for r in load(out)["rows"]) else 0)
-w = ResultsWriter(out, "fake", {"who": "child"})
-w.doc["reference"] = "softmax/x"
-w.add({**row, "seqlen": 8, "tensor": "o", "status": "ok", "median": 0.0})
-beat([{**row, "tensor": t} for t in ("o", "dq")] + [{**row, "seqlen": 8, "tensor": "o"}])
-mode = os.environ["FAKE_MODE"]
-if mode == "die":
-    os.kill(os.getpid(), signal.SIGKILL)
-signal.signal(signal.SIGINT, lambda *a: sys.exit(130))
-time.sleep(3600)
-"""
+def test_a_crashing_kernel_is_an_error_row_and_the_others_run(tmp_path):
+    out = tmp_path / "c.json"
+    proc = start("check-grad", "--kernel", "hang_kernels:crash", "--kernel", "fake_kernels:faithful",
+                 "-k", "plugin/crash,plugin/faithful", "--n", "16", "--initial-state", "off",
+                 "--device", "cpu", "--isolate", "kernel", "--out", out)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 1, stderr
+    rows = load(out)["rows"]
+    crashed = [r for r in rows if r["kernel"] == "plugin/crash"]
+    assert crashed and {r["status"] for r in crashed} == {"error"}
+    assert {r["reason"] for r in crashed} == {"the process died (killed by SIGKILL) while running this point"}
+    assert [r["tensor"] for r in crashed] == ["o", "final_state", "dq", "dk", "dv"]
+    assert {r["status"] for r in rows if r["kernel"] == "plugin/faithful"} == {"ok"}
 
 
-@pytest.fixture
-def fake_child(monkeypatch, tmp_path):
-    def start(self, argv, env):
-        self.started = [*getattr(self, "started", []), argv]
-        return subprocess.Popen([sys.executable, "-c", FAKE_CHILD, *argv], env=env, start_new_session=True)
-
-    monkeypatch.setattr(supervise.Supervisor, "_start", start)
-    return tmp_path / "r.json"
-
-
-@pytest.mark.parametrize("mode, status, reason", [
-    ("hang", "timeout", "no result after 0.5 s (per-point timeout)"),
-    ("die", "error", "the process died (killed by SIGKILL) while running this point"),
-])
-def test_supervisor_records_the_point_in_flight_and_resumes(fake_child, monkeypatch, mode, status, reason):
-    monkeypatch.setenv("FAKE_MODE", mode)
-    sup = supervise.Supervisor(fake_child, 0.5, ["check-grad", f"--out={fake_child}"], [])
-    t0 = time.monotonic()
-    assert sup.run() == 1
-    assert time.monotonic() - t0 < 30
-    assert [("--resume" in argv) for argv in sup.started] == [False, True]
-    doc = load(fake_child)
-    assert [(r["seqlen"], r["tensor"], r["status"]) for r in doc["rows"]] == [
-        (8, "o", "ok"), (16, "o", status), (16, "dq", status)]  # the finished row is not overwritten
-    assert {r["reason"] for r in doc["rows"][1:]} == {reason} and doc["rows"][1]["tol"] == 1e-5
-    assert doc["reference"] == "softmax/x" and doc["env"] == {"who": "child"}  # the rest of the file kept
-
-
-def test_supervisor_forwards_ctrl_c_and_exits_130(fake_child, monkeypatch):
-    monkeypatch.setenv("FAKE_MODE", "hang")
-    sup = supervise.Supervisor(fake_child, 60, ["speed", f"--out={fake_child}"], [])
-
-    def interrupted(self, path):
-        deadline = time.monotonic() + 20
-        while not (path.exists() and path.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(supervise.Supervisor, "_watch", interrupted)
-    assert sup.run() == 130
-    assert sup.proc.returncode == 130  # the child got SIGINT and exited on its own
-    assert [r["status"] for r in load(fake_child)["rows"]] == ["ok"]
-
-
-def test_a_killed_supervisor_takes_its_child_along(tmp_path):
-    out, pid_file = tmp_path / "r.json", tmp_path / "hb.json"
-    parent = f"""
-import subprocess, sys
-from lattnbench import supervise
-def start(self, argv, env):
-    env = {{**env, "FAKE_MODE": "hang", supervise.CHILD_ENV: {str(pid_file)!r}}}
-    return subprocess.Popen([sys.executable, "-c", {FAKE_CHILD!r}, *argv], env=env, start_new_session=True)
-supervise.Supervisor._start = start
-supervise.Supervisor({str(out)!r}, 600, ["speed", "--out={out}"], []).run()
-"""
-    proc = subprocess.Popen([sys.executable, "-c", parent], env=env_with_plugins())
-    deadline = time.monotonic() + 30
-    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    child = json.loads(pid_file.read_text())["pid"]
+def test_a_killed_parent_takes_its_worker_along(tmp_path):
+    out = tmp_path / "r.json"
+    proc = start("speed", "--kernel", "hang_kernels:hang", "-k", "plugin/hang", "--n", "32", "--mode", "fwd",
+                 "--device", "cpu", "--isolate", "kernel", "--out", out)
+    worker = None
+    deadline = time.monotonic() + 120
+    while worker is None and time.monotonic() < deadline:
+        worker = next((p for p in _children(proc.pid) if "lattnbench.worker" in _cmdline(p)), None)
+        time.sleep(0.05)
+    assert worker is not None, "no worker process started"
     proc.kill()
     proc.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if not _alive(child):
-            break
+    deadline = time.monotonic() + 20
+    while _alive(worker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    else:
-        os.kill(child, signal.SIGKILL)
-        pytest.fail("the child outlived its supervisor")
+    if _alive(worker):
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail("the worker outlived its parent")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    except OSError:
+        return ""
 
 
 def _alive(pid: int) -> bool:
@@ -243,49 +212,6 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
-
-
-def test_supervisor_rebuilds_the_command_line(monkeypatch, tmp_path):
-    seen = {}
-
-    def fake_run(self):
-        seen.update(opts=self.opts, args=self.args, path=self.out_path, timeout=self.timeout_s)
-        return 0
-
-    monkeypatch.setattr(supervise.Supervisor, "run", fake_run)
-    monkeypatch.delenv(supervise.CHILD_ENV, raising=False)
-    res = invoke("speed", "-k", "lightning/naive-torch", "-k", "softmax/naive-torch", "--n", "32,64",
-                 "--budget", "0.01", "--resume", "--point-timeout", "2.5", "--out", tmp_path / "s.json")
-    assert res.exit_code == 0, res.output
-    opts = seen["opts"]
-    assert opts[0] == "speed" and seen["args"] == [] and seen["timeout"] == 2.5
-    assert "--kernels=lightning/naive-torch" in opts and "--kernels=softmax/naive-torch" in opts
-    assert "--n=32,64" in opts and "--resume" in opts and "--budget=0.01" in opts
-    assert [o for o in opts if o.startswith("--out")] == [f"--out={tmp_path / 's.json'}"]
-
-    suite = tmp_path / "s.toml"
-    suite.write_text('name = "x"\ndevice = "cpu"\nkernels = ["lightning/naive-torch"]\n[axes]\nn = 16\n[speed]\n')
-    res = invoke("run", suite, "--out", tmp_path / "dir", "--point-timeout", "1")
-    assert res.exit_code == 0, res.output
-    assert seen["args"] == [str(suite)] and seen["path"] == tmp_path / "dir" / "x.json"
-    assert f"--out={tmp_path / 'dir'}" in seen["opts"] and "--json" not in seen["opts"]
-
-
-def test_heartbeat_lists_the_rows_of_the_point_in_flight(monkeypatch, tmp_path):
-    beat = tmp_path / "hb.json"
-    monkeypatch.setenv(supervise.CHILD_ENV, str(beat))
-    entry = default_registry()["lightning/naive-torch"]
-    case = Case(1, 64, 2, 2, 8, 8, "fp32", initial_state=True)
-    supervise.heartbeat(entry, case, "cpu", ["fwd", "fwdbwd"], "time_ms")
-    doc = json.loads(beat.read_text())
-    assert [r["mode"] for r in doc["rows"]] == ["fwd", "fwdbwd"] and time.time() - doc["start"] < 60
-    assert doc["rows"][0]["seqlen"] == 64 and doc["rows"][0]["kernel"] == "lightning/naive-torch"
-    supervise.heartbeat_check(entry, case, "cpu")
-    tensors = [r["tensor"] for r in json.loads(beat.read_text())["rows"]]
-    assert tensors == ["o", "final_state", "dq", "dk", "dv", "dh0"]
-    supervise.heartbeat()
-    assert json.loads(beat.read_text())["rows"] == []
-    assert supervise.supervise(tmp_path / "r.json", 5) is None  # a child never supervises itself
 
 
 @pytest.mark.parametrize("value", ["-1", "abc", "nan", "inf"])

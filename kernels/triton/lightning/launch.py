@@ -14,12 +14,21 @@ from __future__ import annotations
 
 import inspect
 import os
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 _INT32 = (-(2**31), 2**31 - 1)
+_LAUNCHERS: "weakref.WeakSet[Launcher]" = weakref.WeakSet()
+
+
+def forget_tuning() -> None:
+    """Drop every launcher's cached compiled kernels and tuned configs (with the autotuners'
+    caches cleared, the next call tunes again at its own shape)."""
+    for launcher in list(_LAUNCHERS):
+        launcher.cache.clear()
 
 
 def fast_launch_enabled() -> bool:
@@ -42,6 +51,7 @@ class Launcher:
         self.cache: dict[tuple, Any] = {}
         self.fast_launches = 0
         self.stream_kw = True
+        _LAUNCHERS.add(self)
 
     @property
     def autotuned(self) -> Any:

@@ -1,0 +1,83 @@
+"""A worker process: ``python -m lattnbench.worker JOB.json`` runs a job's tasks in order.
+
+Before each task it writes a heartbeat (the task's index and start time) so the parent can time
+it out; after each task it appends one JSON line with the task's rows. Between timing points it
+forgets autotuning when the job asks (``lattnbench.tuning``). It dies with its parent.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+#: the parent's pid: a worker whose parent is gone stops
+PARENT_ENV = "LATTNBENCH_PARENT_PID"
+
+
+def die_with_parent() -> None:
+    """Be SIGKILLed when the parent dies (Linux; elsewhere a no-op)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except Exception:  # noqa: BLE001 - then the worker merely outlives a killed parent
+            pass
+    parent = os.environ.get(PARENT_ENV)
+    if parent and parent.isdigit() and os.getppid() != int(parent):
+        sys.exit(130)  # the parent died before the death signal was armed
+
+
+def _beat(path: Path, index: int | None) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "task": index, "start": time.time()}))
+    os.replace(tmp, path)
+
+
+def run_job(job: dict) -> None:
+    from lattnbench.measure import execute
+    from lattnbench.plan import Task
+    from lattnbench.registry import registry_with
+
+    device = job["device"]
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    registry = registry_with(job.get("plugins") or [])
+    ceilings = job.get("ceilings") or {}
+    beat, timed = Path(job["heartbeat"]), 0
+    with open(job["rows"], "a") as out:
+        for i, spec in enumerate(job["tasks"]):
+            task = Task.from_json(spec)
+            _beat(beat, i)
+            if task.kind == "ceilings":
+                from lattnbench.roofline import measure_ceilings
+
+                ceilings = measure_ceilings(device)
+                msg = {"task": i, "ceilings": ceilings}
+            else:
+                if task.times and timed and job.get("forget_tuning"):
+                    from lattnbench.tuning import reset_autotuning
+
+                    reset_autotuning()
+                timed += task.times
+                msg = {"task": i, "rows": execute(task, registry, device, ceilings)}
+            out.write(json.dumps(msg) + "\n")
+            out.flush()
+    _beat(beat, None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    die_with_parent()
+    try:
+        run_job(json.loads(Path(argv[0]).read_text()))
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
