@@ -61,7 +61,11 @@ class Hooks:
 
 @dataclass
 class Job:
-    """Tasks that share one process (``worker`` False: this one)."""
+    """Tasks that share one process (``worker`` False: this one).
+
+    ``forget_tuning``: tune every timing point at its own shape (forget between points, and keep
+    or restore each point's tuned configs; ``lattnbench.tuning``).
+    """
 
     tasks: list[Task]
     worker: bool
@@ -109,7 +113,7 @@ def make_jobs(runs: list[list[Task]], isolate: str, timeout_s: float) -> list[Jo
         timing = [t for t in run if t.times]
         checks.extend(t for t in run if not t.times)
         if isolate == "point":
-            jobs.extend(Job([t], worker=True) for t in timing)
+            jobs.extend(Job([t], worker=True, forget_tuning=True) for t in timing)
             continue
         for kernel in dict.fromkeys(t.kernel for t in timing):
             mine = [t for t in timing if t.kernel == kernel]
@@ -236,6 +240,11 @@ class WorkerJob:
         env = dict(os.environ)
         if self.runner.cfg.isolate != "none":
             env.update(ISOLATED_ENV)
+            from lattnbench.tuning import tuning_dir
+
+            # fresh processes recompile what JAX compiled before: keep it on disk
+            env.setdefault("JAX_COMPILATION_CACHE_DIR", str(tuning_dir().parent / "jax-compile"))
+            env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
         env.update(self.runner.cfg.extra_env)
         env[PARENT_ENV] = str(os.getpid())
         # a worker imports what this process imports (plugins on a path added at run time)

@@ -1,8 +1,9 @@
 """A worker process: ``python -m lattnbench.worker JOB.json`` runs a job's tasks in order.
 
 Before each task it writes a heartbeat (the task's index and start time) so the parent can time
-it out; after each task it appends one JSON line with the task's rows. Between timing points it
-forgets autotuning when the job asks (``lattnbench.tuning``). It dies with its parent.
+it out; after each task it appends one JSON line with the task's rows. Under isolation it forgets
+autotuning between timing points and keeps or restores each point's tuned configs
+(``lattnbench.tuning``). It dies with its parent.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import signal
 import sys
 import time
 from pathlib import Path
+
+from lattnbench import tuning
 
 #: the parent's pid: a worker whose parent is gone stops
 PARENT_ENV = "LATTNBENCH_PARENT_PID"
@@ -37,6 +40,18 @@ def _beat(path: Path, index: int | None) -> None:
     os.replace(tmp, path)
 
 
+def _machine(device: str) -> dict:
+    """What a tuned config depends on besides the point: the GPU and the software stack."""
+    from lattnbench.env import PACKAGES, _version
+
+    gpu = None
+    if device == "cuda":
+        import torch
+
+        gpu = torch.cuda.get_device_name(0)
+    return {"gpu": gpu, "versions": {p: _version(p) for p in PACKAGES}}
+
+
 def run_job(job: dict) -> None:
     from lattnbench.measure import execute
     from lattnbench.plan import Task
@@ -48,6 +63,8 @@ def run_job(job: dict) -> None:
     registry = registry_with(job.get("plugins") or [])
     ceilings = job.get("ceilings") or {}
     beat, timed = Path(job["heartbeat"]), 0
+    remember = bool(job.get("forget_tuning")) and tuning.store_enabled()
+    machine = _machine(device) if remember else {}
     with open(job["rows"], "a") as out:
         for i, spec in enumerate(job["tasks"]):
             task = Task.from_json(spec)
@@ -58,12 +75,19 @@ def run_job(job: dict) -> None:
                 ceilings = measure_ceilings(device)
                 msg = {"task": i, "ceilings": ceilings}
             else:
-                if task.times and timed and job.get("forget_tuning"):
-                    from lattnbench.tuning import reset_autotuning
-
-                    reset_autotuning()
+                store = None
+                if task.times and job.get("forget_tuning"):
+                    if timed:
+                        tuning.reset_autotuning()
+                    if remember:
+                        store = tuning.point_file(task.kernel, task.case.fields(), machine)
+                        saved = tuning.load_point(store)
+                        if saved and tuning.restore(saved):
+                            store = None  # tuned in an earlier run: nothing new to keep
                 timed += task.times
                 msg = {"task": i, "rows": execute(task, registry, device, ceilings)}
+                if store is not None:
+                    tuning.save_point(store, tuning.snapshot())
             out.write(json.dumps(msg) + "\n")
             out.flush()
     _beat(beat, None)

@@ -161,3 +161,31 @@ def test_check_grad_runs_after_timing_without_isolation(tmp_path):
 def test_bad_isolation_is_a_usage_error(tmp_path):
     res = invoke("speed", "--isolate", "process", "--out", tmp_path / "x.json")
     assert res.exit_code == 2 and "--isolate" in res.output
+
+
+def test_tuned_configs_are_kept_per_point_and_restored_only_where_still_listed(plugins, tmp_path):
+    import stateful_kernels
+    import triton
+
+    from lattnbench import tuning
+
+    tuner = stateful_kernels.TUNER
+    tuner.cache.clear()
+    tuner.cache[(8, "torch.float32")] = tuner.configs[0]
+    saved = tuning.snapshot()
+    name = "stateful_kernels._never_launched"
+    assert [(idx, text) for _, idx, text in saved[name]] == [(0, str(tuner.configs[0]))]
+    path = tuning.point_file("plugin/tuned", C1.fields(), {"gpu": None})
+    assert path != tuning.point_file("plugin/tuned", C2.fields(), {"gpu": None})
+    tuning.save_point(path, saved)
+    tuning.reset_autotuning()
+    assert tuner.cache == {}
+    assert tuning.restore(tuning.load_point(path)) == 1
+    assert tuner.cache == {(8, "torch.float32"): tuner.configs[0]}
+    tuner.cache.clear()
+    old = tuner.configs
+    tuner.configs = [triton.Config({"X": 1}, num_warps=8)]  # the kernel's config list changed
+    try:
+        assert tuning.restore(tuning.load_point(path)) == 0 and tuner.cache == {}
+    finally:
+        tuner.configs = old
