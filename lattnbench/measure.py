@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -176,12 +177,15 @@ class Sweeper:
             rows = self._rows(entry, case, modes, "time_ms", status, reason)
             self.emit(rows)
             return rows
-        timers = ("device",) if interpreted else ("device", "graph", "latency")
+        timers = ("device",) if interpreted else ("device", "latency")
+        timed: dict[str, tuple] = {}  # mode -> (call, PointTiming, clocks before, clocks after)
+        failed: dict[str, tuple[str, str]] = {}
         for mode in modes:
-            row = base_row(entry, case, self.device, mode, "time_ms")
             try:
+                t0 = time.perf_counter()  # the first call compiles and autotunes: reported apart
                 if not _finite(problem.fwd() if mode == "fwd" else problem.fwdbwd()):
                     raise _NonFinite()
+                first = time.perf_counter() - t0
                 call = {"fwd": problem.fwd, "fwdbwd": problem.fwdbwd}.get(mode) or problem.bwd_callable()
                 before = clock_sample(self.device)
                 pt = measure_point(call, backend, budget_s=self.budget_s, timers=timers,
@@ -189,23 +193,58 @@ class Sweeper:
                 after = clock_sample(self.device)
                 if not pt.timers["device"].ok:
                     raise RuntimeError(pt.timers["device"].reason or "the device timer took no sample")
+                pt.first_call_s = max(first, pt.first_call_s)
+                timed[mode] = (call, pt, before, after)
+            except _NonFinite:
+                failed[mode] = ("fail", "NaN/Inf in the output")
+            except Exception as exc:  # noqa: BLE001
+                failed[mode] = classify(exc, entry)
+        if not interpreted:
+            self._graph_timers(timed, backend)
+        for mode in modes:
+            row = base_row(entry, case, self.device, mode, "time_ms")
+            if mode in timed:
+                _, pt, before, after = timed[mode]
                 row.update(timing_fields(pt, run, before, after), interpreted=interpreted, status="ok", reason=None)
                 floor = floor_ms(case, entry.family, mode, self.ceilings)
                 if floor is not None:
                     row["floor_ms"] = floor
                     row["pct_floor"] = 100.0 * floor / row["median"]
-            except _NonFinite:
-                row.update(status="fail", reason="NaN/Inf in the output")
-            except Exception as exc:  # noqa: BLE001
-                status, reason = classify(exc, entry)
-                row.update(status=status, reason=reason)
-            if row["status"] != "ok":
-                row["runs"] = [{"run": run, "status": row["status"], "reason": row["reason"]}]
+            else:
+                status, reason = failed[mode]
+                row.update(status=status, reason=reason,
+                           runs=[{"run": run, "status": status, "reason": reason}])
             rows.append(row)
-            self.emit([row])
+        self.emit(rows)
         del problem
         _cleanup(self.device)
         return rows
+
+    def _graph_timers(self, timed: dict[str, tuple], backend) -> None:
+        """The graph timer of every timed mode, after all their device and latency timers.
+
+        A capture that fails (and the CUPTI fallback) then cannot touch the other numbers of the
+        point. bwd alone is not captured: its graph comes from a forward recorded outside the
+        capture, on another stream; with fwd and fwdbwd measured, its graph time is their
+        difference.
+        """
+        from lattnbench.timing import TimerResult, time_graph
+
+        budget_ms = self.budget_s * 1e3 / 2
+        for mode, (call, pt, _, _) in timed.items():
+            if mode == "bwd" and {"fwd", "fwdbwd"} <= timed.keys():
+                continue
+            pt.timers["graph"] = time_graph(call, backend, budget_ms, pt.timers["device"].median)
+        if "bwd" in timed and {"fwd", "fwdbwd"} <= timed.keys():
+            fwd, both = (timed[m][1].get("graph") for m in ("fwd", "fwdbwd"))
+            if fwd is not None and both is not None:
+                timed["bwd"][1].timers["graph"] = TimerResult(
+                    "graph", [max(both.median - fwd.median, 0.0)],
+                    "graph(fwdbwd) - graph(fwd) of the same point (bwd alone is not captured)")
+            else:
+                why = next((t.reason for t in (timed[m][1].timers.get("graph") for m in ("fwd", "fwdbwd"))
+                            if t is not None and not t.ok and t.reason), "no graph time of fwd and fwdbwd")
+                timed["bwd"][1].timers["graph"] = TimerResult("graph", status="unavailable", reason=why)
 
     def memory(self, entry: KernelEntry, case: Case, modes: Iterable[str]) -> list[dict]:
         modes = self._todo(entry, case, modes, "peak_mb")
