@@ -113,8 +113,15 @@ class JaxProblem:
         if result is not None:
             jax.block_until_ready(result)
 
-    def results(self) -> dict[str, jax.Array | None]:
-        outs, grads = self.fwdbwd()
+    def results(self, eager: bool = False) -> dict[str, jax.Array | None]:
+        """Outputs and gradients by tensor name; ``eager`` runs the same call without ``jax.jit``
+        (check-grad's fallback for a kernel whose gradient cannot be traced)."""
+        if eager:
+            with jax.disable_jit():
+                outs, grads = self._fwd_and_grad(self._args(), self.arrays["do"],
+                                                 self.arrays.get("dS", self.arrays["do"]))
+        else:
+            outs, grads = self.fwdbwd()
         got = {"o": outs[0]}
         if self.family != "softmax":
             got["final_state"] = outs[1] if len(outs) > 1 else None

@@ -81,6 +81,17 @@ def classify(exc: BaseException, entry: KernelEntry) -> tuple[str, str]:
     return ("oom", one_line(exc)) if oom else ("error", one_line(exc))
 
 
+def point_gate(entry: KernelEntry, case: Case, device: str) -> tuple[str, str] | None:
+    """(status, reason) when the kernel cannot run the case here (unavailable / unsupported), else None."""
+    reason = entry.available(device)
+    if reason is not None:
+        return "unavailable", reason
+    reason = entry.supports(case, device)
+    if reason is not None:
+        return "unsupported", reason
+    return None
+
+
 def _finite(result) -> bool:
     """True when every array in a (nested) result is free of NaN/Inf."""
     import numpy as np
@@ -127,11 +138,8 @@ class Sweeper:
         the point are too big, their rows are emitted here and they are dropped from ``modes``
         (the list ``_todo`` made for this point) so that the others still run.
         """
-        reason = entry.available(self.device)
-        status = "unavailable"
-        if reason is None:
-            reason, status = entry.supports(case, self.device), "unsupported"
-        if reason is None:
+        gated = point_gate(entry, case, self.device)
+        if gated is None:
             from lattnbench.memory_estimate import free_bytes, too_big
 
             free = free_bytes(self.device)
@@ -144,7 +152,7 @@ class Sweeper:
             self.emit(rows)
             modes[:] = [m for m in modes if m not in big]
             return None
-        return self._rows(entry, case, modes, metric, status, reason)
+        return self._rows(entry, case, modes, metric, *gated)
 
     def _rows(self, entry, case, modes, metric, status: str, reason: str | dict[str, str]) -> list[dict]:
         """One row per mode with a status and a reason (one for all, or one per mode)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from lattnbench.inputs import constants, numpy_inputs
-from lattnbench.measure import base_row, classify, make_problem
+from lattnbench.measure import base_row, classify, make_problem, point_gate
 from lattnbench.registry import KernelEntry
 from lattnbench.spec import Case
 from lattnbench.tolerance import TOLERANCE, err_ratio
@@ -73,34 +73,46 @@ def expected_tensors(entry: KernelEntry, case: Case) -> list[str]:
 
 
 def check(entry: KernelEntry, case: Case, device: str, seed: int = 0) -> list[dict]:
-    """err_ratio rows, one per tensor, each with its tolerance and PASS (ok) / FAIL (fail)."""
+    """err_ratio rows, one per tensor, each with its tolerance and PASS (ok) / FAIL (fail).
+
+    Every tensor row says whether a second call on the same inputs gave bitwise the same value
+    (``deterministic``). A JAX kernel whose gradient fails under ``jax.jit`` gets that failure as
+    rows of their own, then the same call is checked eagerly (rows with ``exec: "eager"``), so a
+    wrong value is still caught tensor by tensor.
+    """
     tol = TOLERANCE[case.dtype]
 
     def row(tensor: str, **kw) -> dict:
         return {**base_row(entry, case, device, "fwdbwd", "err_ratio"), "tensor": tensor, "tol": tol, **kw}
 
     expected = expected_tensors(entry, case)
-    reason = entry.available(device)
-    status = "unavailable"
-    if reason is None:
-        reason, status = entry.supports(case, device), "unsupported"
-    if reason is not None:
-        return [row(t, status=status, reason=reason) for t in expected]
+    gated = point_gate(entry, case, device)
+    if gated is not None:
+        return [row(t, status=gated[0], reason=gated[1]) for t in expected]
     arrays = numpy_inputs(case, entry.family, seed)
-    failed: dict[str, tuple[str, str]] = {}  # tensor -> (status, reason) of a crash
     try:
         problem = make_problem(entry, case, device, seed, arrays)
         outs = problem.fwd()  # the forward alone first: a broken backward must not hide it
     except Exception as exc:  # noqa: BLE001 - a crashing kernel is a finding, recorded
         status, reason = classify(exc, entry)
         return [row(t, status=status, reason=reason) for t in expected]
-    got = {"o": outs[0], "final_state": outs[1] if len(outs) > 1 else None}
+    got: dict = {"o": outs[0], "final_state": outs[1] if len(outs) > 1 else None}
+    twice = problem.fwd()
+    again: dict | None = {"o": twice[0], "final_state": twice[1] if len(twice) > 1 else None}
+    failed: dict[str, tuple[str, str]] = {}  # tensor -> (status, reason) of a crash
+    eager = eager_again = None  # the eager re-check's results, after a failure under jit
     try:
         got = problem.results()
+        again = problem.results()
     except Exception as exc:  # noqa: BLE001
         status, reason = classify(exc, entry)
         failed = {t: (status, f"backward: {reason}") for t in expected if t not in ("o", "final_state")}
-    del problem
+        if entry.framework == "jax":
+            try:
+                eager, eager_again = problem.results(eager=True), problem.results(eager=True)
+            except Exception as exc2:  # noqa: BLE001
+                status2, reason2 = classify(exc2, entry)
+                eager = {"__error__": (status2, f"eager: {reason2}")}
     with_state = got.get("final_state") is not None
     ref_device = device if device == "cuda" else "cpu"
     try:
@@ -108,20 +120,35 @@ def check(entry: KernelEntry, case: Case, device: str, seed: int = 0) -> list[di
     except Exception as exc:  # noqa: BLE001 - e.g. the reference itself out of memory
         status, reason = classify(exc, entry)
         return [row(t, status=status, reason=f"reference: {reason}") for t in expected]
+
+    def compare(name: str, value, twin, **extra) -> dict:
+        if value is None:
+            return row(name, status="fail", reason="kernel returned no gradient", median=float("nan"), **extra)
+        err = err_ratio(value, ref[name])
+        ok = err <= tol
+        same = None if twin is None else bool(np.array_equal(_numpy(value), _numpy(twin), equal_nan=True))
+        return row(name, median=err, err=err, status="ok" if ok else "fail", deterministic=same,
+                   reason=None if ok else f"err {err:.3g} > tol {tol:g}", **extra)
+
     rows = []
     for name in expected:
         if name == "final_state" and not with_state:
             rows.append(row(name, status="unsupported", reason="kernel returns no final state"))
-            continue
-        if name in failed:
+        elif name in failed:
             rows.append(row(name, status=failed[name][0], reason=failed[name][1]))
-            continue
-        value = got.get(name)
-        if value is None:
-            rows.append(row(name, status="fail", reason="kernel returned no gradient", median=float("nan")))
-            continue
-        err = err_ratio(value, ref[name])
-        ok = err <= tol
-        rows.append(row(name, median=err, err=err, status="ok" if ok else "fail",
-                        reason=None if ok else f"err {err:.3g} > tol {tol:g}"))
+        else:
+            rows.append(compare(name, got.get(name), again.get(name)))
+    if eager is not None:
+        for name in failed:
+            if "__error__" in eager:
+                status, reason = eager["__error__"]
+                rows.append(row(name, status=status, reason=reason, exec="eager"))
+            else:
+                rows.append(compare(name, eager.get(name), (eager_again or {}).get(name), exec="eager"))
     return rows
+
+
+def _numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):
+        return x.detach().float().cpu().numpy()
+    return np.asarray(x, dtype=np.float32)
