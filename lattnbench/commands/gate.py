@@ -36,7 +36,7 @@ def gate(
 
     A regression is a significant growth of kernel_time / reference_time (same run) beyond the threshold, any failing err_ratio row, or a point ok in the baseline that is missing or not ok now.
     """
-    from lattnbench.gate import FAILING, METHOD, GateError, compare, failed, parse_threshold, to_json
+    from lattnbench.gate import FAILING, METHOD, METHODS, GateError, compare, failed, parse_threshold, to_json
     from lattnbench.report import ReportError, ResultsError, load_docs
 
     try:
@@ -74,7 +74,9 @@ def gate(
         # a CI log is not a terminal: give the table room instead of folding it at 80 columns
         console = out if out.is_terminal else Console(width=max(out.width, 160))
         console.print(table)
-        console.print(f"significance: {METHOD}", highlight=False, soft_wrap=True)
+        used = {m: sum(1 for p in points if p.method == m) for m in METHODS}
+        how = ", ".join(f"{n} by {m}" for m, n in used.items() if n)
+        console.print(f"significance{f' ({how})' if how else ''}: {METHOD}", highlight=False, soft_wrap=True)
         if bad:
             kinds = sorted({p.verdict for p in bad})
             console.print(f"[bold red]FAILED[/]: {len(bad)} of {len(points)} points ({', '.join(kinds)})",
