@@ -118,7 +118,10 @@ def run_spread(row: dict | None, timer: str = "device") -> float | None:
 def spread_text(row: dict | None, timer: str = "device") -> str:
     """``±3%`` (half the run range over the median) when the point was measured in several runs."""
     s = run_spread(row, timer)
-    return "" if s is None else f"±{100 * s / 2:.0f}%"
+    if s is None:
+        return ""
+    half = 100 * s / 2
+    return f"±{half:.1f}%" if half < 1 else f"±{half:.0f}%"
 
 
 def marks(row: dict | None) -> str:

@@ -254,7 +254,7 @@ def _check_table(family: str, shape: str, rs: list[dict], width: int) -> Table:
         lines[(r["kernel"], _case_label(r))][r["tensor"]] = r
     tols = sorted({float(r["tol"]) for r in rs if isinstance(r.get("tol"), (int, float))})
     one_tol = len(tols) <= 1
-    title = f"check-grad · {family} · {shape}" + (f" · tol {tols[0]:.0e}" if tols and one_tol else "")
+    title = f"check-grad · {family} · {shape}" + (f" · tol {tols[0]:.2g}" if tols and one_tol else "")
     caption = "err = RMS(x − ref)/RMS(ref) against fp64" + (
         f"; {FAIL_MARK} above tol" if any(r["status"] == "fail" for r in rs) else "")
     prefix = f"{family}/"
@@ -264,29 +264,32 @@ def _check_table(family: str, shape: str, rs: list[dict], width: int) -> Table:
             return kernel[len(prefix):]
         return _kernel_header(kernel) if how == "split" else kernel
 
-    def layout(how: str, gap: int) -> Callable[[], Table]:
+    def layout(how: str, gap: int, tight: bool = False) -> Callable[[], Table]:
+        """``tight``: the case label goes under the kernel's name, the verdict loses its header."""
         def make() -> Table:
             table = _table(title, gap, caption)
-            table.add_column(prefix if how == "short" else "kernel", no_wrap=True)
-            table.add_column("case", no_wrap=True)
+            head = prefix if how == "short" else "kernel"
+            table.add_column(f"{head}\ncase" if tight else head, no_wrap=True)
+            if not tight:
+                table.add_column("case", no_wrap=True)
             for t in tensors:
                 table.add_column(TENSOR_HEADER.get(t, t), justify="right", no_wrap=True)
             if not one_tol:
                 table.add_column("tol", justify="right", no_wrap=True)
-            table.add_column("verdict", no_wrap=True)
+            table.add_column("" if tight else "verdict", no_wrap=True)
             for (kernel, label), cells in lines.items():
                 statuses = {r["status"] for r in cells.values()}
                 bad = statuses & {"fail", "error", "oom", "timeout"}
                 verdict = "[bold red]FAIL[/]" if bad else ("[green]PASS[/]" if "ok" in statuses else "[dim]skip[/]")
                 row_tols = sorted({float(r["tol"]) for r in cells.values() if isinstance(r.get("tol"), (int, float))})
-                tol = [", ".join(f"{t:.0e}" for t in row_tols) or "—"] if not one_tol else []
-                table.add_row(name(kernel, how), label, *[_check_cell(cells.get(t)) for t in tensors],
-                              *tol, verdict)
+                tol = [", ".join(f"{t:.2g}" for t in row_tols) or "—"] if not one_tol else []
+                who = [f"{name(kernel, how)}\n[dim]{label}[/]"] if tight else [name(kernel, how), label]
+                table.add_row(*who, *[_check_cell(cells.get(t)) for t in tensors], *tol, verdict)
             return table
         return make
 
-    layouts = [layout("full", 2), layout("full", 1), layout("short", 2), layout("short", 1), layout("split", 1)]
-    return fit(layouts, width) or layouts[-1]()
+    layouts = [layout("full", 2), layout("full", 1), layout("short", 2), layout("short", 1)]
+    return fit(layouts, width) or layout("short", 1, tight=True)()
 
 
 # ---- list --------------------------------------------------------------------------------------
@@ -300,7 +303,7 @@ def kernel_status(item: dict) -> str:
     why = ("reference" if item.get("reference") else item.get("origin") if item.get("origin") != "bundled"
            else None)
     if why is None and item.get("interpreted"):
-        return "default for check-grad (interpreted)"
+        return "yes · interpreted (check-grad runs it)"
     return f"yes · {why or 'named only'}"
 
 
