@@ -13,12 +13,13 @@ from lattnbench.measure import timing_fields
 from lattnbench.timing import PointTiming, TimerResult
 
 
-def base(kernel: str, seqlen: int, mode: str = "fwd", family: str | None = None, **case) -> dict:
+def base(kernel: str, seqlen: int, mode: str = "fwd", family: str | None = None, framework: str = "torch",
+         **case) -> dict:
     fields = dict(device="cuda", batch=4, heads=32, kv_heads=32, dim_qk=128, dim_v=128, dtype="bf16",
                   decay="alibi", varlen=None, initial_state=False, reverse=False)
     fields.update(case)
     fam = family or kernel.split("/")[0]
-    return dict(kernel=kernel, family=fam, framework="torch", seqlen=seqlen, mode=mode,
+    return dict(kernel=kernel, family=fam, framework=framework, seqlen=seqlen, mode=mode,
                 metric="time_ms", **fields)
 
 
