@@ -299,3 +299,15 @@ def test_one_run_on_either_side_falls_back_to_the_samples(tmp_path):
     assert code == 0 and {p["method"] for p in timed(doc)} == {"bootstrap"}
     res = gate(cur, base)
     assert "significance (2 by bootstrap)" in res.stdout
+
+
+def test_the_verdict_table_fits_80_columns_in_a_ci_log(tmp_path, baseline):
+    key = ("lightning/triton", 4096, "fwdbwd", "err_ratio", "final_state")
+    cur = write_run(tmp_path / "cur.json", seed=3, slow={"lightning/triton": 1.3}, overrides={key: {"status": "fail"}})
+    res = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["gate", str(cur), "--baseline", str(baseline)])
+    assert res.exit_code == 1
+    assert "…" not in res.stdout and all(len(x.rstrip()) <= 80 for x in res.stdout.splitlines())
+    assert "lightning/triton      16384 fwdbwd time" in res.stdout  # one line per point
+    flat = " ".join(res.stdout.split())
+    assert "FAIL lightning/triton n=4096 fwdbwd err final_state: err above tol" in flat
+    assert flat.count("by bootstrap (interval +") == 6
