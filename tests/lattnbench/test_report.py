@@ -248,6 +248,9 @@ from lattnbench.commands import report, plot, gate
 from lattnbench import report as r, plot as p, gate as g
 docs = r.load_docs([{str(res_path)!r}])
 r.render(docs); p.figure(docs[0], "speedup"); g.compare(docs[0]["rows"], docs[0]["rows"], 0.1)
+r.render(docs, timer="graph"); p.figure(docs[0], "speed", timer="device")
+from lattnbench.commands import tables
+tables.speed_tables(docs[0]["rows"], width=80); tables.check_tables(docs[0]["rows"], width=80)
 heavy = sorted(m for m in ("torch", "jax", "triton") if m in sys.modules)
 assert not heavy, heavy
 """

@@ -199,3 +199,29 @@ def test_check_grad_cli_output_fits_80_columns(tmp_path):
     assert_fits(res.stdout)
     assert "check-grad · lightning" in res.stdout and "check-grad · gla" in res.stdout
     assert res.stdout.count("PASS") == 4  # two kernels × initial state off and on
+
+
+def test_rowview_reads_each_timer_from_where_the_row_keeps_it(tmp_path):
+    from lattnbench.rowview import run_medians, run_spread, timer_median, timer_range
+    from lattnbench.timing import quantile
+
+    from speed_rows import one_run
+
+    w = ResultsWriter(tmp_path / "r.json", "t", {}, {})
+    repeated(w, base("lightning/triton", 1024), [1.0, 1.2], graphs=[0.5, 0.7], latencies=[2.0, 2.2])
+    (row,) = w.rows
+    assert timer_median(row, "device") == pytest.approx(1.1)  # the median of the two run medians
+    assert timer_median(row, "graph") == pytest.approx(0.6) and timer_median(row, "latency") == pytest.approx(2.1)
+    pooled = [s for x in row["runs"] for s in x["timers"]["graph"]["samples_ms"]]
+    assert timer_range(row, "graph") == pytest.approx((quantile(pooled, 0.2), quantile(pooled, 0.8)))
+    assert run_medians(row, "graph") == pytest.approx({0: 0.5, 1: 0.7})
+    assert run_spread(row, "device") == pytest.approx(0.2 / 1.1)
+    # a row whose own numbers are another timer's still yields the device timer from its runs
+    other = {**one_run(base("lightning/triton", 1024), 0, 1.0, graph=0.4), "timer": "graph"}
+    other.update(median=0.4, p20=0.39, p80=0.41)
+    other.pop("graph_ms")
+    assert timer_median(other, "graph") == 0.4 and timer_median(other, "device") == pytest.approx(1.0)
+    # rows naming the old method read as the device timer; not-ok rows have no value
+    old = {"status": "ok", "metric": "time_ms", "timer": "host-clock, batches of 3", "median": 2.0, "p20": 1.9, "p80": 2.1}
+    assert timer_median(old, "device") == 2.0 and timer_median(old, "graph") is None
+    assert timer_median({**old, "status": "oom"}, "device") is None
