@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from lattnbench.results import ResultsError, load, row_key
-from lattnbench.rowview import legend, marks, row_timer, spread_text, timer_median
+from lattnbench.rowview import legend, marks, pct_floor, spread_text, timer_median
 
 FAMILY_ORDER = ("lightning", "gla", "softmax")
 MODE_ORDER = ("fwd", "bwd", "fwdbwd")
@@ -178,21 +178,10 @@ def _cell(row: dict | None, speed: bool, timer: str = "device") -> str:
     spread = spread_text(row, timer)
     if spread:
         text += f" {spread}"
-    p = _pct_floor(row, v, timer)
+    p = pct_floor(row, v, timer)
     if p is not None:
         text += f" ({p:.0f}%)"
     return text
-
-
-def _pct_floor(row: dict, v: float, timer: str) -> float | None:
-    """% of the roofline floor for the shown timer's value (the row's own pct_floor is device's)."""
-    floor = row.get("floor_ms")
-    if isinstance(floor, (int, float)) and math.isfinite(floor) and v:
-        return 100.0 * floor / v
-    p = row.get("pct_floor")
-    if timer == row_timer(row) and isinstance(p, (int, float)) and math.isfinite(p):
-        return float(p)
-    return None
 
 
 #: what each timer's numbers are, for the notes under a speed table
@@ -234,7 +223,7 @@ def _metric_tables(rows: list[dict], metric: str, reference: str | None, timer: 
         if ups:
             notes.append(f"`k × {timer}` = {reference} time / k time, both by the `{timer}` timer "
                          f"(>1: faster than {reference})")
-        if speed and any(_pct_floor(r, v, timer) is not None for r in g
+        if speed and any(pct_floor(r, v, timer) is not None for r in g
                          if (v := timer_median(r, timer)) is not None):
             notes.append("(p%) = % of the roofline floor")
         if speed:

@@ -93,6 +93,14 @@ def timer_range(row: dict | None, timer: str = "device") -> tuple[float, float] 
     return None
 
 
+def pct_floor(row: dict, v: float, timer: str = "device") -> float | None:
+    """% of the roofline floor for ``v``, the shown timer's median (a row's pct_floor is its own timer's)."""
+    floor = _finite(row.get("floor_ms"))
+    if floor is not None and v:
+        return 100.0 * floor / v
+    return _finite(row.get("pct_floor")) if timer == row_timer(row) else None
+
+
 def run_medians(row: dict | None, timer: str = "device") -> dict[int, float]:
     """Run index -> that run's median of ``timer``, for every ok run that has one."""
     if row is None:

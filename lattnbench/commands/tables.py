@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from lattnbench.rowview import legend, marks, row_timer, sig3, spread_text, timer_median, timer_range
+from lattnbench.rowview import legend, marks, pct_floor, sig3, spread_text, timer_median, timer_range
 
 STATUS_STYLE = {"fail": "bold red", "error": "red", "oom": "yellow", "timeout": "red",
                 "unsupported": "dim", "unavailable": "dim"}
@@ -108,10 +108,8 @@ def _speed_cell(row: dict, timer: str, detail: bool) -> str:
     rng = timer_range(row, timer)
     if detail and rng is not None:
         lines.append(f"[dim]{sig3(rng[0])}–{sig3(rng[1])}[/]")
-    floor = row.get("floor_ms")
-    pct = (100.0 * floor / v if isinstance(floor, (int, float)) and v
-           else row.get("pct_floor") if timer == row_timer(row) else None)
-    if isinstance(pct, (int, float)):
+    pct = pct_floor(row, v, timer)
+    if pct is not None:
         lines.append(f"[cyan]{pct:.0f}% of floor[/]" if detail else f"[cyan]({pct:.0f}%)[/]")
     if row.get("interpreted"):
         lines.append("[dim]interpreted[/]")
@@ -156,9 +154,13 @@ def value_tables(rows: list[dict], metric: str, unit: str, title: str, timer: st
         head = f"{title} · {mode} · {shape} · {what}"
         notes = legend(rs, timer) if speed else []
 
+        ranges = speed and any(timer_range(r, timer) is not None for r in rs)
+        floors = speed and any(pct_floor(r, v, timer) is not None for r in rs
+                               if (v := timer_median(r, timer)) is not None)
+
         def layout(detail: bool, gap: int, ks: list[str] = kernels, suffix: str = "") -> Callable[[], Table]:
-            extra = ["second line: p20–p80"] if speed and detail else []
-            if speed and not detail and any(r.get("floor_ms") or r.get("pct_floor") for r in rs):
+            extra = ["second line: p20–p80"] if detail and ranges else []
+            if floors and not detail:
                 extra.append("(p%) = % of the roofline floor")
             caption = "\n".join([*extra, *notes]) or None
             return lambda: _value_table(head + suffix, caption, ks, by_n,
