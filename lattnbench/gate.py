@@ -6,8 +6,17 @@ to the first softmax kernel timed in both files (softmax/sdpa-flash when present
 
 Significance rule (why: a 10% threshold alone flags noise on short kernels, and samples
 alone flag 0.3% shifts on long ones). For a point timed in both runs, with
-``change = (k_cur/r_cur) / (k_base/r_base) - 1`` from the medians:
+``change = (k_cur/r_cur) / (k_base/r_base) - 1`` from the medians (a point measured in several
+``--repeat`` runs has the median of its run medians as its median), the first that applies of:
 
+* runs: if in both files the kernel and the reference each carry >= 2 ok runs at this point,
+  and at least 2 run indices are common to the two in each file, the per-run ratios
+  ``k_run_i / r_run_i`` are formed by run index (the two were measured in the same pass, so a
+  pass's machine state cancels). The change is significant when the current ratios' range
+  [min, max] and the baseline's do not overlap; the interval reported is the change from the
+  baseline's range to the current one's (``cur_min/base_max - 1 .. cur_max/base_min - 1``).
+  Runs, not samples, are the unit here because samples within one run share that run's state
+  (clocks, placement, neighbours) and understate how much a re-run moves;
 * if all four rows carry ``samples_ms`` (>= 5 finite each), a percentile bootstrap: each of
   the four sample sets is resampled independently (they are unpaired measurements), the
   median of each replicate taken, and the 95% interval of ``log(change + 1)`` formed from
@@ -39,9 +48,15 @@ from lattnbench.results import row_key
 BOOTSTRAP = 1000
 CONFIDENCE = 0.95
 MIN_SAMPLES = 5
+#: runs of the kernel and of the reference, paired by run index, that the runs rule needs per file
+MIN_RUNS = 2
 FAILING = ("REGRESSION", "FAIL", "LOST")
-METHOD = (f"percentile bootstrap ({BOOTSTRAP} replicates, {CONFIDENCE:.0%} interval excludes 0) "
-          "on medians of samples_ms; else non-overlapping p20-p80 ratio ranges; else threshold alone")
+METHOD = (f"per-run kernel/reference ratios (>= {MIN_RUNS} runs in both files): the current and "
+          "baseline ratio ranges do not overlap; else a percentile bootstrap "
+          f"({BOOTSTRAP} replicates, {CONFIDENCE:.0%} interval excludes 0) on medians of samples_ms; "
+          "else non-overlapping p20-p80 ratio ranges; else threshold alone")
+#: the name each significance rule goes by in a point's ``method``
+METHODS = ("runs", "bootstrap", "p20-p80", "threshold")
 
 
 class GateError(ValueError):
@@ -62,6 +77,7 @@ class Point:
     change: float | None = None
     interval: tuple[float, float] | None = None
     significant: bool | None = None
+    method: str | None = None
     verdict: str = "ok"
     reason: str = ""
     key: dict = field(default_factory=dict)
@@ -96,11 +112,29 @@ def _samples(row: dict):
     return a if a.size >= MIN_SAMPLES else None
 
 
+def run_ratios(kernel: dict, reference: dict) -> list[float] | None:
+    """kernel/reference device medians of the runs both measured (paired by run index), or None
+    when fewer than MIN_RUNS pairs exist."""
+    from lattnbench.rowview import run_medians
+
+    k, r = run_medians(kernel), run_medians(reference)
+    pairs = sorted(set(k) & set(r))
+    if len(pairs) < MIN_RUNS:
+        return None
+    ratios = [k[i] / r[i] for i in pairs if k[i] > 0 and r[i] > 0]
+    return ratios if len(ratios) >= MIN_RUNS else None
+
+
 def significance(k_cur: dict, r_cur: dict, k_base: dict, r_base: dict,
-                 seed: int) -> tuple[tuple[float, float] | None, bool]:
-    """(interval of the change, significant?) by the rule in the module docstring."""
+                 seed: int) -> tuple[tuple[float, float] | None, bool, str]:
+    """(interval of the change, significant?, rule used) by the rule in the module docstring."""
     import numpy as np
 
+    cur_runs, base_runs = run_ratios(k_cur, r_cur), run_ratios(k_base, r_base)
+    if cur_runs is not None and base_runs is not None:
+        cur_lo, cur_hi, base_lo, base_hi = min(cur_runs), max(cur_runs), min(base_runs), max(base_runs)
+        return ((cur_lo / base_hi - 1, cur_hi / base_lo - 1), bool(cur_lo > base_hi or cur_hi < base_lo),
+                "runs")
     sets = [_samples(r) for r in (k_cur, r_cur, k_base, r_base)]
     if all(s is not None for s in sets):
         rng = np.random.default_rng(seed)
@@ -108,15 +142,15 @@ def significance(k_cur: dict, r_cur: dict, k_base: dict, r_base: dict,
         log_change = np.log(meds[0]) - np.log(meds[1]) - np.log(meds[2]) + np.log(meds[3])
         tail = (1 - CONFIDENCE) / 2 * 100
         lo, hi = np.percentile(log_change, [tail, 100 - tail])
-        return (math.expm1(lo), math.expm1(hi)), bool(lo > 0 or hi < 0)
+        return (math.expm1(lo), math.expm1(hi)), bool(lo > 0 or hi < 0), "bootstrap"
     spreads = [(r.get("p20"), r.get("p80")) for r in (k_cur, r_cur, k_base, r_base)]
     if all(isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b > 0
            for a, b in spreads):
         (kc20, kc80), (rc20, rc80), (kb20, kb80), (rb20, rb80) = spreads
         cur_lo, cur_hi = kc20 / rc80, kc80 / rc20
         base_lo, base_hi = kb20 / rb80, kb80 / rb20
-        return None, bool(cur_lo > base_hi or cur_hi < base_lo)
-    return None, True
+        return None, bool(cur_lo > base_hi or cur_hi < base_lo), "p20-p80"
+    return None, True, "threshold"
 
 
 def _order(row: dict) -> tuple:
@@ -134,7 +168,7 @@ def _order(row: dict) -> tuple:
 def _ratio(k: dict | None, r: dict | None) -> float | None:
     from lattnbench.report import value
 
-    kv, rv = value(k), value(r)
+    kv, rv = value(k, "device"), value(r, "device")
     return kv / rv if kv is not None and rv else None
 
 
@@ -220,7 +254,7 @@ def compare(current: Sequence[dict], baseline: Sequence[dict], threshold: float,
         assert rc is not None and rb is not None
         p.change = p.current / p.baseline - 1
         seed = zlib.crc32(json.dumps(key).encode())
-        p.interval, p.significant = significance(c, rc, b, rb, seed)
+        p.interval, p.significant, p.method = significance(c, rc, b, rb, seed)
         if p.change > threshold:
             p.verdict = "REGRESSION" if p.significant else "~"
         elif (1 + p.change) * (1 + threshold) < 1:

@@ -2,8 +2,11 @@
 
 Log-log axes because the question is the slope (linear attention O(n) against softmax O(n²))
 and where the curves cross. One colour per kernel, one marker and line style per mode, one
-panel per shape group. Built on ``matplotlib.figure.Figure`` with the Agg canvas, never pyplot:
-no global state, no display needed, safe on CI. Nothing here imports torch or jax.
+panel per shape group. Speed and speed-up plots show one timer (``device`` unless asked), named
+in the axis label and title; host-bound points get a ring and throttled ones a cross, so a
+curve's shape is not mistaken for the kernel's. Built on ``matplotlib.figure.Figure`` with the
+Agg canvas, never pyplot: no global state, no display needed, safe on CI. Nothing here imports
+torch or jax.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from lattnbench.report import (MODE_ORDER, gpu_name, is_speed, kernel_sort_key, pick_reference,
                                shape_key, shape_label, value)
+from lattnbench.rowview import HOST_NOTE, THROTTLE_NOTE, timer_range
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -21,8 +25,13 @@ KINDS = ("speed", "memory", "speedup")
 SUFFIXES = (".png", ".svg", ".pdf")
 MARKERS = {"fwd": "o", "bwd": "s", "fwdbwd": "^"}
 STYLES = {"fwd": "-", "bwd": "--", "fwdbwd": ":"}
-_YLABEL = {"speed": "time per call (ms, median)", "memory": "peak memory above inputs (MB)",
-           "speedup": "speed-up vs {ref} (×, >1 faster)"}
+_YLABEL = {"speed": "time per call (ms, median, {timer} timer)", "memory": "peak memory above inputs (MB)",
+           "speedup": "speed-up vs {ref} (×, >1 faster, {timer} timer)"}
+
+
+#: how host-bound and throttled points are marked (drawn over the point's own marker)
+_RING = {"marker": "o", "markersize": 11, "markerfacecolor": "none", "markeredgewidth": 1.2}
+_CROSS = {"marker": "x", "markersize": 9, "markeredgewidth": 1.2}
 
 
 class PlotError(ValueError):
@@ -39,11 +48,12 @@ def _rows_for(doc: dict, kind: str) -> list[dict]:
     return [r for r in doc["rows"] if is_speed(r)]
 
 
-def figure(doc: dict, kind: str, reference: str | None = None) -> "Figure":
+def figure(doc: dict, kind: str, reference: str | None = None, timer: str = "device") -> "Figure":
     """One figure of ``kind`` for ``doc``: a panel per shape group, a line per (kernel, mode).
 
-    Data lines carry gid ``"series"`` (the reference line at 1× in speed-up plots ``"reference"``)
-    so tests and callers can tell them from decorations.
+    Data lines carry gid ``"series"`` (the reference line at 1× in speed-up plots ``"reference"``,
+    the rings on host-bound points ``"host-bound"``, the crosses on throttled ones ``"throttled"``)
+    so tests and callers can tell them from decorations. Speed values are ``timer``'s medians.
     """
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -55,8 +65,10 @@ def figure(doc: dict, kind: str, reference: str | None = None) -> "Figure":
     ref = pick_reference(doc["rows"], reference) if kind == "speedup" or reference else None
     if kind == "speedup" and ref is None:
         raise PlotError("no softmax kernel was timed: pass --reference KERNEL for a speed-up plot")
-    if not any(value(r) is not None for r in rows):
-        raise PlotError(f"no ok {'peak_mb' if kind == 'memory' else 'time_ms'} points to plot")
+    which = None if kind == "memory" else timer
+    if not any(value(r, which) is not None for r in rows):
+        what = "peak_mb points" if kind == "memory" else f"time_ms points with the {timer} timer"
+        raise PlotError(f"no ok {what} to plot")
     families = {r["kernel"]: r.get("family", "") for r in doc["rows"]}
     kernels = sorted({r["kernel"] for r in rows}, key=lambda k: kernel_sort_key(k, families))
     # colours from every kernel of the file, so one kernel keeps its colour in every plot kind
@@ -69,6 +81,7 @@ def figure(doc: dict, kind: str, reference: str | None = None) -> "Figure":
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     used: set[tuple[str, str]] = set()
     for ax, skey in zip(axes, groups):
+        marked: set[str] = set()
         g = [r for r in rows if shape_key(r) == skey]
         cells = {(r["kernel"], r["mode"], r["seqlen"]): r for r in g}
         ns = sorted({r["seqlen"] for r in g})
@@ -79,9 +92,9 @@ def figure(doc: dict, kind: str, reference: str | None = None) -> "Figure":
             for m in modes:
                 pts = []
                 for n in ns:
-                    v = value(cells.get((k, m, n)))
+                    v = value(cells.get((k, m, n)), which)
                     if kind == "speedup":
-                        base = value(cells.get((ref, m, n)))
+                        base = value(cells.get((ref, m, n)), which)
                         v = base / v if base is not None and v else None
                     if v is not None:
                         pts.append((n, v, cells[(k, m, n)]))
@@ -91,9 +104,17 @@ def figure(doc: dict, kind: str, reference: str | None = None) -> "Figure":
                 x = [p[0] for p in pts]
                 ax.plot(x, [p[1] for p in pts], color=colors[k], marker=MARKERS.get(m, "D"),
                         linestyle=STYLES.get(m, "-."), markersize=5, label=f"{k} {m}", gid="series")
-                if kind == "speed" and all(isinstance(p[2].get("p20"), (int, float)) for p in pts):
-                    ax.fill_between(x, [p[2]["p20"] for p in pts], [p[2]["p80"] for p in pts],
+                bands = [timer_range(p[2], timer) for p in pts] if kind == "speed" else []
+                if bands and all(b is not None for b in bands):
+                    ax.fill_between(x, [b[0] for b in bands], [b[1] for b in bands],
                                     color=colors[k], alpha=0.15, linewidth=0)
+                if kind != "memory":
+                    for flag, gid, style in (("host_bound", "host-bound", _RING), ("throttled", "throttled", _CROSS)):
+                        hit = [p for p in pts if p[2].get(flag) is True]
+                        if hit:
+                            marked.add(gid)
+                            ax.plot([p[0] for p in hit], [p[1] for p in hit], linestyle="none",
+                                    color=colors[k], gid=gid, **style)
         # a point that failed (oom, timeout, ...) is named where it would be, not silently dropped
         stack: dict[tuple[str, int], int] = {}
         for (k, m, n), r in sorted(cells.items(), key=lambda kv: (kv[0][2], kernel_sort_key(kv[0][0], families))):
@@ -109,7 +130,7 @@ def figure(doc: dict, kind: str, reference: str | None = None) -> "Figure":
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticks(ns, [_n_label(n) for n in ns])
         ax.set_xlabel("sequence length n (tokens)")
-        ax.set_ylabel(_YLABEL[kind].format(ref=ref))
+        ax.set_ylabel(_YLABEL[kind].format(ref=ref, timer=timer))
         ax.set_title(shape_label(g[0]) + f" · {g[0].get('device')}", fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         k_handles = [Line2D([], [], color=colors[k], label=k) for k in kernels
@@ -118,13 +139,18 @@ def figure(doc: dict, kind: str, reference: str | None = None) -> "Figure":
                             label=m) for m in modes if any(km[1] == m for km in used)]
         if kind == "speedup":
             m_handles.append(Line2D([], [], color="0.4", label=f"{ref} (1×)"))
+        if "host-bound" in marked:
+            m_handles.append(Line2D([], [], color="0.2", linestyle="none", label=HOST_NOTE[2:], **_RING))
+        if "throttled" in marked:
+            m_handles.append(Line2D([], [], color="0.2", linestyle="none", label=THROTTLE_NOTE[2:], **_CROSS))
         first = ax.legend(handles=k_handles, title="kernel", loc="upper left", fontsize=8)
         ax.add_artist(first)
         ax.legend(handles=m_handles, title="mode", loc="lower right", fontsize=8)
     for ax in axes[len(groups):]:
         ax.set_visible(False)
     what = {"speed": "Time", "memory": "Peak memory", "speedup": "Speed-up"}[kind]
-    fig.suptitle(f"{what} vs n — {doc.get('suite')} on {gpu_name(doc.get('env') or {}, doc['rows'])}")
+    by = "" if kind == "memory" else f" ({timer} timer)"
+    fig.suptitle(f"{what}{by} vs n — {doc.get('suite')} on {gpu_name(doc.get('env') or {}, doc['rows'])}")
     return fig
 
 
@@ -150,13 +176,13 @@ def outputs(results: Path, out: Path | None, kind: str) -> list[tuple[str, Path]
 
 
 def plot(doc: dict, results: Path, out: Path | None, kind: str,
-         reference: str | None = None) -> tuple[list[Path], list[str]]:
+         reference: str | None = None, timer: str = "device") -> tuple[list[Path], list[str]]:
     """Render and write; for ``all`` a kind without data is skipped with a note, not an error."""
     written, skipped = [], []
     targets = outputs(results, out, kind)
     for k, path in targets:
         try:
-            fig = figure(doc, k, reference)
+            fig = figure(doc, k, reference, timer)
         except PlotError as exc:
             if kind != "all":
                 raise

@@ -21,6 +21,37 @@ def _show(v) -> str:
         fmt(v) if isinstance(v, float) else str(v))
 
 
+def verdict_tables(points, title: str, width: int | None = None) -> list:
+    """One table per case (the shape in its title), fitted to the width like every other table."""
+    from lattnbench.commands.tables import _kernel_header, _table, fit, terminal_width
+
+    width = terminal_width(width)
+    cases = list(dict.fromkeys(p.case for p in points))
+    tables = []
+    for case in cases:
+        mine = [p for p in points if p.case == case]
+
+        def layout(split: bool, gap: int, mine=mine, case=case):
+            def make():
+                table = _table(f"{title} · {case}", gap)
+                for col, just in (("kernel", "left"), ("n", "right"), ("mode", "left"), ("metric", "left"),
+                                  ("baseline", "right"), ("current", "right"), ("change", "right"),
+                                  ("verdict", "left")):
+                    table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+                for p in mine:
+                    style = _STYLE.get(p.verdict)
+                    table.add_row(_kernel_header(p.kernel) if split else p.kernel, str(p.n), p.mode,
+                                  p.metric.replace("final_state", "state"), _show(p.baseline), _show(p.current),
+                                  f"{p.change:+.1%}" if p.change is not None else "",
+                                  f"[{style}]{p.verdict}[/]" if style else p.verdict)
+                return table
+            return make
+
+        layouts = [layout(False, 2), layout(False, 1), layout(True, 1)]
+        tables.append(fit(layouts, width) or layouts[-1]())
+    return tables
+
+
 def gate(
     current: Annotated[Path, typer.Argument(help="Results JSON of this run.", show_default=False)],
     baseline: Annotated[Path, typer.Option(help="Results JSON to compare against.", show_default=False)],
@@ -36,7 +67,7 @@ def gate(
 
     A regression is a significant growth of kernel_time / reference_time (same run) beyond the threshold, any failing err_ratio row, or a point ok in the baseline that is missing or not ok now.
     """
-    from lattnbench.gate import FAILING, METHOD, GateError, compare, failed, parse_threshold, to_json
+    from lattnbench.gate import FAILING, METHOD, METHODS, GateError, compare, failed, parse_threshold, to_json
     from lattnbench.report import ReportError, ResultsError, load_docs
 
     try:
@@ -50,37 +81,22 @@ def gate(
         typer.echo(to_json(points, current=str(current), baseline=str(baseline), reference=ref,
                            threshold=thr))
     else:
-        from rich.console import Console
-        from rich.table import Table
-
-        shapes = sorted({p.case for p in points})
-        one = len(shapes) == 1
-        table = Table(title=f"gate: {current.name} vs {baseline.name} · time ratio to {ref} · threshold "
-                      f"{thr:.0%}" + (f" · {shapes[0]}" if one else ""), title_justify="left")
-        cols = [("kernel", "left"), ("case", "left"), ("n", "right"), ("mode", "left"),
-                ("metric", "left"), ("baseline", "right"), ("current", "right"), ("change", "right"),
-                ("verdict", "left")]
-        for col, just in cols:
-            if not (one and col == "case"):
-                table.add_column(col, justify=just, no_wrap=col != "verdict")  # type: ignore[arg-type]
-        for p in points:
-            change = f"{p.change:+.1%}" if p.change is not None else ""
-            verdict = p.verdict + (f" ({p.reason})" if p.reason and p.verdict in FAILING else "")
-            style = _STYLE.get(p.verdict)
-            cells = [p.kernel, *([] if one else [p.case]), str(p.n), p.mode, p.metric,
-                     _show(p.baseline), _show(p.current), change,
-                     f"[{style}]{verdict}[/]" if style else verdict]
-            table.add_row(*cells)
-        # a CI log is not a terminal: give the table room instead of folding it at 80 columns
-        console = out if out.is_terminal else Console(width=max(out.width, 160))
-        console.print(table)
-        console.print(f"significance: {METHOD}", highlight=False, soft_wrap=True)
+        for table in verdict_tables(points, f"gate: {current.name} vs {baseline.name} · time ratio to {ref} "
+                                    f"· threshold {thr:.0%}"):
+            out.print(table)
+        for p in bad:
+            why = p.reason or (f"{p.change:+.1%}, by {p.method}" + (
+                f" (interval {p.interval[0]:+.1%} .. {p.interval[1]:+.1%})" if p.interval else ""))
+            out.print(f"[bold red]{p.verdict}[/] {p.kernel} n={p.n} {p.mode} {p.metric}: {why}", highlight=False)
+        used = {m: sum(1 for p in points if p.method == m) for m in METHODS}
+        how = ", ".join(f"{n} by {m}" for m, n in used.items() if n)
+        out.print(f"significance{f' ({how})' if how else ''}: {METHOD}", highlight=False)
         if bad:
             kinds = sorted({p.verdict for p in bad})
-            console.print(f"[bold red]FAILED[/]: {len(bad)} of {len(points)} points ({', '.join(kinds)})",
+            out.print(f"[bold red]FAILED[/]: {len(bad)} of {len(points)} points ({', '.join(kinds)})",
                       highlight=False)
         else:
-            console.print(f"[green]passed[/]: {len(points)} points, none regressed", highlight=False)
+            out.print(f"[green]passed[/]: {len(points)} points, none regressed", highlight=False)
     raise typer.Exit(EXIT_FAIL if failed(points) else EXIT_OK)
 
 

@@ -1,11 +1,10 @@
-"""``lattnbench list``: every registered kernel, with availability and the reason when not."""
+"""``lattnbench list``: every registered kernel, whether it runs by default, and why not."""
 from __future__ import annotations
 
 import json
 import sys
 
 import typer
-from rich.table import Table
 
 from lattnbench.commands.common import out
 
@@ -13,7 +12,7 @@ EXAMPLE = """Examples:
 
   lattnbench list
 
-  lattnbench list --json | jq '.[] | select(.available) | .name'
+  lattnbench list --json | jq '.[] | select(.default) | .name'
 """
 
 
@@ -24,29 +23,24 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("auto", help="Judge availability for auto (CUDA when present), cuda or cpu."),
         kernel: list[str] | None = typer.Option(None, "--kernel", help="Also list a plugin package.module:function."),
     ) -> None:
-        """Every registered kernel: family, framework, devices and availability (with the reason)."""
-        from lattnbench.commands.sweep import setup
+        """Every registered kernel: framework, devices, availability (with the reason) and whether
+        it runs by default (bundled, non-reference, available: what runs without --kernels)."""
+        from lattnbench.commands.sweep import pick_kernels, setup
+        from lattnbench.commands.tables import kernel_table
 
         dev, reg = setup(device if device != "cuda" else "auto", kernel)
         dev = device if device in ("cuda", "cpu") else dev
+        default = {e.name for e in pick_kernels(reg, None, dev)}
         items = []
         for e in reg:
             reason = e.available(dev)
             items.append({"name": e.name, "family": e.family, "framework": e.framework,
                           "devices": list(e.devices), "available": reason is None, "reason": reason,
-                          "origin": e.origin, "reference": e.reference, "dtypes": list(e.dtypes),
-                          "description": e.description})
+                          "default": e.name in default, "origin": e.origin, "reference": e.reference,
+                          "interpreted": dev == "cpu" and e.interpreted_on_cpu,
+                          "dtypes": list(e.dtypes), "description": e.description})
         if json_:
             json.dump(items, sys.stdout, indent=1)
             sys.stdout.write("\n")
             return
-        table = Table(title=f"kernels (availability on {dev})", title_justify="left")
-        table.add_column("name", no_wrap=True, style="bold")
-        for col in ("family", "framework", "devices", "available"):
-            table.add_column(col)
-        table.add_column("about", ratio=1)
-        for it in items:
-            avail = "[green]yes[/]" if it["available"] else f"[dim]no: {it['reason']}[/]"
-            table.add_row(it["name"], it["family"], it["framework"], "/".join(it["devices"]), avail,
-                          it["description"])
-        out.print(table)
+        out.print(kernel_table(items, dev))

@@ -18,16 +18,20 @@ def plot(
     reference: Annotated[Optional[str], typer.Option(
         help="Kernel for the speed-up plot (default: the first softmax kernel, "
         "softmax/sdpa-flash when timed).")] = None,
+    timer: Annotated[str, typer.Option(
+        help="Timer of the speed and speed-up plots: device, graph or latency.")] = "device",
 ) -> None:
     """Plot a results file: log-log time or memory against n, or speed-up against a reference."""
     from lattnbench.plot import PlotError
     from lattnbench.plot import plot as render
     from lattnbench.report import ReportError, ResultsError, load_docs
+    from lattnbench.rowview import UnknownTimer, parse_timer
 
     try:
+        timer = parse_timer(timer)
         (doc,) = load_docs([results])
-        written, skipped = render(doc, results, out, kind, reference)
-    except (ResultsError, ReportError, PlotError) as exc:
+        written, skipped = render(doc, results, out, kind, reference, timer)
+    except (ResultsError, ReportError, PlotError, UnknownTimer) as exc:
         die(str(exc))
     for note in skipped:
         err.print(f"skipped {note}", highlight=False)

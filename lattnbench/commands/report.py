@@ -23,14 +23,19 @@ def report(
         "softmax/sdpa-flash when timed).")] = None,
     plots: Annotated[Optional[Path], typer.Option(
         help="Directory of plots (from `lattnbench plot`) to link, relative to the README/--out.")] = None,
+    timer: Annotated[str, typer.Option(
+        help="Timer the speed tables show: device (back to back, as do_bench), graph (device time "
+        "without host work) or latency (one synchronised call); points without it show —.")] = "device",
 ) -> None:
     """Markdown speed / memory / agreement tables in the lightning_attn README's shape.
 
     Without --readme or --out the markdown goes to stdout. Same input, same bytes.
     """
     from lattnbench.report import ReportError, ResultsError, load_docs, plot_links, render, replace_block
+    from lattnbench.rowview import UnknownTimer, parse_timer
 
     try:
+        timer = parse_timer(timer)
         docs = load_docs(results)
         links: list[str] = []
         if plots is not None:
@@ -41,7 +46,7 @@ def report(
             links = plot_links(plots, base, [Path(p).stem for p in results])
             if not links:
                 err.print(f"warning: no PNG or SVG plots in {plots}", highlight=False)
-        markdown = render(docs, reference=reference, plots=links)
+        markdown = render(docs, reference=reference, plots=links, timer=timer)
         if readme is not None:
             block = name or str(docs[0].get("suite") or Path(results[0]).stem)
             try:
@@ -62,7 +67,7 @@ def report(
                 die(f"{out}: cannot write ({exc.strerror})")
         if readme is None and out is None:
             typer.echo(markdown, nl=False)
-    except (ResultsError, ReportError) as exc:
+    except (ResultsError, ReportError, UnknownTimer) as exc:
         die(str(exc))
 
 

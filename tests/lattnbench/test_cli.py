@@ -21,7 +21,7 @@ def plugins(monkeypatch, request):
 def test_help_lists_every_command():
     res = invoke("--help")
     assert res.exit_code == 0
-    for cmd in ("speed", "memory", "check-grad", "list", "env", "report", "plot", "gate"):
+    for cmd in ("speed", "memory", "check-grad", "list", "env", "report", "plot", "gate", "doctor"):
         assert cmd in res.output
 
 
@@ -57,8 +57,9 @@ def test_list_json_has_the_documented_fields():
     items = json.loads(res.output)
     assert res.exit_code == 0 and items
     for it in items:
-        assert {"name", "family", "framework", "available", "reason"} <= set(it)
+        assert {"name", "family", "framework", "available", "reason", "default"} <= set(it)
         assert (it["reason"] is None) == it["available"]
+        assert not it["default"] or (it["available"] and not it["reference"] and it["origin"] == "bundled")
     sdpa = next(i for i in items if i["name"] == "softmax/sdpa-flash")
     assert not sdpa["available"] and "cuda" in sdpa["reason"]
 

@@ -224,3 +224,90 @@ def test_parse_threshold(text, want):
 def test_parse_threshold_rejects(text):
     with pytest.raises(GateError):
         parse_threshold(text)
+
+
+# ---------------------------------------------------------------- --repeat runs
+def write_repeated(path: Path, machine: list[float], slow: dict[str, list[float]] | None = None,
+                   seed: int = 0) -> Path:
+    """Each point measured in ``len(machine)`` runs; run i runs at ``machine[i]`` speed for every
+    kernel (a pass's machine state) and ``slow[kernel][i]`` on top for one kernel."""
+    from speed_rows import base, repeated
+
+    w = ResultsWriter(path, "ci", {"gpu": "NVIDIA H200"}, {})
+    for kernel, (family, fw, a, b) in KERNELS.items():
+        if kernel == "lightning/jax-chunked":
+            continue
+        for n in (1024, 4096):
+            true = a * n + b * n * n + 0.02
+            factors = (slow or {}).get(kernel, [1.0] * len(machine))
+            devices = [true * m * f for m, f in zip(machine, factors)]
+            repeated(w, base(kernel, n, family=family, framework=fw), devices, graphs=devices,
+                     latencies=devices, seed=seed + n)
+    return path
+
+
+def timed(doc: dict) -> list[dict]:
+    return [p for p in doc["points"] if p["metric"] == "time"]
+
+
+def test_runs_decide_when_both_files_carry_them(tmp_path):
+    base = write_repeated(tmp_path / "base.json", [1.0, 1.25, 0.9])
+    cur = write_repeated(tmp_path / "cur.json", [1.1, 0.95, 1.4], slow={"lightning/triton": [1.3] * 3}, seed=7)
+    code, doc = verdicts(cur, base)
+    assert code == 1
+    for p in timed(doc):
+        assert p["method"] == "runs" and p["verdict"] == "REGRESSION" and p["significant"]
+        assert p["change"] == pytest.approx(0.3, abs=0.02)
+        assert 0 < p["interval"][0] <= p["change"] <= p["interval"][1]
+    assert "runs" in doc["method"]
+
+
+def test_runs_are_paired_by_index_so_a_slow_pass_cancels(tmp_path):
+    base = write_repeated(tmp_path / "base.json", [1.0, 1.0, 1.0])
+    # the third pass ran 1.6x slower for every kernel (a busy neighbour): no kernel changed
+    cur = write_repeated(tmp_path / "cur.json", [1.0, 1.0, 1.6], seed=3)
+    code, doc = verdicts(cur, base, "--threshold", "2%")
+    assert code == 0
+    assert all(p["method"] == "runs" and abs(p["change"]) < 0.02 and p["verdict"] == "ok" for p in timed(doc))
+
+
+def test_overlapping_run_ranges_are_not_significant(tmp_path):
+    base = write_repeated(tmp_path / "base.json", [1.0, 1.0, 1.0])
+    # two of three runs 40 % slower, one not: above the threshold, but the ranges overlap
+    cur = write_repeated(tmp_path / "cur.json", [1.0, 1.0, 1.0], slow={"lightning/triton": [0.99, 1.4, 1.45]}, seed=5)
+    code, doc = verdicts(cur, base)
+    assert code == 0
+    for p in timed(doc):
+        assert p["method"] == "runs" and p["verdict"] == "~" and p["significant"] is False
+        assert p["change"] == pytest.approx(0.4, abs=0.02)
+    # the same samples seen as one run each: the bootstrap over samples calls it a regression
+    single = tmp_path / "single.json"
+    d = json.loads(cur.read_text())
+    for r in d["rows"]:
+        r["runs"] = r["runs"][:1]
+    single.write_text(json.dumps(d))
+    code, doc = verdicts(single, base)
+    assert code == 1 and {p["method"] for p in timed(doc)} == {"bootstrap"}
+
+
+def test_one_run_on_either_side_falls_back_to_the_samples(tmp_path):
+    base = write_repeated(tmp_path / "base.json", [1.0])
+    cur = write_repeated(tmp_path / "cur.json", [1.0, 1.02, 0.99], seed=9)
+    code, doc = verdicts(cur, base)
+    assert code == 0 and {p["method"] for p in timed(doc)} == {"bootstrap"}
+    code, doc = verdicts(base, cur)
+    assert code == 0 and {p["method"] for p in timed(doc)} == {"bootstrap"}
+    res = gate(cur, base)
+    assert "significance (2 by bootstrap)" in res.stdout
+
+
+def test_the_verdict_table_fits_80_columns_in_a_ci_log(tmp_path, baseline):
+    key = ("lightning/triton", 4096, "fwdbwd", "err_ratio", "final_state")
+    cur = write_run(tmp_path / "cur.json", seed=3, slow={"lightning/triton": 1.3}, overrides={key: {"status": "fail"}})
+    res = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["gate", str(cur), "--baseline", str(baseline)])
+    assert res.exit_code == 1
+    assert "…" not in res.stdout and all(len(x.rstrip()) <= 80 for x in res.stdout.splitlines())
+    assert "lightning/triton      16384 fwdbwd time" in res.stdout  # one line per point
+    flat = " ".join(res.stdout.split())
+    assert "FAIL lightning/triton n=4096 fwdbwd err final_state: err above tol" in flat
+    assert flat.count("by bootstrap (interval +") == 6

@@ -117,10 +117,59 @@ def test_cli_kind_all_writes_one_file_per_kind(tmp_path):
 
 @pytest.mark.parametrize("args,needle", [(["--kind", "pie"], "unknown plot kind"),
                                          (["--out", "x.txt"], ".png"),
-                                         (["--reference", "softmax/nope"], "unknown reference kernel")])
+                                         (["--reference", "softmax/nope"], "unknown reference kernel"),
+                                         (["--timer", "wall"], "unknown timer 'wall'"),
+                                         (["--timer", "graph"], "no ok time_ms points with the graph timer")])
 def test_cli_bad_options_exit_2(tmp_path, args, needle):
     res_path = write_results(tmp_path / "r.json")
     res = runner.invoke(app, ["plot", str(res_path), *args])
     assert res.exit_code == 2
     assert res.stderr.startswith("error: ") and needle in res.stderr
     assert not list(tmp_path.glob("*.png"))
+
+
+def timed_doc(tmp_path) -> dict:
+    """Every timer per point; triton host-bound at the two longest n, flash throttled at 4096."""
+    from speed_rows import base, repeated
+
+    w = ResultsWriter(tmp_path / "t.json", "timers", {"gpu": "NVIDIA H200"}, {})
+    for n in NS:
+        f = n / 1024
+        slow_host = n >= 16384
+        repeated(w, base("lightning/triton", n), [0.1 * f, 0.11 * f], graphs=[(0.05 if slow_host else 0.1) * f] * 2,
+                 latencies=[0.12 * f] * 2)
+        repeated(w, base("softmax/sdpa-flash", n), [0.3 * f * f], graphs=[0.29 * f * f],
+                 latencies=[0.31 * f * f], throttled=[n == 4096])
+    return load_docs([w.path])[0]
+
+
+def test_timer_picks_the_plotted_numbers_and_the_band(tmp_path):
+    doc = timed_doc(tmp_path)
+    fig = figure(doc, "speed", timer="graph")
+    ax = fig.axes[0]
+    triton = next(line for line in series(ax) if line.get_label() == "lightning/triton fwd")
+    graph = {r["seqlen"]: r["graph_ms"] for r in doc["rows"] if r["kernel"] == "lightning/triton"}
+    assert np.allclose(triton.get_ydata(), [graph[n] for n in NS])
+    assert "graph timer" in ax.get_ylabel() and "graph timer" in fig.get_suptitle()
+    # the p20–p80 band is the graph timer's, not the device timer's
+    band = next(c for c in ax.collections if np.allclose(c.get_paths()[0].vertices[:, 0].min(), NS[0]))
+    top = band.get_paths()[0].vertices[:, 1].max()
+    assert top < 1.1 * max(graph.values()) < max(r["median"] for r in doc["rows"] if r["kernel"] == "lightning/triton")
+    up = figure(doc, "speedup", timer="latency").axes[0]
+    line = next(x for x in series(up) if x.get_label() == "lightning/triton fwd")
+    lat = {(r["kernel"], r["seqlen"]): r["latency_ms"] for r in doc["rows"]}
+    assert np.allclose(line.get_ydata(), [lat[("softmax/sdpa-flash", n)] / lat[("lightning/triton", n)] for n in NS])
+
+
+def test_host_bound_and_throttled_points_are_marked(tmp_path):
+    doc = timed_doc(tmp_path)
+    ax = figure(doc, "speed").axes[0]
+    rings = [line for line in ax.lines if line.get_gid() == "host-bound"]
+    crosses = [line for line in ax.lines if line.get_gid() == "throttled"]
+    assert [list(r.get_xdata()) for r in rings] == [[16384, 65536]]
+    assert [list(c.get_xdata()) for c in crosses] == [[4096]]
+    legend_texts = {t.get_text() for lg in ax.findobj(lambda o: o.__class__.__name__ == "Legend")
+                    for t in lg.get_texts()}
+    assert any(t.startswith("host-bound") for t in legend_texts) and any(t.startswith("throttled") for t in legend_texts)
+    plain = figure(load_docs([write_results(tmp_path / "plain.json")])[0], "speed").axes[0]
+    assert not [line for line in plain.lines if line.get_gid() in ("host-bound", "throttled")]

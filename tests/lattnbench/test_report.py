@@ -98,7 +98,7 @@ def test_tables_show_values_speedups_and_statuses(tmp_path):
     res = run(res_path)
     assert res.exit_code == 0, res.output
     t = tables(res.stdout)
-    speed = t["speed · fwdbwd · B4 H32 D128 bf16 decay=alibi · cuda"]
+    speed = t["speed · fwdbwd · B4 H32 D128 bf16 decay=alibi · cuda · device timer"]
     assert [r["n"] for r in speed] == [str(n) for n in NS]
     by = {(r["kernel"], r["seqlen"]): r for r in rows_of(res_path)
           if r["metric"] == "time_ms" and r["mode"] == "fwdbwd" and r["device"] == "cuda"}
@@ -110,11 +110,11 @@ def test_tables_show_values_speedups_and_statuses(tmp_path):
         assert pct == f"({by[('lightning/triton', n)]['pct_floor']:.0f}%)"
         # default reference is sdpa-flash although naive-torch comes first in the file
         want = by[("softmax/sdpa-flash", n)]["median"] / by[("lightning/triton", n)]["median"]
-        assert float(line["lightning/triton ×"].rstrip("×")) == pytest.approx(want, rel=0.01)
-        assert "softmax/sdpa-flash ×" not in line
+        assert float(line["lightning/triton × device"].rstrip("×")) == pytest.approx(want, rel=0.01)
+        assert "softmax/sdpa-flash × device" not in line
     cells = {line["n"]: line["softmax/naive-torch"] for line in speed}
     assert cells["8192"] == "oom" and cells["32768"] == "—"
-    assert {line["n"]: line["softmax/naive-torch ×"] for line in speed}["8192"] == "—"
+    assert {line["n"]: line["softmax/naive-torch × device"] for line in speed}["8192"] == "—"
     memory = t["memory · fwd · B4 H32 D128 bf16 decay=alibi · cuda"]
     assert float(memory[-1]["lightning/triton"]) == pytest.approx(32768 * 0.125, rel=0.01)
     # interpreted CPU timings never make a speed table
@@ -129,8 +129,8 @@ def test_explicit_and_unknown_reference(tmp_path):
     res_path = write_results(tmp_path / "r.json")
     res = run(res_path, "--reference", "softmax/naive-torch")
     assert res.exit_code == 0
-    speed = tables(res.stdout)["speed · fwd · B4 H32 D128 bf16 decay=alibi · cuda"]
-    assert "softmax/sdpa-flash ×" in speed[0] and "softmax/naive-torch ×" not in speed[0]
+    speed = tables(res.stdout)["speed · fwd · B4 H32 D128 bf16 decay=alibi · cuda · device timer"]
+    assert "softmax/sdpa-flash × device" in speed[0] and "softmax/naive-torch × device" not in speed[0]
     bad = run(res_path, "--reference", "softmax/nope")
     assert bad.exit_code == 2 and bad.stderr.startswith("error: unknown reference kernel")
     assert len(bad.stderr.strip().splitlines()) == 1
@@ -248,6 +248,9 @@ from lattnbench.commands import report, plot, gate
 from lattnbench import report as r, plot as p, gate as g
 docs = r.load_docs([{str(res_path)!r}])
 r.render(docs); p.figure(docs[0], "speedup"); g.compare(docs[0]["rows"], docs[0]["rows"], 0.1)
+r.render(docs, timer="graph"); p.figure(docs[0], "speed", timer="device")
+from lattnbench.commands import tables
+tables.speed_tables(docs[0]["rows"], width=80); tables.check_tables(docs[0]["rows"], width=80)
 heavy = sorted(m for m in ("torch", "jax", "triton") if m in sys.modules)
 assert not heavy, heavy
 """
@@ -273,3 +276,73 @@ def test_env_line_names_the_kernel_knobs_a_run_was_made_under():
     assert line.endswith("knobs LIGHTNING_TRITON_BWD=fused") and "TRITON_CACHE_DIR" not in line
     doc["env"]["knobs"] = {"TRITON_CACHE_DIR": "/tmp/x"}
     assert "knobs" not in env_summary(doc)
+
+
+# ---------------------------------------------------------------- timers, marks and runs
+def write_timed(path: Path) -> Path:
+    """A new-style run: every timer per point, triton repeated 3× and host-bound, flash throttled once."""
+    from speed_rows import base, repeated
+
+    w = ResultsWriter(path, "timers", {"gpu": "NVIDIA H200"}, {})
+    for n in (1024, 4096):
+        f = n / 1024
+        repeated(w, base("lightning/triton", n), [0.10 * f, 0.106 * f, 0.103 * f],
+                 graphs=[0.05 * f] * 3, latencies=[0.30 * f] * 3, floor_ms=0.02 * f)
+        repeated(w, base("softmax/sdpa-flash", n), [0.40 * f, 0.40 * f], graphs=[0.39 * f, 0.39 * f],
+                 latencies=[0.45 * f] * 2, throttled=[False, n == 4096])
+        repeated(w, base("lightning/jax-chunked", n, framework="jax"), [0.8 * f], latencies=[0.9 * f])
+    return path
+
+
+def test_speed_cells_carry_marks_spread_and_legend(tmp_path):
+    res = run(write_timed(tmp_path / "t.json"))
+    assert res.exit_code == 0, res.output
+    (heading, speed), = [(h, t) for h, t in tables(res.stdout).items() if h.startswith("speed")]
+    assert heading.endswith("· device timer")
+    by_n = {line["n"]: line for line in speed}
+    # median of the run medians, the host-bound mark, half the 6 % run range, % of the floor by that median
+    assert by_n["1024"]["lightning/triton"] == "0.103† ±3% (19%)"
+    assert by_n["1024"]["softmax/sdpa-flash"] == "0.400 ±0.0%"
+    assert by_n["4096"]["softmax/sdpa-flash"] == "1.60‡ ±0.0%"  # throttled in its second run
+    assert by_n["1024"]["lightning/jax-chunked"] == "0.800"
+    assert by_n["1024"]["lightning/triton × device"] == f"{0.4 / 0.103:.2f}×"
+    notes = res.stdout.split("#### speed")[1].split("|")[0]
+    assert "† host-bound: device or latency > 1.5× graph" in notes
+    assert "‡ throttled" in notes and "±p% = spread across runs" in notes
+    assert "median of the run medians" in notes
+
+
+def test_timer_option_picks_the_numbers_and_labels_the_speedups(tmp_path):
+    path = write_timed(tmp_path / "t.json")
+    res = run(path, "--timer", "graph")
+    assert res.exit_code == 0, res.output
+    (heading, speed), = [(h, t) for h, t in tables(res.stdout).items() if h.startswith("speed")]
+    assert heading.endswith("· graph timer") and "`graph` timer" in res.stdout
+    line = speed[0]
+    assert line["lightning/triton"].startswith("0.0500†") and line["softmax/sdpa-flash"].startswith("0.390")
+    assert line["lightning/jax-chunked"] == "—"  # no graph timer on that point
+    assert line["lightning/triton × graph"] == f"{0.39 / 0.05:.2f}×" and line["lightning/jax-chunked × graph"] == "—"
+    lat = tables(run(path, "--timer", "latency").stdout)
+    (speed,) = [t for h, t in lat.items() if h.startswith("speed")]
+    assert speed[0]["lightning/jax-chunked"].startswith("0.900")
+
+
+def test_old_files_are_device_only(tmp_path):
+    old = write_results(tmp_path / "old.json")  # rows without timers, as before the split
+    dev = tables(run(old).stdout)["speed · fwd · B4 H32 D128 bf16 decay=alibi · cuda · device timer"]
+    assert dev[0]["lightning/triton"] not in ("—", "")
+    graph = tables(run(old, "--timer", "graph").stdout)["speed · fwd · B4 H32 D128 bf16 decay=alibi · cuda · graph timer"]
+    assert {v for line in graph for k, v in line.items() if k != "n"} <= {"—", "oom"}
+    # a row naming the old method (cuda-events) reads as the device timer
+    doc = json.loads(old.read_text())
+    for r in doc["rows"]:
+        r["timer"] = "cuda-events"
+    old.write_text(json.dumps(doc))
+    again = tables(run(old).stdout)["speed · fwd · B4 H32 D128 bf16 decay=alibi · cuda · device timer"]
+    assert again == dev
+
+
+def test_bad_timer_is_one_line_exit_2(tmp_path):
+    res = run(write_timed(tmp_path / "t.json"), "--timer", "wallclock")
+    assert res.exit_code == 2 and "Traceback" not in res.output
+    assert res.stderr.strip() == "error: unknown timer 'wallclock': choose from device, graph, latency"

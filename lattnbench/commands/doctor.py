@@ -1,0 +1,111 @@
+"""``lattnbench doctor``: the machine, its ceilings and clocks, and a timer self-check."""
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.table import Table
+
+from lattnbench.commands.common import out
+
+EXAMPLE = """Examples:
+
+  lattnbench doctor
+
+  lattnbench doctor --json | jq '.checks[] | select(.verdict != "ok")'
+"""
+
+_STYLE = {"ok": "green", "DISAGREE": "bold red", "missing": "bold red", "short": "yellow", "info": "dim"}
+_VERDICT = {
+    "ok": "[green]ok[/]: the timers agree within tolerance",
+    "disagree": "[bold red]DISAGREE[/]: timers differ beyond tolerance; speed tables from here are suspect",
+    "unmeasured": "[bold red]UNMEASURED[/]: a timer the check needs did not run on this GPU",
+    "info": "info: nothing was judged here (no GPU, or every reference call under 0.5 ms)",
+}
+
+
+def _ms(v: float | None) -> str:
+    from lattnbench.rowview import sig3
+
+    return "—" if v is None else sig3(v)
+
+
+def _facts(d) -> Table:
+    from lattnbench.commands.tables import _table
+
+    t = _table("lattnbench doctor", 2)
+    t.show_header = False
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    m = d.machine
+    extra = f" ({m['cores']} cores)" if m.get("cores") else (f" ×{m['gpu_count']}" if m.get("gpu_count", 1) > 1 else "")
+    t.add_row("machine", f"{m.get('kind', '?')}: {m.get('name') or 'unknown'}{extra}")
+    c = d.ceilings
+    t.add_row("ceilings", f"copy {c['copy_gbps']:.0f} GB/s · bf16 {c['matmul_tflops']:.0f} TFLOP/s"
+              if c else f"— {d.ceilings_reason}")
+    s = (d.clocks or {}).get("sample")
+    if s and "sm_mhz" in s:
+        t.add_row("clocks", f"SM {s['sm_mhz']}/{s['sm_max_mhz']} MHz · mem {s['mem_mhz']} MHz · "
+                  f"{s['power_w']} W · {s['temp_c']} °C" + (" · THROTTLED" if s.get("throttled") else ""))
+    else:
+        t.add_row("clocks", f"— {(s or {}).get('error') or (d.clocks or {}).get('reason')}")
+    return t
+
+
+def _timers(d) -> Table:
+    from lattnbench.commands.tables import _table
+    from lattnbench.doctor import READINGS
+
+    t = _table("timers on the reference kernels (ms, median)", 2,
+               caption="\n".join(f"{r['name']}: {r['what']}" for r in d.references))
+    t.add_column("reference", no_wrap=True)
+    for name in READINGS:
+        t.add_column(name, justify="right", no_wrap=True)
+    for r in d.references:
+        t.add_row(r["name"], *[_ms(r["timers"].get(name, {}).get("ms")) for name in READINGS])
+    return t
+
+
+def _checks(d) -> Table:
+    from lattnbench.commands.tables import _table
+
+    t = _table("checks", 2)
+    for col, just in (("reference", "left"), ("timers", "left"), ("a/b − 1", "right"), ("bound", "right"),
+                      ("verdict", "left")):
+        t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    for c in d.checks:
+        style = _STYLE.get(c.verdict, "")
+        t.add_row(c.reference, f"{c.a} / {c.b}", "—" if c.diff is None else f"{c.diff:+.1%}",
+                  "—" if c.bound is None else f"±{c.bound:.0%}", f"[{style}]{c.verdict}[/]" if style else c.verdict)
+    return t
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("doctor", epilog=EXAMPLE)
+    def doctor(json_: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables.")) -> None:
+        """The machine, its ceilings and clocks, and a timer self-check on fixed reference kernels.
+
+        GPU: a bf16 matmul and a device copy, timed by every timer and by do_bench.
+
+        device vs do_bench within 3 %, graph vs device within 5 % (calls >= 0.5 ms).
+
+        Exit 1 when timers disagree or one the check needs cannot run; 0 otherwise.
+
+        CPU: the host-clock timers run for information; exit 0.
+        """
+        from lattnbench import doctor as doc
+
+        d = doc.diagnose(doc.detect_probe())
+        if json_:
+            typer.echo(json.dumps(d.to_json(), indent=1, default=str))
+        else:
+            for table in (_facts(d), _timers(d), _checks(d)):
+                out.print(table)
+                out.print()
+            for c in d.checks:
+                if c.verdict in ("DISAGREE", "missing", "short"):
+                    out.print(f"  {c.reference} {c.a}/{c.b}: {c.why}", highlight=False)
+            for note in d.notes:
+                out.print(f"note: {note}", highlight=False)
+            out.print(f"verdict: {_VERDICT[d.verdict]}", highlight=False)
+        raise typer.Exit(d.exit_code)
