@@ -246,11 +246,11 @@ def _agreement_tables(rows: list[dict]) -> list[str]:
         g = [r for r in rows if shape_key(r) == skey]
         tensors = sorted({str(r.get("tensor")) for r in g},
                          key=lambda t: (TENSOR_ORDER.index(t) if t in TENSOR_ORDER else 99, t))
-        lines = sorted({(r["kernel"], r["seqlen"]) for r in g},
-                       key=lambda kn: (kernel_sort_key(kn[0], families), kn[1]))
-        cells = {(r["kernel"], r["seqlen"], str(r.get("tensor"))): r for r in g}
-        body = [[k, str(n), *(_verdict_cell(cells.get((k, n, t))) for t in tensors)]
-                for k, n in lines]
+        lines = sorted({(r["kernel"], r["seqlen"], r.get("exec") or "") for r in g},
+                       key=lambda kn: (kernel_sort_key(kn[0], families), kn[1], kn[2]))
+        cells = {(r["kernel"], r["seqlen"], r.get("exec") or "", str(r.get("tensor"))): r for r in g}
+        body = [[k + (f" ({how})" if how else ""), str(n), *(_verdict_cell(cells.get((k, n, how, t))) for t in tensors)]
+                for k, n, how in lines]
         tols = sorted({float(r["tol"]) for r in g if isinstance(r.get("tol"), (int, float))})
         tol = ", ".join(f"{t:.1e}" for t in tols) or "per row"
         out.append(f"#### agreement · {shape_label(g[0])} · {g[0].get('device')}\n\n"

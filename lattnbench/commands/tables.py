@@ -26,6 +26,8 @@ STATUS_STYLE = {"fail": "bold red", "error": "red", "oom": "yellow", "timeout": 
 TENSOR_HEADER = {"final_state": "state"}
 TENSOR_ORDER = ("o", "final_state", "dq", "dk", "dv", "dh0", "dg")
 FAIL_MARK = "✗"
+#: a tensor whose second call on the same inputs was not bitwise equal
+NONDET_MARK = "≠"
 
 
 # ---- fitting -----------------------------------------------------------------------------------
@@ -214,7 +216,8 @@ def _case_label(row: dict) -> str:
     flags = [" h0" if row.get("initial_state") else "", " rev" if row.get("reverse") else "",
              f" varlen{len(row['varlen'])}" if isinstance(row.get("varlen"), list) else
              (" varlen" if row.get("varlen") else "")]
-    return f"T{row['seqlen']}" + "".join(flags)
+    run = " eager" if row.get("exec") == "eager" else ""
+    return f"T{row['seqlen']}" + "".join(flags) + run
 
 
 def _check_cell(row: dict | None) -> str:
@@ -222,9 +225,10 @@ def _check_cell(row: dict | None) -> str:
         return "—"
     v = row.get("median", row.get("err"))
     if row["status"] in ("ok", "fail") and isinstance(v, float):
+        nondet = NONDET_MARK if row.get("deterministic") is False else ""
         if row["status"] == "ok":
-            return f"[green]{_err(v)}[/]"
-        return f"[bold red]{_err(v) if v == v else 'nan'}{FAIL_MARK}[/]"
+            return f"[green]{_err(v)}[/]{nondet}"
+        return f"[bold red]{_err(v) if v == v else 'nan'}{FAIL_MARK}[/]{nondet}"
     return _status(row)
 
 
@@ -258,7 +262,9 @@ def _check_table(family: str, shape: str, rs: list[dict], width: int) -> Table:
     one_tol = len(tols) <= 1
     title = f"check-grad · {family} · {shape}" + (f" · tol {tols[0]:.2g}" if tols and one_tol else "")
     caption = "err = RMS(x − ref)/RMS(ref) against fp64" + (
-        f"; {FAIL_MARK} above tol" if any(r["status"] == "fail" for r in rs) else "")
+        f"; {FAIL_MARK} above tol" if any(r["status"] == "fail" for r in rs) else "") + (
+        f"; {NONDET_MARK} not bitwise reproducible" if any(r.get("deterministic") is False for r in rs) else "") + (
+        "; eager: re-checked without jit" if any(r.get("exec") == "eager" for r in rs) else "")
     prefix = f"{family}/"
 
     def name(kernel: str, how: str) -> str:
