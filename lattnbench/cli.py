@@ -24,13 +24,7 @@ COMMAND_MODULES = ("speed", "memory", "check_grad", "run", "gate", "report", "pl
                    "doctor")
 
 for _name in COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(f"lattnbench.commands.{_name}")
-    except ModuleNotFoundError as _exc:  # a command module not written yet
-        if _exc.name != f"lattnbench.commands.{_name}":
-            raise
-        continue
-    _module.register(app)
+    importlib.import_module(f"lattnbench.commands.{_name}").register(app)
 
 
 def main() -> None:

@@ -26,6 +26,23 @@ KEY_FIELDS = ("kernel", "device", "batch", "seqlen", "heads", "kv_heads", "dim_q
               "dtype", "mode", "metric", "tensor", "varlen", "initial_state", "reverse", "decay", "exec")
 
 
+#: the timers a speed row carries (lattnbench.measure.timing); ``device`` is the tables' one
+TIMERS = ("device", "graph", "latency", "host")
+#: a point is host-bound when device or latency exceeds this multiple of graph
+HOST_BOUND = 1.5
+
+
+def quantile(xs: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of ``xs`` (``q`` in 0..1)."""
+    s = sorted(xs)
+    if len(s) == 1:
+        return s[0]
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
 class ResultsError(ValueError):
     """A results file that cannot be read or written: one line naming the file and the problem."""
 
@@ -115,8 +132,6 @@ def merge_runs(old: dict, new: dict) -> dict:
     run_spread: (max - min) / median of the run medians; the status: ok only when every run is.
     """
     import statistics
-
-    from lattnbench.timing import HOST_BOUND, quantile
 
     runs = sorted([*(old.get("runs") or [{"run": 0, **{k: old.get(k) for k in ("status", "median", "p20", "p80")}}]),
                    *new["runs"]], key=lambda x: x.get("run", 0))

@@ -1,13 +1,12 @@
-"""What to measure: the range grammar, one benchmark ``Case``, and the ``Sweep`` of cases.
+"""What to measure: the range grammar, one benchmark ``Case``, and the expansion of axes into cases.
 
 Pure Python (no framework imports) so that parsing a command line or a suite is instant.
 """
 from __future__ import annotations
 
-import itertools
 import re
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 
 DTYPES = ("fp32", "bf16", "fp16", "fp64")
 MODES = ("fwd", "bwd", "fwdbwd")
@@ -152,36 +151,29 @@ class Case:
         return replace(self, **kw)
 
 
-@dataclass
-class Sweep:
-    """The cartesian product of axes; ``kv_heads``/``dim_v`` of None follow heads / dim_qk."""
+def expand(ns: Sequence[int], batches: Sequence[int], heads: Sequence[int], kv_heads: Sequence[int] | None,
+           dims: Sequence[int], dim_vs: Sequence[int] | None, dtypes: Sequence[str], decay: str,
+           initial_states: Sequence[bool] = (False,), reverse: bool = False,
+           varlen: Sequence[int] | None = None) -> list[Case]:
+    """Every case of a sweep: dtype, batch, heads, kv heads, dims and initial state outermost, n innermost.
 
-    seqlen: list[int]
-    batch: list[int] = field(default_factory=lambda: [1])
-    heads: list[int] = field(default_factory=lambda: [4])
-    kv_heads: list[int] | None = None
-    dim_qk: list[int] = field(default_factory=lambda: [64])
-    dim_v: list[int] | None = None
-    dtype: list[str] = field(default_factory=lambda: ["fp32"])
-    decay: str = "alibi"
-    initial_state: bool = False
-    reverse: bool = False
-
-    def cases(self) -> Iterator[Case]:
-        for dtype, b, h, d in itertools.product(self.dtype, self.batch, self.heads, self.dim_qk):
-            for hk in self.kv_heads or [h]:
-                for e in self.dim_v or [d]:
-                    for n in self.seqlen:
-                        yield Case(b, n, h, hk, d, e, dtype, self.decay,
-                                   initial_state=self.initial_state, reverse=self.reverse)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self.cases())
-
-
-def expand(values: Iterable[str | int], what: str) -> list[int]:
-    """Parse several range strings (Typer list options) into one sorted list."""
-    out: set[int] = set()
-    for v in values:
-        out.update(parse_range(v, what))
-    return sorted(out)
+    ``kv_heads`` / ``dim_vs`` of None follow heads / dim. With ``varlen`` (packed sequence lengths)
+    each shape is one batch-1 case of the lengths' sum, and ``ns`` / ``batches`` do not apply.
+    """
+    if decay not in DECAYS:
+        raise SpecError(f"unknown decay {decay!r}: choose from {', '.join(DECAYS)}")
+    out: list[Case] = []
+    for dt in dtypes:
+        for b in ([1] if varlen else batches):
+            for h in heads:
+                for hk in kv_heads or [h]:
+                    if h % hk:
+                        raise SpecError(f"heads {h} is not a multiple of kv heads {hk}")
+                    for d in dims:
+                        for e in dim_vs or [d]:
+                            for h0 in initial_states:
+                                if varlen:
+                                    out.append(Case(1, sum(varlen), h, hk, d, e, dt, decay, tuple(varlen), h0, reverse))
+                                    continue
+                                out.extend(Case(b, t, h, hk, d, e, dt, decay, None, h0, reverse) for t in ns)
+    return out

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, parse_choices, parse_range
+from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, expand, parse_choices, parse_range
 
 AXIS_KEYS = ("n", "batch", "heads", "kv_heads", "dim", "dim_v", "dtype", "decay", "initial_state",
              "reverse", "varlen")
@@ -125,23 +125,7 @@ def cases_from_axes(axes: dict, where: str) -> list[Case]:
         _typed(varlen, (list,), _where(where, "axes.varlen"), "a list of sequence lengths")
         for x in varlen:
             _typed(x, (int,), _where(where, "axes.varlen"), "a list of positive integers")
-    out = []
-    if varlen:
-        bs = [1]  # packed sequences: batch 1 by definition
-    for dt in dts:
-        for b in bs:
-            for h in hs:
-                for hk in kvs or [h]:
-                    for d in ds:
-                        for e in dvs or [d]:
-                            for init in h0s:
-                                if varlen:
-                                    out.append(Case(1, sum(varlen), h, hk, d, e, dt, decay, tuple(varlen),
-                                                    init, reverse))
-                                    continue
-                                for t in ns:
-                                    out.append(Case(b, t, h, hk, d, e, dt, decay, None, init, reverse))
-    return out
+    return expand(ns, bs, hs, kvs, ds, dvs, dts, decay, h0s, reverse, varlen or None)
 
 
 def parse(doc: dict, where: str, default_name: str) -> Suite:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, parse_choices, parse_range
+from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, expand, parse_choices, parse_range
 
 RANGE_HELP = "range grammar: 512..32768 (doubling), 512..4096:x2, 1000..4000:+1000, 512,1000,4096"
 
@@ -91,26 +91,8 @@ def cases(defaults: Defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, deca
     dvs = None if dim_v is None else parse_range(dim_v, "--dim-v")
     kvs = None if kv_heads is None else parse_range(kv_heads, "--kv-heads")
     dts = parse_choices(pick(dtype, defaults.dtype), DTYPES, "dtype")
-    if decay not in DECAYS:
-        raise SpecError(f"unknown decay {decay!r}: choose from {', '.join(DECAYS)}")
-    out: list[Case] = []
-    for dt in dts:
-        for b in bs:
-            for h in hs:
-                for hk in kvs or [h]:
-                    if h % hk:
-                        raise SpecError(f"--heads {h} is not a multiple of --kv-heads {hk}")
-                    for d in ds:
-                        for e in dvs or [d]:
-                            for h0 in initial_state:
-                                for t in ns:
-                                    out.append(Case(b, t, h, hk, d, e, dt, decay, initial_state=h0,
-                                                    reverse=reverse))
-    if varlen:
-        lengths = tuple(parse_lengths(varlen))
-        out = [c.with_(batch=1, seqlen=sum(lengths), varlen=lengths) for c in out
-               if c.seqlen == out[0].seqlen]
-    return out
+    lengths = parse_lengths(varlen) if varlen else None
+    return expand(ns, bs, hs, kvs, ds, dvs, dts, decay, initial_state, reverse, lengths)
 
 
 def parse_lengths(text: str) -> list[int]:

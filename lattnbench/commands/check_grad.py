@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         from lattnbench.commands.sweep import execute, finish, guarded, open_writer, pick_kernels, resolve_isolation, setup
         from lattnbench.commands.tables import check_tables
         from lattnbench.env import collect
-        from lattnbench.plan import Task
+        from lattnbench.runner.plan import Task
 
         timeout_s = axes.parse_timeout(point_timeout)
         dev, reg = setup(device, kernel)

@@ -25,7 +25,7 @@ _VERDICT = {
 
 
 def _ms(v: float | None) -> str:
-    from lattnbench.rowview import sig3
+    from lattnbench.views.rows import sig3
 
     return "—" if v is None else sig3(v)
 
@@ -54,7 +54,7 @@ def _facts(d) -> Table:
 
 def _timers(d) -> Table:
     from lattnbench.commands.tables import _table
-    from lattnbench.doctor import READINGS
+    from lattnbench.measure.doctor import READINGS
 
     t = _table("timers on the reference kernels (ms, median)", 2,
                caption="\n".join(f"{r['name']}: {r['what']}" for r in d.references))
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
 
         CPU: the host-clock timers run for information; exit 0.
         """
-        from lattnbench import doctor as doc
+        from lattnbench.measure import doctor as doc
 
         d = doc.diagnose(doc.detect_probe())
         if json_:

@@ -13,7 +13,7 @@ _STYLE = {"REGRESSION": "bold red", "FAIL": "bold red", "LOST": "bold red", "~":
 
 
 def _show(v) -> str:
-    from lattnbench.report import fmt
+    from lattnbench.views.rows import fmt
 
     if v is None:
         return "—"
@@ -67,8 +67,9 @@ def gate(
 
     A regression is a significant growth of kernel_time / reference_time (same run) beyond the threshold, any failing err_ratio row, or a point ok in the baseline that is missing or not ok now.
     """
-    from lattnbench.gate import FAILING, METHOD, METHODS, GateError, compare, failed, parse_threshold, to_json
-    from lattnbench.report import ReportError, ResultsError, load_docs
+    from lattnbench.views.gate import FAILING, METHOD, METHODS, GateError, compare, failed, parse_threshold, to_json
+    from lattnbench.results import ResultsError
+    from lattnbench.views.rows import ReportError, load_docs
 
     try:
         thr = parse_threshold(threshold)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import typer
 
 from lattnbench.commands import axes
-from lattnbench.commands.speed import _run
 
 EXAMPLE = """Examples:
 
@@ -31,5 +30,7 @@ def register(app: typer.Typer) -> None:
         JAX: XLA's compiled memory analysis (temporaries + outputs). Each row records its method.
         Defaults as for speed: the seed shape on a GPU, a small fp32 sweep on a CPU.
         """
-        _run("memory", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
+        from lattnbench.commands.sweep import sweep_command
+
+        sweep_command("memory", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
              json_, decay, resume, 0.0, 1, isolate, point_timeout)

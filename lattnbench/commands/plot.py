@@ -22,10 +22,11 @@ def plot(
         help="Timer of the speed and speed-up plots: device, graph or latency.")] = "device",
 ) -> None:
     """Plot a results file: log-log time or memory against n, or speed-up against a reference."""
-    from lattnbench.plot import PlotError
-    from lattnbench.plot import plot as render
-    from lattnbench.report import ReportError, ResultsError, load_docs
-    from lattnbench.rowview import UnknownTimer, parse_timer
+    from lattnbench.views.plot import PlotError
+    from lattnbench.views.plot import plot as render
+    from lattnbench.results import ResultsError
+    from lattnbench.views.rows import ReportError, load_docs
+    from lattnbench.views.rows import UnknownTimer, parse_timer
 
     try:
         timer = parse_timer(timer)

@@ -31,8 +31,8 @@ def report(
 
     Without --readme or --out the markdown goes to stdout. Same input, same bytes.
     """
-    from lattnbench.report import ReportError, ResultsError, load_docs, plot_links, render, replace_block
-    from lattnbench.rowview import UnknownTimer, parse_timer
+    from lattnbench.views.report import ReportError, ResultsError, load_docs, plot_links, render, replace_block
+    from lattnbench.views.rows import UnknownTimer, parse_timer
 
     try:
         timer = parse_timer(timer)

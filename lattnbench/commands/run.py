@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         from lattnbench.commands.sweep import execute, finish, open_writer, pick_kernels, resolve_isolation, results_root, setup
         from lattnbench.commands.tables import check_tables, memory_tables, speed_tables
         from lattnbench.env import collect, machine_name
-        from lattnbench.plan import Task
+        from lattnbench.runner.plan import Task
         from lattnbench.spec import SpecError
         from lattnbench.suite import load_suite
 

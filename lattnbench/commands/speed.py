@@ -36,29 +36,7 @@ def register(app: typer.Typer) -> None:
         D128 bf16, n 512..32768), each kernel in its own worker process; on a CPU: a small fp32
         sweep in this process. Exit 1 when a point errors or returns NaN/Inf.
         """
-        _run("speed", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
+        from lattnbench.commands.sweep import sweep_command
+
+        sweep_command("speed", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
              json_, decay, resume, budget, repeat, isolate, point_timeout)
-
-
-def _run(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, plugins, mode, device, out,
-         as_json, decay, resume, budget, repeat, isolate, point_timeout) -> None:
-    """speed and memory: the same sweep axes, one task per (case, kernel)."""
-    from lattnbench.commands.sweep import execute, finish, guarded, open_writer, pick_kernels, resolve_isolation, setup
-    from lattnbench.commands.tables import memory_tables, speed_tables
-    from lattnbench.env import collect
-    from lattnbench.plan import Task
-
-    timeout_s = axes.parse_timeout(point_timeout)
-    dev, reg = setup(device, plugins)
-    where = resolve_isolation(isolate, dev)
-    defaults = axes.GPU_DEFAULTS if dev == "cuda" else axes.CPU_DEFAULTS
-    cases = guarded(lambda: axes.cases(defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay))
-    chosen = guarded(lambda: pick_kernels(reg, kernels, dev, ("lightning", "softmax"), plugins))
-    want = guarded(lambda: axes.modes(mode))
-    if command == "memory":
-        want = [m for m in want if m != "bwd"] or ["fwd"]
-    tasks = [Task(command, e.name, c, tuple(want), budget) for c in cases for e in chosen]
-    writer = open_writer(out, command, collect(), resume)
-    execute(command, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s,
-            repeat=repeat if command == "speed" else 1, plugins=plugins, resume=resume)
-    finish(writer, as_json, speed_tables if command == "speed" else memory_tables)

@@ -14,7 +14,7 @@ import typer
 
 from lattnbench.commands.common import EXIT_FAIL, EXIT_OK, die, err, out
 from lattnbench.errors import Unsupported
-from lattnbench.plan import Task
+from lattnbench.runner.plan import Task
 from lattnbench.registry import KernelEntry, Registry
 from lattnbench.results import ResultsError, ResultsWriter, write_csv
 from lattnbench.spec import SpecError
@@ -119,7 +119,7 @@ class Progress:
 def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg: Registry, device: str, *,
             isolate: str, point_timeout: float, repeat: int, plugins: list[str] | None, resume: bool) -> None:
     """Run the tasks under a progress display; Ctrl-C / SIGTERM exit 130 / 143 after saving."""
-    from lattnbench.runner import Hooks, Interrupted, RunConfig, Runner
+    from lattnbench.runner.loop import Hooks, Interrupted, RunConfig, Runner
 
     cfg = RunConfig(device=device, isolate=isolate, point_timeout=point_timeout, repeat=repeat,
                     plugins=tuple(plugins or ()), needs_ceilings=device == "cuda")
@@ -139,7 +139,7 @@ def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg: Registry,
 
 def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], list]) -> None:
     """Print the tables (or JSON), the file paths and a status summary; exit 1 on failures."""
-    from lattnbench.measure import any_failed, summarize
+    from lattnbench.measure.points import any_failed, summarize
 
     rows = writer.rows
     try:
@@ -160,7 +160,7 @@ def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], 
 
 def setup(device: str, plugins: list[str] | None):
     """Resolve the device and the registry; usage errors exit 2 with one line."""
-    from lattnbench.measure import resolve_device
+    from lattnbench.measure.points import resolve_device
     from lattnbench.registry import registry_with
 
     try:
@@ -172,7 +172,7 @@ def setup(device: str, plugins: list[str] | None):
 
 
 def resolve_isolation(isolate: str, device: str) -> str:
-    from lattnbench.runner import ISOLATION, default_isolation
+    from lattnbench.runner.loop import ISOLATION, default_isolation
 
     choice = isolate.strip().lower()
     if choice == "auto":
@@ -188,3 +188,27 @@ def guarded(fn: Callable[[], object]):
         return fn()
     except SpecError as exc:
         die(str(exc))
+
+
+def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, plugins, mode, device, out,
+                  as_json, decay, resume, budget, repeat, isolate, point_timeout) -> None:
+    """speed and memory: the same sweep axes, one task per (case, kernel)."""
+    from lattnbench.commands import axes
+    from lattnbench.commands.tables import memory_tables, speed_tables
+    from lattnbench.env import collect
+    from lattnbench.runner.plan import Task
+
+    timeout_s = axes.parse_timeout(point_timeout)
+    dev, reg = setup(device, plugins)
+    where = resolve_isolation(isolate, dev)
+    defaults = axes.GPU_DEFAULTS if dev == "cuda" else axes.CPU_DEFAULTS
+    cases = guarded(lambda: axes.cases(defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay))
+    chosen = guarded(lambda: pick_kernels(reg, kernels, dev, ("lightning", "softmax"), plugins))
+    want = guarded(lambda: axes.modes(mode))
+    if command == "memory":
+        want = [m for m in want if m != "bwd"] or ["fwd"]
+    tasks = [Task(command, e.name, c, tuple(want), budget) for c in cases for e in chosen]
+    writer = open_writer(out, command, collect(), resume)
+    execute(command, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s,
+            repeat=repeat if command == "speed" else 1, plugins=plugins, resume=resume)
+    finish(writer, as_json, speed_tables if command == "speed" else memory_tables)

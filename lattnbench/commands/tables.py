@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from lattnbench.rowview import legend, marks, pct_floor, sig3, spread_text, timer_median, timer_range
+from lattnbench.views.rows import legend, marks, pct_floor, sig3, spread_text, timer_median, timer_range
 
 STATUS_STYLE = {"fail": "bold red", "error": "red", "oom": "yellow", "timeout": "red",
                 "unsupported": "dim", "unavailable": "dim"}

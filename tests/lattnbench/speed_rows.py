@@ -9,8 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lattnbench.measure import timing_fields
-from lattnbench.timing import PointTiming, TimerResult
+from lattnbench.measure.points import timing_fields
+from lattnbench.measure.timing import PointTiming, TimerResult
 
 
 def base(kernel: str, seqlen: int, mode: str = "fwd", family: str | None = None, framework: str = "torch",

@@ -8,9 +8,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from lattnbench import doctor
+from lattnbench.measure import doctor
 from lattnbench.cli import app
-from lattnbench.doctor import CPU_TOLERANCES, TOLERANCES, Probe, Reading, Reference, Timed, diagnose, judge
+from lattnbench.measure.doctor import CPU_TOLERANCES, TOLERANCES, Probe, Reading, Reference, Timed, diagnose, judge
 
 runner = CliRunner()
 
@@ -142,7 +142,7 @@ def test_cli_json_is_one_object_with_the_documented_fields(monkeypatch):
     res = cli(monkeypatch, fake_probe(agreeing(copy__graph=0.70)), "--json")
     assert res.exit_code == 1
     doc = json.loads(res.stdout)
-    assert doc["schema"] == "lattnbench.doctor/1" and doc["gpu"] is True
+    assert doc["schema"] == "lattnbench.measure.doctor/1" and doc["gpu"] is True
     assert {"machine", "ceilings", "clocks", "tolerances", "references", "checks", "notes", "verdict",
             "exit_code"} <= set(doc)
     assert doc["verdict"] == "disagree" and doc["exit_code"] == 1

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lattnbench.cli import app
-from lattnbench.gate import GateError, parse_threshold
+from lattnbench.views.gate import GateError, parse_threshold
 from lattnbench.results import ResultsWriter
 
 runner = CliRunner()

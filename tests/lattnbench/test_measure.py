@@ -1,5 +1,5 @@
 """Reasons recorded for failed points stay one line and keep the actual error."""
-from lattnbench.measure import one_line
+from lattnbench.measure.points import one_line
 
 
 class CompilationError(Exception):
@@ -20,9 +20,9 @@ def test_one_line_is_short_and_first_line_only_otherwise():
 
 
 def test_bwd_graph_time_is_fwdbwd_minus_fwd_and_graphs_run_after_every_device_timer(monkeypatch):
-    from lattnbench import timing
-    from lattnbench.measure import Sweeper
-    from lattnbench.timing import PointTiming, TimerResult
+    from lattnbench.measure import timing
+    from lattnbench.measure.points import Sweeper
+    from lattnbench.measure.timing import PointTiming, TimerResult
 
     seen = []
 

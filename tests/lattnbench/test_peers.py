@@ -21,12 +21,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from lattnbench import peers, registry
+from lattnbench import registry
+from lattnbench.registry import entry
+from lattnbench.registry import peers
 from lattnbench.cli import app
 from lattnbench.registry import default_registry
 from lattnbench.spec import Case
-from lattnbench.tolerance import TOLERANCE
-from lattnbench.verify import check
+from lattnbench.measure.tolerance import TOLERANCE
+from lattnbench.measure.verify import check
 
 runner = CliRunner()
 
@@ -34,8 +36,8 @@ runner = CliRunner()
 # ---- helpers ---------------------------------------------------------------------------------
 
 def _clear_caches():
-    registry._importable.cache_clear()
-    registry._load.cache_clear()
+    entry._importable.cache_clear()
+    entry._load.cache_clear()
     registry.default_registry.cache_clear()
 
 
@@ -389,9 +391,9 @@ def test_real_ejkernel_eager_gradients_against_the_reference(fresh):
     import jax
     import jax.numpy as jnp
 
-    from lattnbench.inputs import constants, numpy_inputs
-    from lattnbench.tolerance import err_ratio
-    from lattnbench.verify import reference
+    from lattnbench.measure.inputs import constants, numpy_inputs
+    from lattnbench.measure.tolerance import err_ratio
+    from lattnbench.measure.verify import reference
 
     entry = default_registry()["lightning/ejkernel"]
     fn = entry.load()

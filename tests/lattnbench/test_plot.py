@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from lattnbench.cli import app
-from lattnbench.plot import PlotError, figure
-from lattnbench.report import load_docs
+from lattnbench.views.plot import PlotError, figure
+from lattnbench.views.rows import load_docs
 from lattnbench.results import ResultsWriter
 
 runner = CliRunner()

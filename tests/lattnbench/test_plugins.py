@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lattnbench import registry
+from lattnbench.registry import entry
 from lattnbench.cli import app
 from lattnbench.registry import ALL_FEATURES, PLUGIN_ATTRIBUTES, load_plugin, registry_with
 from lattnbench.spec import SpecError
@@ -29,8 +30,8 @@ def invoke(*args):
 
 
 def _clear():
-    registry._importable.cache_clear()
-    registry._load.cache_clear()
+    entry._importable.cache_clear()
+    entry._load.cache_clear()
     registry.default_registry.cache_clear()
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lattnbench import memory_estimate
+from lattnbench.measure import memory_estimate
 from lattnbench.cli import app
-from lattnbench.memory_estimate import estimate, estimate_bytes, meminfo_available, too_big
+from lattnbench.measure.memory_estimate import estimate, estimate_bytes, meminfo_available, too_big
 from lattnbench.registry import default_registry
 from lattnbench.results import load, row_key
 from lattnbench.spec import Case
@@ -178,7 +178,7 @@ def test_a_killed_parent_takes_its_worker_along(tmp_path):
     worker = None
     deadline = time.monotonic() + 120
     while worker is None and time.monotonic() < deadline:
-        worker = next((p for p in _children(proc.pid) if "lattnbench.worker" in _cmdline(p)), None)
+        worker = next((p for p in _children(proc.pid) if "lattnbench.runner.worker" in _cmdline(p)), None)
         time.sleep(0.05)
     assert worker is not None, "no worker process started"
     proc.kill()
@@ -306,7 +306,7 @@ def test_meminfo(tmp_path):
 
 
 def test_a_case_that_cannot_fit_is_recorded_oom_without_running(monkeypatch, tmp_path):
-    import lattnbench.measure as measure
+    import lattnbench.measure.points as measure
 
     entry = default_registry()["lightning/naive-torch"]
     case = Case(1, 256, 2, 2, 16, 16, "fp32")

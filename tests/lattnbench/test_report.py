@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from lattnbench.cli import app
-from lattnbench.report import ReportError, replace_block
+from lattnbench.views.report import ReportError, replace_block
 from lattnbench.results import ResultsWriter
 
 runner = CliRunner()
@@ -245,7 +245,9 @@ def test_readers_import_neither_torch_nor_jax(tmp_path):
     code = f"""
 import sys
 from lattnbench.commands import report, plot, gate
-from lattnbench import report as r, plot as p, gate as g
+from lattnbench.views import report as r
+from lattnbench.views import plot as p
+from lattnbench.views import gate as g
 docs = r.load_docs([{str(res_path)!r}])
 r.render(docs); p.figure(docs[0], "speedup"); g.compare(docs[0]["rows"], docs[0]["rows"], 0.1)
 r.render(docs, timer="graph"); p.figure(docs[0], "speed", timer="device")
@@ -259,7 +261,7 @@ assert not heavy, heavy
 
 
 def test_fmt_keeps_two_to_three_significant_decimals():
-    from lattnbench.report import fmt
+    from lattnbench.views.report import fmt
 
     assert [fmt(v) for v in (0.09441, 0.46, 1.134238, 17.661427, 162.895615, 4096.000488)] == [
         "0.0944", "0.460", "1.13", "17.66", "162.9", "4096"]
@@ -267,7 +269,7 @@ def test_fmt_keeps_two_to_three_significant_decimals():
 
 
 def test_env_line_names_the_kernel_knobs_a_run_was_made_under():
-    from lattnbench.report import env_summary
+    from lattnbench.views.report import env_summary
 
     doc = {"env": {"gpu": "NVIDIA H200", "commit": "abc", "knobs": {"LIGHTNING_TRITON_BWD": "fused",
                                                                    "TRITON_CACHE_DIR": "/tmp/x"}},

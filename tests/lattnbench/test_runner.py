@@ -8,11 +8,11 @@ import pytest
 from typer.testing import CliRunner
 
 from lattnbench.cli import app
-from lattnbench.plan import Task
+from lattnbench.runner.plan import Task
 from lattnbench.results import ResultsWriter, load
-from lattnbench.runner import ISOLATED_ENV, Job, RunConfig, Runner, WorkerJob, expand_runs, make_jobs
+from lattnbench.runner.loop import ISOLATED_ENV, Job, RunConfig, Runner, WorkerJob, expand_runs, make_jobs
 from lattnbench.spec import Case
-from lattnbench.tuning import reset_autotuning
+from lattnbench.runner.tuning import reset_autotuning
 
 HERE = Path(__file__).parent
 runner = CliRunner()
@@ -167,7 +167,7 @@ def test_tuned_configs_are_kept_per_point_and_restored_only_where_still_listed(p
     import stateful_kernels
     import triton
 
-    from lattnbench import tuning
+    from lattnbench.runner import tuning
 
     tuner = stateful_kernels.TUNER
     tuner.cache.clear()

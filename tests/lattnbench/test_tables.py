@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from lattnbench.cli import app
 from lattnbench.commands.tables import check_tables, kernel_table, memory_tables, speed_tables
 from lattnbench.results import ResultsWriter
-from lattnbench.rowview import HOST_NOTE, SPREAD_NOTE, THROTTLE_NOTE, sig3
+from lattnbench.views.rows import HOST_NOTE, SPREAD_NOTE, THROTTLE_NOTE, sig3
 
 from speed_rows import base, repeated
 
@@ -202,8 +202,8 @@ def test_check_grad_cli_output_fits_80_columns(tmp_path):
 
 
 def test_rowview_reads_each_timer_from_where_the_row_keeps_it(tmp_path):
-    from lattnbench.rowview import run_medians, run_spread, timer_median, timer_range
-    from lattnbench.timing import quantile
+    from lattnbench.views.rows import run_medians, run_spread, timer_median, timer_range
+    from lattnbench.measure.timing import quantile
 
     from speed_rows import one_run
 

@@ -4,10 +4,10 @@ import time
 
 import pytest
 
-from lattnbench import timing
-from lattnbench.roofline import bytes_moved, floor_ms, flops
+from lattnbench.measure import timing
+from lattnbench.measure.roofline import bytes_moved, floor_ms, flops
 from lattnbench.spec import Case
-from lattnbench.timing import Backend, PointTiming, TimerResult, measure_point, quantile
+from lattnbench.measure.timing import Backend, PointTiming, TimerResult, measure_point, quantile
 
 
 def host(sync=lambda _r: None):

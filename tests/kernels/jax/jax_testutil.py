@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import torch
 
-from lattnbench.tolerance import TOLERANCE, err_ratio
+from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 
 DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
 #: compile the test graphs with little backend optimisation: 3-4x faster compiles on CPU, same numerics

@@ -14,7 +14,7 @@ from jax_testutil import FAST_COMPILE, assert_close, cotangents, jax_run, make_i
 from lattnbench.kernels.decay import lightning_decay
 from lattnbench.kernels.jax import IMPLS, lightning_attn, recurrent, recurrent_gla
 from lattnbench.kernels.naive import torch_ref
-from lattnbench.tolerance import TOLERANCE, err_ratio
+from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 
 H, HK, D, E = 4, 2, 24, 40
 

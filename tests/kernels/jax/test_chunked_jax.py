@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jax_testutil import assert_close, cotangents, jax_run, make_inputs, torch_reference
 from lattnbench.kernels.jax.chunked import chunked_attention
 from lattnbench.kernels.naive import torch_ref
-from lattnbench.tolerance import TOLERANCE, err_ratio
+from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 
 CU = np.array([0, 17, 18, 45])  # three sequences of unequal length, one of length 1
 H, HK, D, E = 4, 2, 48, 80      # GQA, non-power-of-two D != E

@@ -14,7 +14,7 @@ from lattnbench.kernels.jax import chunked
 from lattnbench.kernels.jax.api import lightning_attn
 from lattnbench.kernels.jax.chunked import chunked_attention
 from lattnbench.kernels.naive import torch_ref
-from lattnbench.tolerance import TOLERANCE, err_ratio
+from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 
 H, HK, D, E = 4, 2, 48, 80      # GQA, non-power-of-two D != E
 CU = np.array([0, 17, 18, 45])  # unequal lengths, one of length 1

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jax_testutil import FAST_COMPILE, cotangents, make_inputs, torch_reference
 from lattnbench.kernels.jax import naive
 from lattnbench.kernels.naive import torch_ref
-from lattnbench.tolerance import TOLERANCE, err_ratio
+from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 
 CU = np.array([0, 1, 21, 34])  # three sequences of unequal length, one of length 1
 

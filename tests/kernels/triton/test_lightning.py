@@ -16,7 +16,7 @@ from lattnbench.kernels.decay import lightning_decay
 from lattnbench.kernels.naive.torch_ref import lightning_naive
 from lattnbench.kernels.triton.lightning import lightning_attn, lightning_attn_triton
 from lattnbench.kernels.triton.lightning import ops as tl_ops
-from lattnbench.tolerance import TOLERANCE, err_ratio
+from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 from triton_testutil import LaunchSpy
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"

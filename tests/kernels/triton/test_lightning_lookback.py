@@ -16,7 +16,7 @@ from lattnbench.kernels.naive.torch_ref import lightning_naive
 from lattnbench.kernels.triton.lightning import lightning_attn_triton
 from lattnbench.kernels.triton.lightning import lookback as LB
 from lattnbench.kernels.triton.lightning import ops as tl_ops
-from lattnbench.tolerance import TOLERANCE, err_ratio
+from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 from triton_testutil import LaunchSpy
 
 NAMES = {torch.float32: "fp32", torch.float16: "fp16"}

@@ -44,9 +44,9 @@ def resolve_device(device: str) -> str:
 def make_problem(entry: KernelEntry, case: Case, device: str, seed: int = 0, arrays=None):
     """The framework adapter's problem object for one kernel and case (imports lazily)."""
     if entry.framework == "torch":
-        from lattnbench.torch_fw import TorchProblem
+        from lattnbench.adapters.torch_problem import TorchProblem
         return TorchProblem(entry, case, device, seed, arrays)
-    from lattnbench.jax_fw import JaxProblem
+    from lattnbench.adapters.jax_problem import JaxProblem
     return JaxProblem(entry, case, device, seed, arrays)
 
 
@@ -73,10 +73,10 @@ def classify(exc: BaseException, entry: KernelEntry) -> tuple[str, str]:
         return "timeout", str(exc)
     oom = False
     if entry.framework == "torch":
-        from lattnbench.torch_fw import is_oom
+        from lattnbench.adapters.torch_problem import is_oom
         oom = is_oom(exc)
     else:
-        from lattnbench.jax_fw import is_oom
+        from lattnbench.adapters.jax_problem import is_oom
         oom = is_oom(exc)
     return ("oom", one_line(exc)) if oom else ("error", one_line(exc))
 
@@ -133,14 +133,14 @@ class Sweeper:
     def _gate(self, entry: KernelEntry, case: Case, modes: Iterable[str], metric: str) -> list[dict] | None:
         """Rows for points that cannot run (unavailable / unsupported / oom), or None to go ahead.
 
-        Memory sense: a mode whose estimated need (``lattnbench.memory_estimate``) exceeds what
+        Memory sense: a mode whose estimated need (``lattnbench.measure.memory_estimate``) exceeds what
         the device has free is recorded as ``oom`` without running. When only some modes of
         the point are too big, their rows are emitted here and they are dropped from ``modes``
         (the list ``_todo`` made for this point) so that the others still run.
         """
         gated = point_gate(entry, case, self.device)
         if gated is None:
-            from lattnbench.memory_estimate import free_bytes, too_big
+            from lattnbench.measure.memory_estimate import free_bytes, too_big
 
             free = free_bytes(self.device)
             big = {m: r for m in modes if (r := too_big(entry, case, m, self.device, free)) is not None}
@@ -165,8 +165,8 @@ class Sweeper:
 
     def speed(self, entry: KernelEntry, case: Case, modes: Iterable[str], run: int = 0) -> list[dict]:
         """Time each mode with every timer; one row per mode (``timer`` names the tables' one)."""
-        from lattnbench.roofline import floor_ms
-        from lattnbench.timing import measure_point
+        from lattnbench.measure.roofline import floor_ms
+        from lattnbench.measure.timing import measure_point
 
         modes = self._todo(entry, case, modes, "time_ms")
         if not modes:
@@ -236,7 +236,7 @@ class Sweeper:
         capture, on another stream; with fwd and fwdbwd measured, its graph time is their
         difference.
         """
-        from lattnbench.timing import TimerResult, time_graph
+        from lattnbench.measure.timing import TimerResult, time_graph
 
         budget_ms = self.budget_s * 1e3 / 2
         for mode, (call, pt, _, _) in timed.items():
@@ -290,7 +290,7 @@ _BACKENDS: dict = {}
 
 def timing_backend(problem, device: str):
     """The timers' backend for a problem: torch on CUDA, JAX on a GPU, or the host clock."""
-    from lattnbench import timing
+    from lattnbench.measure import timing
 
     if device != "cuda":
         return timing.host_backend(problem.sync)
@@ -306,14 +306,14 @@ def timing_backend(problem, device: str):
 def clock_sample(device: str) -> dict | None:
     if device != "cuda":
         return None
-    from lattnbench.clocks import sample
+    from lattnbench.measure.clocks import sample
     return sample()
 
 
 def timing_fields(pt, run: int = 0, before: dict | None = None, after: dict | None = None) -> dict:
     """A speed row's measured fields: the device timer's numbers, every timer's block, one run."""
-    from lattnbench.clocks import throttled
-    from lattnbench.timing import quantile
+    from lattnbench.measure.clocks import throttled
+    from lattnbench.measure.timing import quantile
 
     dev = pt.timers["device"]
     med = {name: (pt.get(name).median if pt.get(name) else None) for name in ("graph", "latency", "host")}
@@ -354,7 +354,7 @@ def execute(task, registry, device: str, ceilings: dict) -> list[dict]:
     """Run one task here and return its rows (speed, memory or check-grad)."""
     entry = registry[task.kernel]
     if task.kind == "check-grad":
-        from lattnbench.verify import check
+        from lattnbench.measure.verify import check
 
         return check(entry, task.case, device, task.seed)
     rows: list[dict] = []
@@ -369,8 +369,8 @@ def execute(task, registry, device: str, ceilings: dict) -> list[dict]:
 def failed_rows(task, entry: KernelEntry, device: str, status: str, reason: str) -> list[dict]:
     """The rows a task would have produced, each with ``status`` and ``reason`` (timeouts, crashes)."""
     if task.kind == "check-grad":
-        from lattnbench.tolerance import TOLERANCE
-        from lattnbench.verify import expected_tensors
+        from lattnbench.measure.tolerance import TOLERANCE
+        from lattnbench.measure.verify import expected_tensors
 
         return [{**base_row(entry, task.case, device, "fwdbwd", "err_ratio"), "tensor": t,
                  "tol": TOLERANCE[task.case.dtype], "status": status, "reason": reason}

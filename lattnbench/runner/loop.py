@@ -4,7 +4,7 @@ Where a task runs is the isolation mode (``--isolate``):
 
 - ``kernel`` (the default on a GPU): each kernel's points run in a fresh worker process (one per
   kernel and per run of ``--repeat``), and autotuning is forgotten between its points
-  (``lattnbench.tuning``), so no kernel's compile or autotune state reaches another's numbers
+  (``lattnbench.runner.tuning``), so no kernel's compile or autotune state reaches another's numbers
   and every point is tuned at its own shape;
 - ``point``: every point in a fresh worker;
 - ``none`` (the default on a CPU): everything in this process.
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from lattnbench.plan import Task
+from lattnbench.runner.plan import Task
 from lattnbench.results import ResultsWriter, row_key
 
 ISOLATION = ("kernel", "point", "none")
@@ -64,7 +64,7 @@ class Job:
     """Tasks that share one process (``worker`` False: this one).
 
     ``forget_tuning``: tune every timing point at its own shape (forget between points, and keep
-    or restore each point's tuned configs; ``lattnbench.tuning``).
+    or restore each point's tuned configs; ``lattnbench.runner.tuning``).
     """
 
     tasks: list[Task]
@@ -128,7 +128,7 @@ def make_jobs(runs: list[list[Task]], isolate: str, timeout_s: float) -> list[Jo
 
 def pending(tasks: list[Task], writer: ResultsWriter, device: str, registry) -> list[Task]:
     """Tasks (and speed / memory modes) not yet in the results file: what ``--resume`` still runs."""
-    from lattnbench.measure import base_row
+    from lattnbench.measure.points import base_row
 
     runs = writer.done_runs()
     out = []
@@ -189,10 +189,10 @@ class Runner:
             signal.signal(signal.SIGTERM, old_term)
 
     def _run_here(self, job: Job) -> None:
-        from lattnbench.measure import execute
+        from lattnbench.measure.points import execute
 
         if self._want_ceilings():
-            from lattnbench.roofline import measure_ceilings
+            from lattnbench.measure.roofline import measure_ceilings
 
             self.writer.set_ceilings(measure_ceilings(self.cfg.device))
         for task in job.tasks:
@@ -203,7 +203,7 @@ class Runner:
 
     def record_failure(self, task: Task, status: str, reason: str) -> list[dict]:
         """Rows with ``status`` for the parts of ``task`` not in the file yet (this run's, for speed)."""
-        from lattnbench.measure import failed_rows
+        from lattnbench.measure.points import failed_rows
 
         done = self.writer.done_runs()
         rows = []
@@ -235,12 +235,12 @@ class WorkerJob:
         self.proc: subprocess.Popen | None = None
 
     def _env(self) -> dict[str, str]:
-        from lattnbench.worker import PARENT_ENV
+        from lattnbench.runner.worker import PARENT_ENV
 
         env = dict(os.environ)
         if self.runner.cfg.isolate != "none":
             env.update(ISOLATED_ENV)
-            from lattnbench.tuning import tuning_dir
+            from lattnbench.runner.tuning import tuning_dir
 
             # fresh processes recompile what JAX compiled before: keep it on disk
             env.setdefault("JAX_COMPILATION_CACHE_DIR", str(tuning_dir().parent / "jax-compile"))
@@ -266,7 +266,7 @@ class WorkerJob:
             "rows": str(rows_path), "heartbeat": str(beat_path), "tasks": [t.to_json() for t in listed]}))
         rows_path.touch()
         log = open(self.dir / f"log-{n}.txt", "w")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen([sys.executable, "-m", "lattnbench.worker", str(job_path)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "lattnbench.runner.worker", str(job_path)],
                                      env=self._env(), stdout=log, stderr=log, start_new_session=True)
         log.close()
         return rows_path, beat_path, listed

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lattnbench.report import (MODE_ORDER, gpu_name, is_speed, kernel_sort_key, pick_reference,
+from lattnbench.views.rows import (MODE_ORDER, gpu_name, is_speed, kernel_sort_key, pick_reference,
                                shape_key, shape_label, value)
-from lattnbench.rowview import HOST_NOTE, THROTTLE_NOTE, timer_range
+from lattnbench.views.rows import HOST_NOTE, THROTTLE_NOTE, timer_range
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

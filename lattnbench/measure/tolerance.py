@@ -33,8 +33,3 @@ def err_ratio(x, ref) -> float:
         return math.inf
     denom = math.sqrt(float(np.mean(b * b))) or 1.0
     return math.sqrt(float(np.mean((a - b) ** 2))) / denom
-
-
-def passes(err: float, dtype: str) -> bool:
-    """True when err is finite and within the table's bound for dtype."""
-    return math.isfinite(err) and err <= TOLERANCE[dtype]

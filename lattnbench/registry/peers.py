@@ -39,7 +39,7 @@ import importlib.util
 from collections.abc import Callable
 
 from lattnbench.errors import Unsupported
-from lattnbench.registry import KernelEntry
+from lattnbench.registry.entry import KernelEntry
 from lattnbench.spec import Case
 
 # ---- fla (flash-linear-attention) ------------------------------------------------------------

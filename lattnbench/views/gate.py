@@ -42,7 +42,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from lattnbench.report import agreement_passes, is_speed, pick_reference, shape_label
+from lattnbench.views.rows import agreement_passes, is_speed, pick_reference, shape_label
 from lattnbench.results import row_key
 
 BOOTSTRAP = 1000
@@ -115,7 +115,7 @@ def _samples(row: dict):
 def run_ratios(kernel: dict, reference: dict) -> list[float] | None:
     """kernel/reference device medians of the runs both measured (paired by run index), or None
     when fewer than MIN_RUNS pairs exist."""
-    from lattnbench.rowview import run_medians
+    from lattnbench.views.rows import run_medians
 
     k, r = run_medians(kernel), run_medians(reference)
     pairs = sorted(set(k) & set(r))
@@ -155,7 +155,7 @@ def significance(k_cur: dict, r_cur: dict, k_base: dict, r_base: dict,
 
 def _order(row: dict) -> tuple:
     """Kernel, then metric, mode, shape and n ascending: the order a reader scans."""
-    from lattnbench.report import MODE_ORDER, TENSOR_ORDER, shape_key
+    from lattnbench.views.rows import MODE_ORDER, TENSOR_ORDER, shape_key
 
     mode, tensor = row.get("mode"), row.get("tensor")
     return (row["kernel"], ("time_ms", "peak_mb", "err_ratio").index(row["metric"])
@@ -166,7 +166,7 @@ def _order(row: dict) -> tuple:
 
 
 def _ratio(k: dict | None, r: dict | None) -> float | None:
-    from lattnbench.report import value
+    from lattnbench.views.rows import value
 
     kv, rv = value(k, "device"), value(r, "device")
     return kv / rv if kv is not None and rv else None

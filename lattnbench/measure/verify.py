@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from lattnbench.inputs import constants, numpy_inputs
-from lattnbench.measure import base_row, classify, make_problem, point_gate
+from lattnbench.measure.inputs import constants, numpy_inputs
+from lattnbench.measure.points import base_row, classify, make_problem, point_gate
 from lattnbench.registry import KernelEntry
 from lattnbench.spec import Case
-from lattnbench.tolerance import TOLERANCE, err_ratio
+from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 
 #: beyond this many B·H·T² scores the quadratic fp64 reference hands over to the chunked one
 QUADRATIC_REF_LIMIT = 2**26
-GRAD_OF = {"q": "dq", "k": "dk", "v": "dv", "h0": "dh0", "g": "dg"}
 
 
 def reference(family: str, case: Case, arrays: dict[str, np.ndarray], entry: KernelEntry,
@@ -26,7 +25,8 @@ def reference(family: str, case: Case, arrays: dict[str, np.ndarray], entry: Ker
     import torch
 
     from lattnbench.kernels.naive import torch_ref
-    from lattnbench.torch_fw import DTYPES, FP32_TENSORS
+    from lattnbench.adapters.base import DIFFERENTIABLE, FP32_TENSORS, GRAD_NAMES
+    from lattnbench.adapters.torch_problem import DTYPES
 
     low = DTYPES[case.dtype]
     dev = torch.device(device)
@@ -35,7 +35,7 @@ def reference(family: str, case: Case, arrays: dict[str, np.ndarray], entry: Ker
         rounded = torch.from_numpy(x).to(torch.float32 if name in FP32_TENSORS else low)
         t[name] = rounded.to(dev, torch.float64)
     const = constants(case, entry)
-    diff = [n for n in ("q", "k", "v", "h0", "g") if n in t]
+    diff = [n for n in DIFFERENTIABLE if n in t]
     for n in diff:
         t[n].requires_grad_(True)
     if family == "softmax":
@@ -56,7 +56,7 @@ def reference(family: str, case: Case, arrays: dict[str, np.ndarray], entry: Ker
     got = {"o": outs[0]}
     if family != "softmax":
         got["final_state"] = outs[1]
-    got.update({GRAD_OF[n]: g for n, g in zip(diff, grads)})
+    got.update({GRAD_NAMES[n]: g for n, g in zip(diff, grads)})
     return {k: v.detach().cpu().numpy() for k, v in got.items() if v is not None}
 
 

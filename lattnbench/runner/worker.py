@@ -1,9 +1,9 @@
-"""A worker process: ``python -m lattnbench.worker JOB.json`` runs a job's tasks in order.
+"""A worker process: ``python -m lattnbench.runner.worker JOB.json`` runs a job's tasks in order.
 
 Before each task it writes a heartbeat (the task's index and start time) so the parent can time
 it out; after each task it appends one JSON line with the task's rows. Under isolation it forgets
 autotuning between timing points and keeps or restores each point's tuned configs
-(``lattnbench.tuning``). It dies with its parent.
+(``lattnbench.runner.tuning``). It dies with its parent.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from lattnbench import tuning
+from lattnbench.runner import tuning
 
 #: the parent's pid: a worker whose parent is gone stops
 PARENT_ENV = "LATTNBENCH_PARENT_PID"
@@ -53,8 +53,8 @@ def _machine(device: str) -> dict:
 
 
 def run_job(job: dict) -> None:
-    from lattnbench.measure import execute
-    from lattnbench.plan import Task
+    from lattnbench.measure.points import execute
+    from lattnbench.runner.plan import Task
     from lattnbench.registry import registry_with
 
     device = job["device"]
@@ -70,7 +70,7 @@ def run_job(job: dict) -> None:
             task = Task.from_json(spec)
             _beat(beat, i)
             if task.kind == "ceilings":
-                from lattnbench.roofline import measure_ceilings
+                from lattnbench.measure.roofline import measure_ceilings
 
                 ceilings = measure_ceilings(device)
                 msg = {"task": i, "ceilings": ceilings}

@@ -2,7 +2,7 @@
 
 It reports the machine, the measured ceilings (copy GB/s, bf16 TFLOP/s), the GPU clocks and a
 timer self-check: fixed reference kernels, sized to be device-bound and long enough to time
-well, each timed by every timer of ``lattnbench.timing`` and by ``triton.testing.do_bench``.
+well, each timed by every timer of ``lattnbench.measure.timing`` and by ``triton.testing.do_bench``.
 On these kernels the timers measure the same thing, so their medians must agree within
 TOLERANCES; when they do not, a timer (or the machine: clocks, a neighbour) is broken and no
 speed table from here can be trusted. On a CPU only the host-clock timers exist: they run, their
@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
-SCHEMA = "lattnbench.doctor/1"
+SCHEMA = "lattnbench.measure.doctor/1"
 #: the timers each reference is read by, in the order they are shown
 READINGS = ("device", "do_bench", "graph", "latency", "host")
 
@@ -222,7 +222,7 @@ def _cpu_machine() -> dict:
 
 
 def _clocks() -> dict:
-    from lattnbench import clocks
+    from lattnbench.measure import clocks
 
     sample = clocks.sample()
     return {"sample": sample, "reason": None if sample else (clocks.unavailable_reason() or "no GPU")}
@@ -273,8 +273,8 @@ def gpu_references() -> list[Reference]:
 
 def gpu_time(ref: Reference) -> Timed:
     """Every timer and do_bench on one reference, with NVML samples around them."""
-    from lattnbench import clocks
-    from lattnbench.timing import do_bench_ms, measure_point, torch_cuda_backend
+    from lattnbench.measure import clocks
+    from lattnbench.measure.timing import do_bench_ms, measure_point, torch_cuda_backend
 
     call = ref.make()
     be = torch_cuda_backend()
@@ -290,7 +290,7 @@ def gpu_time(ref: Reference) -> Timed:
 
 def gpu_probe() -> Probe:
     from lattnbench.env import gpu_info
-    from lattnbench.roofline import measure_ceilings
+    from lattnbench.measure.roofline import measure_ceilings
 
     def machine() -> dict:
         info = gpu_info()
@@ -321,7 +321,7 @@ def cpu_references() -> list[Reference]:
 
 def cpu_time(ref: Reference) -> Timed:
     """The host-clock timers (device batches, latency, host); do_bench and graph need a GPU."""
-    from lattnbench.timing import host_backend, measure_point
+    from lattnbench.measure.timing import host_backend, measure_point
 
     pt = measure_point(ref.make(), host_backend(lambda _r: None), budget_s=0.3,
                        timers=("device", "graph", "latency"))

@@ -26,25 +26,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from lattnbench.results import HOST_BOUND, TIMERS, quantile  # noqa: F401 - part of the timers' API
+
 #: aim a host-clock batch at this many ms, with at most BATCH_MAX calls
 BATCH_TARGET_MS = 10.0
 BATCH_MAX = 100
 #: the L2 flush writes more than the largest L2 (H200: 50 MB)
 FLUSH_BYTES = 256 * 2**20
-TIMERS = ("device", "graph", "latency", "host")
-#: a point is host-bound when device or latency exceeds this multiple of graph
-HOST_BOUND = 1.5
-
-
-def quantile(xs: Sequence[float], q: float) -> float:
-    """Linear-interpolated quantile of ``xs`` (``q`` in 0..1)."""
-    s = sorted(xs)
-    if len(s) == 1:
-        return s[0]
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 @dataclass

@@ -14,14 +14,13 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from lattnbench.adapters.base import FP32_TENSORS, Problem  # noqa: E402
 from lattnbench.errors import Unsupported  # noqa: E402
-from lattnbench.inputs import constants, numpy_inputs, shapes  # noqa: E402,F401
-from lattnbench.registry import KernelEntry  # noqa: E402
+from lattnbench.measure.inputs import shapes  # noqa: E402
+from lattnbench.registry.entry import KernelEntry  # noqa: E402
 from lattnbench.spec import Case  # noqa: E402
 
 DTYPES = {"fp64": jnp.float64, "fp32": jnp.float32, "bf16": jnp.bfloat16, "fp16": jnp.float16}
-FP32_TENSORS = ("h0", "dS", "g")
-GRAD_NAMES = {"q": "dq", "k": "dk", "v": "dv", "h0": "dh0", "g": "dg"}
 
 
 def jax_device(device: str):
@@ -32,19 +31,17 @@ def jax_device(device: str):
         raise Unsupported(f"JAX has no {kind} backend here") from None
 
 
-class JaxProblem:
-    """One kernel on one case, inputs placed once on the JAX device."""
+class JaxProblem(Problem):
+    """JAX arrays placed once on the JAX device; jitted calls; gradients from jax.vjp."""
 
     def __init__(self, entry: KernelEntry, case: Case, device: str, seed: int = 0,
                  arrays: dict[str, np.ndarray] | None = None) -> None:
-        self.entry, self.case, self.family = entry, case, entry.family
         self.dev = jax_device(device)
         if case.dtype == "fp64" and not jax.config.jax_enable_x64:
             raise Unsupported("fp64 in JAX needs JAX_ENABLE_X64=1")
-        self.fn = entry.load()
-        self.const = constants(case, entry, seed)
+        super().__init__(entry, case, seed)
         self.arrays = self._build(arrays, seed)
-        self.diff = [n for n in ("q", "k", "v", "h0", "g") if n in self.arrays]
+        self.diff = self.differentiable(self.arrays)
         self._f = self._closure()
         self._fwd = jax.jit(self._f)
         self._fb = jax.jit(self._fwd_and_grad)
@@ -122,11 +119,7 @@ class JaxProblem:
                                                  self.arrays.get("dS", self.arrays["do"]))
         else:
             outs, grads = self.fwdbwd()
-        got = {"o": outs[0]}
-        if self.family != "softmax":
-            got["final_state"] = outs[1] if len(outs) > 1 else None
-        got.update({GRAD_NAMES[n]: g for n, g in zip(self.diff, grads)})
-        return got
+        return self.named(outs, grads)
 
     def peak_mb(self, mode: str) -> tuple[float, str]:
         """XLA's compiled memory analysis: temporaries + outputs (arguments excluded), in MB."""

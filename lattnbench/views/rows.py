@@ -10,9 +10,12 @@ the same number everywhere. Nothing here imports torch or jax.
 from __future__ import annotations
 
 import math
+import re
 import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
-from lattnbench.timing import HOST_BOUND, TIMERS, quantile
+from lattnbench.results import HOST_BOUND, TIMERS, load, quantile, row_key
 
 #: the timers a view can show (``host`` is the enqueue time, not a time per call)
 VIEW_TIMERS = ("device", "graph", "latency")
@@ -166,3 +169,142 @@ def sig3(v: float | None) -> str:
     if decimals and len(text.replace("-", "").replace(".", "").lstrip("0")) > 3:
         text = f"{v:.{decimals - 1}f}"  # 9.996 rounds up to 10.00: keep three digits
     return text
+
+
+# ---- shared by report, plot and gate: loading, ordering, labels ------------------------------
+
+class ReportError(ValueError):
+    """A user error (unknown reference, missing README markers): one line, shown as is."""
+
+
+FAMILY_ORDER = ("lightning", "gla", "softmax")
+MODE_ORDER = ("fwd", "bwd", "fwdbwd")
+TENSOR_ORDER = ("o", "final_state", "dq", "dk", "dv", "dh0", "dg")
+#: preferred speed-up references, best-known FlashAttention first; then any softmax kernel
+REFERENCE_PREFERENCE = ("softmax/sdpa-flash", "softmax/flash-attn", "softmax/sdpa-cudnn",
+                        "softmax/jax-cudnn", "softmax/sdpa-efficient", "softmax/jax-xla",
+                        "softmax/naive-torch")
+#: fields that make a shape group (every field of a point but kernel, seqlen, mode, metric)
+SHAPE_FIELDS = ("device", "batch", "heads", "kv_heads", "dim_qk", "dim_v", "dtype", "decay",
+                "varlen", "initial_state", "reverse")
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+DASH = "—"
+
+
+# ---------------------------------------------------------------- shared with plot and gate
+def load_docs(paths: Sequence[str | Path]) -> list[dict]:
+    """Load each file (ResultsError on the first bad one) with its rows de-duplicated."""
+    docs = []
+    for p in paths:
+        doc = load(p)
+        doc["path"] = str(p)
+        doc["rows"] = dedupe(doc["rows"])
+        docs.append(doc)
+    return docs
+
+
+def dedupe(rows: Iterable[dict]) -> list[dict]:
+    """One row per point; a later row (a resumed or repeated measurement) replaces an earlier."""
+    by_key: dict[tuple, dict] = {}
+    for r in rows:
+        by_key[row_key(r)] = r
+    return list(by_key.values())
+
+
+def is_speed(row: dict) -> bool:
+    """A real timing: Triton-interpreter timings on CPU say nothing about speed."""
+    return row.get("metric") == "time_ms" and not row.get("interpreted")
+
+
+def value(row: dict | None, timer: str | None = None) -> float | None:
+    """The finite median of an ok row (of ``timer`` for a speed row when given), else None."""
+    if timer is not None and row is not None and row.get("metric") == "time_ms":
+        return timer_median(row, timer)
+    if row is None or row.get("status") != "ok":
+        return None
+    v = row.get("median")
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def kernel_sort_key(name: str, families: dict[str, str]) -> tuple:
+    fam = families.get(name, name.split("/")[0])
+    return (FAMILY_ORDER.index(fam) if fam in FAMILY_ORDER else len(FAMILY_ORDER), name)
+
+
+def pick_reference(rows: Sequence[dict], requested: str | None = None) -> str | None:
+    """The kernel speed-ups are measured against: ``requested`` (checked), else a softmax one.
+
+    Default: the first of REFERENCE_PREFERENCE with timings, then the first softmax kernel in
+    row order; None when no softmax kernel was timed.
+    """
+    timed = [r["kernel"] for r in rows if is_speed(r)]
+    if requested is not None:
+        if requested not in timed:
+            known = ", ".join(sorted(set(timed))) or "none"
+            raise ReportError(f"unknown reference kernel {requested!r} (timed kernels: {known})")
+        return requested
+    for name in REFERENCE_PREFERENCE:
+        if name in timed:
+            return name
+    return next((r["kernel"] for r in rows if is_speed(r) and r.get("family") == "softmax"), None)
+
+
+def shape_key(row: dict) -> str:
+    """Sortable, hashable identity of a shape group (varlen counts as on/off)."""
+    d = {f: row.get(f) for f in SHAPE_FIELDS}
+    d["varlen"] = bool(d["varlen"])
+    return json.dumps(d, sort_keys=True)
+
+
+def shape_label(row: dict, seqlen: bool = False) -> str:
+    """``B4 H32 D128 bf16`` (as ``Case.label``), plus T when ``seqlen``; decay and flags too."""
+    kv = f"/{row['kv_heads']}" if row.get("kv_heads") != row.get("heads") else ""
+    dims = (f"D{row['dim_qk']}" if row.get("dim_qk") == row.get("dim_v")
+            else f"D{row['dim_qk']}E{row['dim_v']}")
+    t = f" T{row['seqlen']}" if seqlen else ""
+    extra = "".join([f" decay={row['decay']}" if row.get("decay") else "",
+                     " varlen" if row.get("varlen") else "",
+                     " h0" if row.get("initial_state") else "", " rev" if row.get("reverse") else ""])
+    return f"B{row['batch']}{t} H{row['heads']}{kv} {dims} {row['dtype']}{extra}"
+
+
+def gpu_name(env: dict, rows: Sequence[dict] = ()) -> str:
+    """The machine's accelerator name from the env block, whatever shape the block took."""
+    for key in ("gpu", "gpu_name", "device_name"):
+        v = env.get(key)
+        if isinstance(v, dict):
+            v = v.get("name")
+        if isinstance(v, list) and v:
+            v = v[0].get("name") if isinstance(v[0], dict) else v[0]
+        if isinstance(v, str) and v:
+            return v
+    devices = sorted({str(r.get("device")) for r in rows})
+    return "/".join(devices) if devices else "unknown device"
+
+
+def fmt(v: float | None) -> str:
+    """2-3 significant decimals: 162.9, 17.66, 0.0944."""
+    if v is None:
+        return DASH
+    if not math.isfinite(v):
+        return "nan" if math.isnan(v) else "inf"
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:.0f}"
+    if a >= 100:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:#.3g}"
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def agreement_passes(row: dict) -> bool:
+    """An ok err_ratio row within its tolerance with a finite value (NaN/Inf always fail)."""
+    v = row.get("median", row.get("err"))
+    tol = row.get("tol")
+    if row.get("status") != "ok" or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return False
+    return not (isinstance(tol, (int, float)) and v > tol)

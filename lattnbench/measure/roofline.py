@@ -54,7 +54,7 @@ def measure_ceilings(device: str) -> dict:
     """
     import torch
 
-    from lattnbench.timing import time_device, torch_cuda_backend, warm_up
+    from lattnbench.measure.timing import time_device, torch_cuda_backend, warm_up
 
     be = torch_cuda_backend(device)
 

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from lattnbench.errors import Unsupported
-from lattnbench.inputs import constants, numpy_inputs, shapes
+from lattnbench.measure.inputs import constants, numpy_inputs, shapes
 from lattnbench.registry import KernelEntry
 from lattnbench.spec import Case
 
@@ -30,7 +30,7 @@ class TorchProblem:
         self.gamma = torch.as_tensor(self.const.gamma, device=self.device)
         self.cu = (None if self.const.cu_seqlens is None
                    else torch.as_tensor(self.const.cu_seqlens, device=self.device))
-        self.diff = [n for n in ("q", "k", "v", "h0", "g") if n in self.tensors]
+        self.diff = self.differentiable(self.tensors)
         self._prepared: tuple | None = None
         self._cots: list | None = None
 
@@ -96,12 +96,7 @@ class TorchProblem:
     # -- check-grad ----------------------------------------------------------------------------
     def results(self) -> dict[str, torch.Tensor | None]:
         """Outputs and gradients by tensor name (o, final_state, dq, dk, dv, dh0, dg)."""
-        outs, grads = self.fwdbwd()
-        got: dict[str, torch.Tensor | None] = {"o": outs[0]}
-        if self.family != "softmax":
-            got["final_state"] = outs[1] if len(outs) > 1 else None
-        got.update({GRAD_NAMES[n]: g for n, g in zip(self.diff, grads)})
-        return got
+        return self.named(*self.fwdbwd())
 
     # -- memory --------------------------------------------------------------------------------
     def peak_mb(self, mode: str) -> tuple[float, str]:

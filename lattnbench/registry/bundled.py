@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lattnbench.registry import KernelEntry
+from lattnbench.registry.entry import KernelEntry
 
 LINEAR_FEATURES = frozenset({"initial_state", "reverse", "varlen", "gqa", "dv", "any_dim"})
 #: quadratic references stop here (B·H·T² scores, fp64: 2^31 scores ≈ 16 GiB)

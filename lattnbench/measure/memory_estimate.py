@@ -3,7 +3,7 @@
 The estimate is analytic and deliberately simple (an order of magnitude, not a profile):
 
 - inputs: q, k, v and the cotangent do in the case dtype; the state cotangent dS, the initial
-  state h0 and GLA gates g in fp32 (the shapes ``lattnbench.inputs.shapes`` builds);
+  state h0 and GLA gates g in fp32 (the shapes ``lattnbench.measure.inputs.shapes`` builds);
 - outputs: o in the case dtype, the final state S_T in fp32 (not for softmax);
 - grads (``fwdbwd`` / ``bwd``): one per differentiable input (q, k, v, h0, g);
 - work: for quadratic kernels (entries with ``max_scores`` or ``reference=True``) the

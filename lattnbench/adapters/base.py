@@ -1,0 +1,37 @@
+"""What the torch and JAX adapters share: which tensors a problem has, which are trained, and
+how a call's outputs and gradients are named (o, final_state, dq, dk, dv, dh0, dg)."""
+from __future__ import annotations
+
+from lattnbench.measure.inputs import constants
+from lattnbench.registry.entry import KernelEntry
+from lattnbench.spec import Case
+
+#: tensors that stay fp32 whatever the case dtype (state, its cotangent, GLA gates)
+FP32_TENSORS = ("h0", "dS", "g")
+#: the differentiable inputs, in call order, and their gradients' names
+DIFFERENTIABLE = ("q", "k", "v", "h0", "g")
+GRAD_NAMES = {"q": "dq", "k": "dk", "v": "dv", "h0": "dh0", "g": "dg"}
+
+
+class Problem:
+    """One kernel on one case with its inputs built once; every call reuses them.
+
+    Subclasses build ``self.tensors`` (name -> array on the device) and provide ``fwd``,
+    ``fwdbwd``, ``bwd_callable``, ``sync`` and ``peak_mb``.
+    """
+
+    def __init__(self, entry: KernelEntry, case: Case, seed: int = 0) -> None:
+        self.entry, self.case, self.family = entry, case, entry.family
+        self.fn = entry.load()
+        self.const = constants(case, entry, seed)
+
+    def differentiable(self, present) -> list[str]:
+        return [n for n in DIFFERENTIABLE if n in present]
+
+    def named(self, outs, grads) -> dict:
+        """Outputs and gradients by tensor name (the rows check-grad writes)."""
+        got = {"o": outs[0]}
+        if self.family != "softmax":
+            got["final_state"] = outs[1] if len(outs) > 1 else None
+        got.update({GRAD_NAMES[n]: g for n, g in zip(self.diff, grads)})
+        return got

@@ -1,0 +1,91 @@
+"""One registry entry: a kernel's name, family, framework, devices, needs and what it supports.
+
+Cheap to create: nothing is imported until ``load``. ``available(device)`` and
+``supports(case, device)`` return None or a one-line reason.
+"""
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+from lattnbench.spec import Case
+
+FAMILIES = ("lightning", "gla", "softmax")
+FRAMEWORKS = ("torch", "jax")
+ALL_FEATURES = frozenset({"initial_state", "reverse", "varlen", "gqa", "dv", "any_dim"})
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """One runnable implementation; cheap to create, imports nothing until ``load``."""
+
+    name: str
+    family: str
+    framework: str
+    loader: Callable[[], Callable]
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    requires: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ("fp32", "bf16", "fp16")
+    features: frozenset[str] = ALL_FEATURES
+    description: str = ""
+    reference: bool = False          # a naive, fp64-capable reference
+    interpreted_on_cpu: bool = False  # Triton kernels: CPU runs are interpreter runs
+    max_scores: int | None = None    # quadratic kernels: largest B·H·T² they may materialise
+    case_check: Callable[[Case], str | None] | None = None
+    origin: str = "bundled"           # bundled | peer | plugin
+    fixed_scale: float | None = None  # kernels without a scale argument (the reference uses it too)
+    final_state: bool = True          # returns S_T (softmax kernels never do)
+
+    def available(self, device: str) -> str | None:
+        """None when the kernel can run on ``device``, else why not (package missing, no GPU)."""
+        for module in (*self.requires, *(("jax",) if self.framework == "jax" else ())):
+            if not _importable(module):
+                return f"package {module.split('.')[0]!r} is not installed"
+        if device not in self.devices:
+            return f"runs on {'/'.join(self.devices)} only, not {device}"
+        return None
+
+    def supports(self, case: Case, device: str) -> str | None:
+        """None when the kernel handles ``case``, else the reason it is ``unsupported``."""
+        if case.dtype not in self.dtypes:
+            return f"dtype {case.dtype} not supported (only {', '.join(self.dtypes)})"
+        if device == "cpu" and self.interpreted_on_cpu and case.dtype == "bf16":
+            return "the Triton interpreter cannot compute bf16 dots (triton#11584); checked on the GPU"
+        needs = {
+            "initial_state": case.initial_state, "reverse": case.reverse,
+            "varlen": case.varlen is not None, "gqa": case.kv_heads != case.heads,
+            "dv": case.dim_v != case.dim_qk,
+        }
+        for feature, wanted in needs.items():
+            if wanted and feature not in self.features:
+                return f"no {feature.replace('dv', 'dim_v != dim_qk')} support"
+        if "any_dim" not in self.features:
+            for dim in {case.dim_qk, case.dim_v}:
+                if dim & (dim - 1) or dim < 16:
+                    return f"head dim {dim} is not a power of two >= 16"
+        if self.max_scores is not None:
+            scores = case.batch * case.heads * case.seqlen * case.seqlen
+            if scores > self.max_scores:
+                return (f"quadratic kernel: {case.seqlen}² scores per head exceed its limit "
+                        "(the chunked reference takes over for long sequences)")
+        if self.case_check is not None:
+            return self.case_check(case)
+        return None
+
+    def load(self) -> Callable:
+        return _load(self)
+
+
+@cache
+def _load(entry: KernelEntry) -> Callable:
+    return entry.loader()
+
+
+@cache
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
