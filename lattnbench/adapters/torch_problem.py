@@ -6,26 +6,22 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from lattnbench.adapters.base import FP32_TENSORS, Problem
 from lattnbench.errors import Unsupported
-from lattnbench.measure.inputs import constants, numpy_inputs, shapes
-from lattnbench.registry import KernelEntry
+from lattnbench.measure.inputs import shapes
+from lattnbench.registry.entry import KernelEntry
 from lattnbench.spec import Case
 
 DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-#: tensors that stay fp32 whatever the case dtype (state, its cotangent, GLA gates)
-FP32_TENSORS = ("h0", "dS", "g")
-GRAD_NAMES = {"q": "dq", "k": "dk", "v": "dv", "h0": "dh0", "g": "dg"}
 
 
-class TorchProblem:
-    """One kernel on one case, inputs built once; every call reuses them."""
+class TorchProblem(Problem):
+    """torch tensors on the device; gradients from torch.autograd."""
 
     def __init__(self, entry: KernelEntry, case: Case, device: str, seed: int = 0,
                  arrays: dict[str, np.ndarray] | None = None) -> None:
-        self.entry, self.case, self.family = entry, case, entry.family
+        super().__init__(entry, case, seed)
         self.device = torch.device(device)
-        self.fn = entry.load()
-        self.const = constants(case, entry, seed)
         self.tensors = self._build(arrays, seed)
         self.gamma = torch.as_tensor(self.const.gamma, device=self.device)
         self.cu = (None if self.const.cu_seqlens is None

@@ -62,10 +62,12 @@ def measure_ceilings(device: str) -> dict:
         _, _, est = warm_up(call, be.sync)
         return time_device(call, be, 300.0, est).median
 
-    x = torch.empty(2**30, dtype=torch.uint8, device=device)
-    y = torch.empty_like(x)
-    copy_gbps = 2 * x.numel() / (device_ms(lambda: y.copy_(x)) * 1e-3) / 1e9
-    del x, y
+    def copy_ms(nbytes: int) -> float:
+        x = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        y = torch.empty_like(x)
+        return device_ms(lambda: y.copy_(x))
+
+    copy_gbps = 2 * 2**30 / (copy_ms(2**30) * 1e-3) / 1e9
     n = 8192
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     bm = torch.randn(n, n, device=device, dtype=torch.bfloat16)

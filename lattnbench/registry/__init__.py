@@ -68,16 +68,6 @@ def unknown_kernel_message(name: str, known: Iterable[str]) -> str:
     return f"unknown kernel {name!r}{hint}"
 
 
-
-
-def unknown_kernel_message(name: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else "; `lattnbench list` shows them all"
-    return f"unknown kernel {name!r}{hint}"
-
-
-
-
 @cache
 def default_registry() -> Registry:
     """Bundled kernels, then peers (fla, official, ejkernel, flash_attn), then entry-point plugins."""

@@ -12,18 +12,19 @@ The helpers shared with ``plot`` and ``gate`` (reference choice, labels) live in
 """
 from __future__ import annotations
 
-import json
-import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from lattnbench.results import ResultsError, load, row_key
-from lattnbench.views.rows import (DASH, ReportError, FAMILY_ORDER, MODE_ORDER, SHAPE_FIELDS, TENSOR_ORDER, agreement_passes,
-                                   dedupe, fmt, gpu_name, is_speed, kernel_sort_key, legend, load_docs, marks,
+from lattnbench.results import ResultsError  # noqa: F401 - the report command's error type
+from lattnbench.views.rows import (DASH, ReportError, MODE_ORDER, TENSOR_ORDER, agreement_passes,
+                                   fmt, gpu_name, is_speed, kernel_sort_key, legend, load_docs, marks,
                                    pct_floor, pick_reference, shape_key, shape_label, spread_text, timer_median,
                                    value)
+
+#: a README block name: letters, digits, dot, dash and underscore
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 def md_table(header: Sequence[str], body: Sequence[Sequence[str]], left: int = 1) -> str:

@@ -9,8 +9,8 @@ the same number everywhere. Nothing here imports torch or jax.
 """
 from __future__ import annotations
 
+import json
 import math
-import re
 import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -187,7 +187,6 @@ REFERENCE_PREFERENCE = ("softmax/sdpa-flash", "softmax/flash-attn", "softmax/sdp
 #: fields that make a shape group (every field of a point but kernel, seqlen, mode, metric)
 SHAPE_FIELDS = ("device", "batch", "heads", "kv_heads", "dim_qk", "dim_v", "dtype", "decay",
                 "varlen", "initial_state", "reverse")
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 DASH = "—"
 
 

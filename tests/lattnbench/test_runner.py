@@ -1,7 +1,6 @@
 """The runner: run order, isolation, --repeat, resume and what workers inherit."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
