@@ -19,6 +19,7 @@
     [check-grad]                          # any section may override axes and kernels
     kernels = ["lightning/*"]
     axes = { n = "256,1000", dtype = "fp32,bf16" }
+    # [[check-grad]] (an array of tables) gives several sweeps of one kind, e.g. a matrix of options
 
 Unknown keys and wrong types are refused with the key named. Pure Python (tomllib).
 """
@@ -141,27 +142,34 @@ def parse(doc: dict, where: str, default_name: str) -> Suite:
     top_axes = _typed(doc.get("axes", {}), (dict,), _where(where, "axes"), "a table")
     measurements = []
     for kind in (k for k in doc if k in MEASURES):  # in the file's order: put the vital one first
-
-        sec = _typed(doc[kind], (dict,), _where(where, kind), "a table")
-        _check_keys(sec, SECTION_KEYS[kind], f"{where} [{kind}]")
-        axes = {**top_axes, **_typed(sec.get("axes", {}), (dict,), _where(where, f"{kind}.axes"), "a table")}
-        kernels = _str_list(sec.get("kernels", top_kernels), _where(where, f"{kind}.kernels"))
-        m = Measurement(kind, kernels, cases_from_axes(axes, f"{where} [{kind}]"))
-        if kind in ("speed", "memory"):
-            modes = _str_list(sec.get("modes", ["fwd", "fwdbwd"]), _where(where, f"{kind}.modes"))
-            m.modes = parse_choices(modes, MODES, "mode")
-        if kind == "speed":
-            m.budget = float(_typed(sec.get("budget", 0.5), (int, float), _where(where, "speed.budget"), "seconds"))
-            if not m.budget > 0:
-                raise SpecError(f"{_where(where, 'speed.budget')} must be positive seconds, got {m.budget}")
-        if kind == "check-grad":
-            m.seed = _typed(sec.get("seed", 0), (int,), _where(where, "check-grad.seed"), "an integer")
-            if m.seed < 0:
-                raise SpecError(f"{_where(where, 'check-grad.seed')} must be >= 0, got {m.seed}")
-        measurements.append(m)
+        sections = doc[kind] if isinstance(doc[kind], list) else [doc[kind]]  # [[check-grad]]: several
+        for i, sec in enumerate(sections):
+            label = kind if len(sections) == 1 else f"{kind} #{i + 1}"
+            measurements.append(_measurement(kind, sec, label, where, top_axes, top_kernels))
     if not measurements:
         raise SpecError(f"{where}: nothing to measure (add a [speed], [memory] or [check-grad] section)")
     return Suite(name, description, reference, device, measurements)
+
+
+def _measurement(kind: str, sec: Any, label: str, where: str, top_axes: dict, top_kernels: list[str]) -> Measurement:
+    """One ``[kind]`` (or one ``[[kind]]`` entry) of a suite, validated."""
+    sec = _typed(sec, (dict,), _where(where, label), "a table")
+    _check_keys(sec, SECTION_KEYS[kind], f"{where} [{label}]")
+    axes = {**top_axes, **_typed(sec.get("axes", {}), (dict,), _where(where, f"{label}.axes"), "a table")}
+    kernels = _str_list(sec.get("kernels", top_kernels), _where(where, f"{label}.kernels"))
+    m = Measurement(kind, kernels, cases_from_axes(axes, f"{where} [{label}]"))
+    if kind in ("speed", "memory"):
+        modes = _str_list(sec.get("modes", ["fwd", "fwdbwd"]), _where(where, f"{label}.modes"))
+        m.modes = parse_choices(modes, MODES, "mode")
+    if kind == "speed":
+        m.budget = float(_typed(sec.get("budget", 0.5), (int, float), _where(where, f"{label}.budget"), "seconds"))
+        if not m.budget > 0:
+            raise SpecError(f"{_where(where, f'{label}.budget')} must be positive seconds, got {m.budget}")
+    if kind == "check-grad":
+        m.seed = _typed(sec.get("seed", 0), (int,), _where(where, f"{label}.seed"), "an integer")
+        if m.seed < 0:
+            raise SpecError(f"{_where(where, f'{label}.seed')} must be >= 0, got {m.seed}")
+    return m
 
 
 #: the project's suites, beside the package (an editable install or a checkout)
