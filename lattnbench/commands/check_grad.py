@@ -51,10 +51,7 @@ def register(app: typer.Typer) -> None:
             die(f"bad --initial-state {initial_state!r}: choose off, on or both")
         cases = guarded(lambda: axes.cases(defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay,
                                            initial_state=h0, reverse=reverse, varlen=varlen))
-        chosen = guarded(lambda: pick_kernels(reg, kernels, dev, plugins=kernel))
-        if not kernels and dev == "cpu":  # the interpreter checks Triton kernels for correctness
-            chosen = [e for e in reg if not e.reference and e.origin == "bundled" and e.available(dev) is None]
-            chosen += [e for e in reg if e.origin == "plugin" and e.loader.spec in (kernel or [])]
+        chosen = guarded(lambda: pick_kernels(reg, kernels, dev, plugins=kernel, timing=False))
         tasks = [Task("check-grad", e.name, c, seed=seed) for c in cases for e in chosen
                  if not (e.family == "softmax" and c.initial_state)]  # softmax has no state
         writer = open_writer(out, "check-grad", collect(), resume=resume)

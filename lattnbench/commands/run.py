@@ -54,7 +54,8 @@ def register(app: typer.Typer) -> None:
         try:
             for m in spec.measurements:
                 for case in m.cases:
-                    for entry in pick_kernels(reg, m.kernels or None, dev, plugins=kernel):
+                    for entry in pick_kernels(reg, m.kernels or None, dev, plugins=kernel,
+                                               timing=m.kind != "check-grad"):
                         if m.kind == "check-grad":
                             if not (entry.family == "softmax" and case.initial_state):
                                 tasks.append(Task("check-grad", entry.name, case, seed=m.seed))

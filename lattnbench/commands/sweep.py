@@ -33,21 +33,33 @@ def results_root() -> Path:
 
 
 def pick_kernels(reg: Registry, patterns: list[str] | None, device: str, families=None,
-                 plugins: list[str] | None = None) -> list[KernelEntry]:
-    """Named kernels, or by default every available, non-reference bundled kernel of ``families``
-    (plus the plugins given with ``--kernel``). Peers run when named."""
+                 plugins: list[str] | None = None, timing: bool = True) -> list[KernelEntry]:
+    """Named kernels, or the defaults of ``families`` (plus the plugins given with ``--kernel``).
+
+    Defaults: for timing, the bundled kernels timed by default on the device; for check-grad
+    (``timing`` False) every available bundled kernel that is not a reference. Peers and plugins
+    run when named; a glob leaves peers out and says so.
+    """
     if patterns:
-        return reg.select(patterns)
-    chosen = [e for e in reg if default_kernel(e, device) and (families is None or e.family in families)]
+        chosen = reg.select(patterns)
+        left = reg.peers_left_out(patterns)
+        if left:
+            err.print(f"[dim]note: the glob leaves out the peers {', '.join(left)}; name them to run them[/]",
+                      highlight=False, soft_wrap=True)
+        return chosen
+    chosen = [e for e in reg if default_kernel(e, device, timing) and (families is None or e.family in families)]
     if plugins:
         chosen += [e for e in reg if e.origin == "plugin" and e.loader.spec in plugins]
     return chosen
 
 
-def default_kernel(entry: KernelEntry, device: str) -> bool:
-    """Runs when no ``--kernels`` is given: bundled, not a reference, available; on a CPU not interpreted."""
-    return (not entry.reference and entry.origin == "bundled" and entry.available(device) is None
-            and not (device == "cpu" and entry.interpreted_on_cpu))
+def default_kernel(entry: KernelEntry, device: str, timing: bool = True) -> bool:
+    """Runs when no ``--kernels`` is given: bundled, not a reference, available; for timing also
+    timed by default on ``device`` and, on a CPU, not interpreted."""
+    if entry.reference or entry.origin != "bundled" or entry.available(device) is not None:
+        return False
+    return not timing or (device in entry.timed_by_default
+                          and not (device == "cpu" and entry.interpreted_on_cpu))
 
 
 def open_writer(path: str | Path | None, name: str, env: dict, resume: bool) -> ResultsWriter:

@@ -63,10 +63,15 @@ def _table(title: str, gap: int, caption: str | None = None) -> Table:
                  caption_justify="left", title_style="bold", caption_style="dim")
 
 
-def _status(row: dict) -> str:
+#: status words as table cells (the note under each table spells out status and reason)
+STATUS_CELL = {"unavailable": "n/a", "unsupported": "unsup", "timeout": "t/o"}
+
+
+def _status(row: dict, short: bool = True) -> str:
     status = str(row["status"])
     style = STATUS_STYLE.get(status, "")
-    return f"[{style}]{status}[/]" if style else status
+    word = STATUS_CELL.get(status, status) if short else status
+    return f"[{style}]{word}[/]" if style else word
 
 
 def _reasons(rows: list[dict], skip: Sequence[str] = ("ok",)) -> Table | None:
@@ -80,7 +85,7 @@ def _reasons(rows: list[dict], skip: Sequence[str] = ("ok",)) -> Table | None:
     note.add_column(no_wrap=True)
     note.add_column(overflow="fold")
     for k, s, why in reasons:
-        note.add_row(k, _status({"status": s}), why)
+        note.add_row(k, _status({"status": s}, short=False), why)
     return note
 
 

@@ -48,18 +48,37 @@ class Registry:
         return iter(self.entries.values())
 
     def select(self, patterns: Iterable[str]) -> list[KernelEntry]:
-        """Entries matching names or globs (``softmax/*``), in registry order; SpecError if none."""
+        """Entries matching names or globs (``softmax/*``), in registry order; SpecError if none.
+
+        A glob matches bundled kernels and plugins; peers (other projects' kernels, whose
+        packages and limits differ) run only when named.
+        """
         chosen: list[str] = []
-        for raw in patterns:
-            for pat in (p.strip() for p in raw.split(",")):
-                if not pat:
-                    continue
-                hits = [n for n in self.entries if fnmatch.fnmatchcase(n, pat)]
-                if not hits:
-                    raise SpecError(unknown_kernel_message(pat, self.entries))
-                chosen.extend(h for h in hits if h not in chosen)
+        for pat in _patterns(patterns):
+            hits = [n for n in self.entries if _match(self.entries[n], pat)]
+            if not hits:
+                raise SpecError(unknown_kernel_message(pat, self.entries))
+            chosen.extend(h for h in hits if h not in chosen)
+        if not chosen:
+            raise SpecError("no kernel named: give names or globs, e.g. -k 'lightning/*' (see `lattnbench list`)")
         order = list(self.entries)
         return [self.entries[n] for n in sorted(chosen, key=order.index)]
+
+    def peers_left_out(self, patterns: Iterable[str]) -> list[str]:
+        """Peers a glob in ``patterns`` matches by name but leaves out (see ``select``)."""
+        pats = _patterns(patterns)
+        return [n for n, e in self.entries.items() if e.origin == "peer" and n not in pats
+                and any(fnmatch.fnmatchcase(n, p) for p in pats)]
+
+
+def _patterns(patterns: Iterable[str]) -> list[str]:
+    return [p for raw in patterns for p in (x.strip() for x in raw.split(",")) if p]
+
+
+def _match(entry: KernelEntry, pattern: str) -> bool:
+    if entry.name == pattern:
+        return True
+    return entry.origin != "peer" and fnmatch.fnmatchcase(entry.name, pattern)
 
 
 def unknown_kernel_message(name: str, known: Iterable[str]) -> str:

@@ -107,7 +107,13 @@ def _jax_dpa(implementation: str) -> Callable[[], Callable]:
 
 
 def entries() -> list[KernelEntry]:
-    """Every bundled kernel, in the order ``lattnbench list`` shows them."""
+    """Every bundled kernel, in the order ``lattnbench list`` shows them.
+
+    A plain ``speed`` / ``memory`` run times the bundled kernels with ``timed_by_default`` for its
+    device: on a GPU the Triton kernel (from torch and from JAX) beside FlashAttention-2, so the
+    main job stays within a few minutes; on a CPU the pure-JAX kernels and XLA attention (the
+    Triton kernel runs in the interpreter there, for correctness only).
+    """
     half = ("bf16", "fp16")
     return [
         KernelEntry("lightning/naive-torch", "lightning", "torch", _lightning_naive_torch,
@@ -124,8 +130,10 @@ def entries() -> list[KernelEntry]:
                     features=LINEAR_FEATURES - {"varlen"},
                     description="the bundled Triton kernel called from JAX through jax-triton, custom VJP"),
         KernelEntry("lightning/jax-chunked", "lightning", "jax", _jax_lightning("chunked"),
+                    timed_by_default=("cpu",),
                     description="block-parallel Lightning-2 form in pure JAX/XLA"),
         KernelEntry("lightning/jax-recurrent", "lightning", "jax", _jax_lightning("recurrent"),
+                    timed_by_default=("cpu",),
                     description="lax.scan recurrence with a checkpointing custom VJP"),
         KernelEntry("gla/naive-torch", "gla", "torch", _gla_naive_torch,
                     dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=2**22,
@@ -134,8 +142,10 @@ def entries() -> list[KernelEntry]:
                     dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=2**22,
                     description="token-by-token GLA recurrence in JAX"),
         KernelEntry("gla/jax-chunked", "gla", "jax", _jax_gla("chunked"),
+                    timed_by_default=("cpu",),
                     description="chunked GLA in pure JAX/XLA"),
         KernelEntry("gla/jax-recurrent", "gla", "jax", _jax_gla("recurrent"),
+                    timed_by_default=("cpu",),
                     description="lax.scan GLA recurrence with a checkpointing custom VJP"),
         KernelEntry("softmax/naive-torch", "softmax", "torch", _softmax_naive_torch,
                     dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=2**31,
@@ -145,15 +155,19 @@ def entries() -> list[KernelEntry]:
                     dtypes=half, features=frozenset({"gqa", "any_dim"}),
                     description="FlashAttention-2 through torch SDPA"),
         KernelEntry("softmax/sdpa-cudnn", "softmax", "torch", _sdpa("CUDNN_ATTENTION"), devices=("cuda",),
+                    timed_by_default=(),
                     dtypes=half, features=frozenset({"any_dim"}),
                     description="cuDNN attention through torch SDPA"),
         KernelEntry("softmax/sdpa-efficient", "softmax", "torch", _sdpa("EFFICIENT_ATTENTION"),
+                    timed_by_default=(),
                     devices=("cuda",), features=frozenset({"gqa", "dv", "any_dim"}),
                     description="memory-efficient (xformers-style) attention through torch SDPA"),
         KernelEntry("softmax/jax-cudnn", "softmax", "jax", _jax_dpa("cudnn"), devices=("cuda",),
+                    timed_by_default=(),
                     dtypes=half, features=frozenset({"gqa", "any_dim"}),
                     description="jax.nn.dot_product_attention, cuDNN implementation"),
         KernelEntry("softmax/jax-xla", "softmax", "jax", _jax_dpa("xla"),
+                    timed_by_default=("cpu",),
                     dtypes=("fp32", "bf16", "fp16"), features=frozenset({"gqa", "any_dim"}),
                     max_scores=2**31,
                     description="jax.nn.dot_product_attention, XLA implementation"),

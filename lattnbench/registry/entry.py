@@ -37,6 +37,7 @@ class KernelEntry:
     origin: str = "bundled"           # bundled | peer | plugin
     fixed_scale: float | None = None  # kernels without a scale argument (the reference uses it too)
     final_state: bool = True          # returns S_T (softmax kernels never do)
+    timed_by_default: tuple[str, ...] = ("cpu", "cuda")  # devices where a plain speed / memory run includes it
 
     def available(self, device: str) -> str | None:
         """None when the kernel can run on ``device``, else why not (package missing, no GPU)."""

@@ -128,3 +128,61 @@ def test_triton_kernel_runs_interpreted_from_a_plain_shell(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert {r["tensor"] for r in rows} == {"o", "final_state", "dq", "dk", "dv", "dh0"}
     assert all(r["status"] == "ok" and r["median"] <= r["tol"] for r in rows)
+
+
+def test_an_empty_kernel_list_is_a_usage_error(tmp_path):
+    res = invoke("speed", "--kernels", "", "--out", tmp_path / "r.json")
+    assert res.exit_code == 2 and "no kernel named" in res.output
+
+
+def test_a_glob_leaves_peers_out_and_says_so(tmp_path):
+    res = invoke("check-grad", "-k", "lightning/*", "--n", "16", "--heads", "2", "--dim", "8",
+                 "--initial-state", "off", "--out", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    assert "leaves out the peers" in res.output and "lightning/fla-chunk" in res.output
+    kernels = {r["kernel"] for r in json.loads((tmp_path / "r.json").read_text())["rows"]}
+    assert "lightning/triton" in kernels and not any(k in kernels for k in ("lightning/fla-chunk", "lightning/ejkernel"))
+    res = invoke("check-grad", "-k", "lightning/ejkernel", "--n", "16", "--heads", "2", "--dim", "8",
+                 "--initial-state", "off", "--out", tmp_path / "p.json")  # named: it runs
+    assert {r["kernel"] for r in json.loads((tmp_path / "p.json").read_text())["rows"]} == {"lightning/ejkernel"}
+
+
+def test_a_plugin_given_with_kernel_runs_without_k(plugins, tmp_path):
+    res = invoke("speed", "--kernel", "fake_kernels:faithful", "--n", "16", "--mode", "fwd", "--budget", "0.01",
+                 "--out", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    kernels = {r["kernel"] for r in json.loads((tmp_path / "r.json").read_text())["rows"]}
+    assert "plugin/faithful" in kernels and "lightning/jax-chunked" in kernels
+
+
+def test_the_gpu_main_job_is_the_triton_kernel_beside_flashattention():
+    from lattnbench.commands.sweep import pick_kernels
+    from lattnbench.registry import default_registry
+
+    names = {e.name for e in pick_kernels(default_registry(), None, "cuda", ("lightning", "softmax"))}
+    assert {"lightning/triton", "softmax/sdpa-flash"} <= names <= {"lightning/triton", "lightning/jax-triton",
+                                                                    "softmax/sdpa-flash"}
+    cpu = {e.name for e in pick_kernels(default_registry(), None, "cpu", ("lightning", "softmax"))}
+    assert cpu == {"lightning/jax-chunked", "lightning/jax-recurrent", "softmax/jax-xla"}
+    checked = {e.name for e in pick_kernels(default_registry(), None, "cpu", timing=False)}
+    assert "lightning/triton" in checked and "gla/jax-chunked" in checked  # check-grad: every bundled kernel
+
+
+def test_runs_write_outside_the_checkout_by_default(monkeypatch, tmp_path):
+    import os
+
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    store = Path(os.environ["XDG_CACHE_HOME"]) / "lattnbench" / "results"
+    before = set(store.glob("*/speed-*.json"))
+    res = invoke("speed", "-k", "lightning/naive-torch", "--n", "16", "--mode", "fwd", "--budget", "0.01")
+    assert res.exit_code == 0, res.output
+    assert len(set(store.glob("*/speed-*.json")) - before) == 1 and not list(tmp_path.iterdir())
+
+
+def test_suite_names_resolve_from_any_directory(monkeypatch, tmp_path):
+    from lattnbench.suite import load_suite
+
+    monkeypatch.chdir(tmp_path)
+    assert load_suite("ci").name == "ci" and load_suite("seed-readme").name == "seed-readme"

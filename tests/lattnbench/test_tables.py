@@ -225,3 +225,26 @@ def test_rowview_reads_each_timer_from_where_the_row_keeps_it(tmp_path):
     old = {"status": "ok", "metric": "time_ms", "timer": "host-clock, batches of 3", "median": 2.0, "p20": 1.9, "p80": 2.1}
     assert timer_median(old, "device") == 2.0 and timer_median(old, "graph") is None
     assert timer_median({**old, "status": "oom"}, "device") is None
+
+
+def test_check_table_of_unavailable_and_eager_rows_fits_80_columns():
+    """Status words in every cell (a kernel whose package is missing) and eager re-check lines."""
+    rows = []
+    for kernel, status in (("lightning/jax-triton", "unavailable"), ("lightning/ejkernel", "fail"),
+                           ("lightning/jax-recurrent", "ok")):
+        for h0 in (False, True):
+            for t in ("o", "final_state", "dq", "dk", "dv", *(("dh0",) if h0 else ())):
+                row = {"kernel": kernel, "family": "lightning", "device": "cpu", "batch": 1, "seqlen": 98,
+                       "heads": 4, "kv_heads": 4, "dim_qk": 32, "dim_v": 32, "dtype": "fp32", "decay": "random",
+                       "varlen": [60, 1, 37], "initial_state": h0, "reverse": True, "metric": "err_ratio",
+                       "mode": "fwdbwd", "tensor": t, "tol": 1e-5, "status": status,
+                       "reason": "package 'jax_triton' is not installed" if status == "unavailable" else None}
+                if status != "unavailable":
+                    row.update(median=1.4 if (status == "fail" and t == "dk") else 1e-7, deterministic=False)
+                    row["status"] = "fail" if (status == "fail" and t == "dk") else "ok"
+                rows.append(row)
+                if status == "fail" and t not in ("o", "final_state"):
+                    rows.append({**row, "exec": "eager"})
+    text = "".join(render(t) for t in check_tables(rows, width=80))
+    assert_fits(text)
+    assert "n/a" in text and "eager" in text and "≠" in text and "not installed" in text
