@@ -71,6 +71,10 @@ def open_writer(path: str | Path | None, name: str, env: dict, resume: bool) -> 
     else:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         target = results_root() / machine_name(env) / f"{name}-{stamp}.json"
+        k = 2
+        while target.exists():  # two runs in one second keep both files
+            target = target.with_name(f"{name}-{stamp}-{k}.json")
+            k += 1
     if target.exists() and target.is_dir():
         die(f"--out {target} is a directory: give a file path such as {target / (name + '.json')}")
     for parent in target.parents:
