@@ -4,6 +4,7 @@
     description = "..."
     kernels = ["lightning/triton", "softmax/*"]
     reference = "softmax/sdpa-flash"      # kernel that ratios and the gate compare against
+    threshold = "10%"                     # the gate's default threshold against this suite's runs
 
     [axes]                                # range grammar strings or integers
     n = "512..32768"
@@ -34,7 +35,8 @@ from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, expand, pars
 
 AXIS_KEYS = ("n", "batch", "heads", "kv_heads", "dim", "dim_v", "dtype", "decay", "initial_state",
              "reverse", "varlen")
-TOP_KEYS = ("name", "description", "kernels", "reference", "device", "axes", "speed", "memory", "check-grad")
+TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device", "axes", "speed", "memory",
+            "check-grad")
 SECTION_KEYS = {"speed": ("modes", "budget", "kernels", "axes"),
                 "memory": ("modes", "kernels", "axes"),
                 "check-grad": ("kernels", "axes", "seed")}
@@ -60,6 +62,7 @@ class Suite:
     reference: str | None
     device: str
     measurements: list[Measurement]
+    threshold: str | None = None
     path: Path | None = None
 
 
@@ -138,6 +141,9 @@ def parse(doc: dict, where: str, default_name: str) -> Suite:
     if reference is not None:
         _typed(reference, (str,), _where(where, "reference"), "a kernel name")
     device = _typed(doc.get("device", "auto"), (str,), _where(where, "device"), "auto, cuda or cpu")
+    threshold = doc.get("threshold")
+    if threshold is not None:
+        _typed(threshold, (str,), _where(where, "threshold"), "a percentage such as '10%'")
     top_kernels = _str_list(doc.get("kernels", []), _where(where, "kernels"))
     top_axes = _typed(doc.get("axes", {}), (dict,), _where(where, "axes"), "a table")
     measurements = []
@@ -148,7 +154,7 @@ def parse(doc: dict, where: str, default_name: str) -> Suite:
             measurements.append(_measurement(kind, sec, label, where, top_axes, top_kernels))
     if not measurements:
         raise SpecError(f"{where}: nothing to measure (add a [speed], [memory] or [check-grad] section)")
-    return Suite(name, description, reference, device, measurements)
+    return Suite(name, description, reference, device, measurements, threshold=threshold)
 
 
 def _measurement(kind: str, sec: Any, label: str, where: str, top_axes: dict, top_kernels: list[str]) -> Measurement:

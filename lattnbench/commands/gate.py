@@ -55,11 +55,13 @@ def verdict_tables(points, title: str, width: int | None = None) -> list:
 def gate(
     current: Annotated[Path, typer.Argument(help="Results JSON of this run.", show_default=False)],
     baseline: Annotated[Path, typer.Option(help="Results JSON to compare against.", show_default=False)],
-    threshold: Annotated[str, typer.Option(
-        help="Largest tolerated growth of kernel/reference time: 10% or 0.1.")] = "10%",
+    threshold: Annotated[Optional[str], typer.Option(
+        help="Largest tolerated growth of kernel/reference time: 10% or 0.1 (default: the baseline's "
+        "recorded threshold, from its suite, else 10%).", show_default=False)] = None,
     reference: Annotated[Optional[str], typer.Option(
-        help="Kernel whose same-run time divides every other (default: the first softmax kernel "
-        "timed in both, softmax/sdpa-flash when present).")] = None,
+        help="Kernel whose same-run time divides every other (default: the baseline's recorded "
+        "reference, from its suite, else the first softmax kernel timed in both); 'none' compares "
+        "times as they are (runs of one machine in one sitting).", show_default=False)] = None,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print a JSON object instead of the table.")] = False,
 ) -> None:
@@ -72,17 +74,31 @@ def gate(
     from lattnbench.views.rows import ReportError, load_docs
 
     try:
-        thr = parse_threshold(threshold)
         cur_doc, base_doc = load_docs([current, baseline])
-        points, ref = compare(cur_doc["rows"], base_doc["rows"], thr, reference)
+        recorded = [] if threshold is not None and reference is not None else [
+            what for what, given in (("threshold", threshold), ("reference", reference))
+            if given is None and base_doc.get(what)]
+        thr = parse_threshold(threshold if threshold is not None else base_doc.get("threshold") or "10%")
+        if reference is None and base_doc.get("reference"):
+            reference = base_doc["reference"]
+        points, ref = compare(cur_doc["rows"], base_doc["rows"], thr, reference,
+                              common_only=cur_doc.get("suite") != base_doc.get("suite"))
     except (ResultsError, ReportError, GateError) as exc:
         die(str(exc))
+    if not json_out:
+        if recorded:
+            out.print(f"[dim]{' and '.join(recorded)} from the baseline file ({base_doc.get('suite')})[/]",
+                      highlight=False)
+        if cur_doc.get("suite") != base_doc.get("suite"):
+            out.print(f"[yellow]note:[/] the files come from different suites ({cur_doc.get('suite')} vs "
+                      f"{base_doc.get('suite')}): only their common points are compared", highlight=False)
     bad = [p for p in points if p.verdict in FAILING]
     if json_out:
         typer.echo(to_json(points, current=str(current), baseline=str(baseline), reference=ref,
                            threshold=thr))
     else:
-        for table in verdict_tables(points, f"gate: {current.name} vs {baseline.name} · time ratio to {ref} "
+        for table in verdict_tables(points, f"gate: {current.name} vs {baseline.name} · "
+                                    f"{'time ratio to ' + ref if ref else 'times as they are'} "
                                     f"· threshold {thr:.0%}"):
             out.print(table)
         for p in bad:

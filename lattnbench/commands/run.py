@@ -67,6 +67,8 @@ def register(app: typer.Typer) -> None:
         target = Path(out) if out else results_root() / machine_name(env)
         writer = open_writer(target / f"{spec.name}.json", spec.name, env, resume)
         writer.doc["reference"] = spec.reference
+        if spec.threshold:
+            writer.doc["threshold"] = spec.threshold
         execute(spec.name, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s, repeat=repeat,
                 plugins=kernel, resume=resume)
         finish(writer, json_, lambda rows: [*speed_tables(rows), *memory_tables(rows),

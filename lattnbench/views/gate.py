@@ -201,15 +201,24 @@ def resolve_reference(current: Sequence[dict], baseline: Sequence[dict], request
 
 
 def compare(current: Sequence[dict], baseline: Sequence[dict], threshold: float,
-            reference: str | None = None) -> tuple[list[Point], str | None]:
-    """Every point's verdict, in a stable order, and the reference used."""
-    ref = resolve_reference(current, baseline, reference)
+            reference: str | None = None, common_only: bool = False) -> tuple[list[Point], str | None]:
+    """Every point's verdict, in a stable order, and the reference used.
+
+    ``common_only`` (files of different suites): the points of one file that the other never
+    measured are left out rather than LOST.
+    """
+    absolute = reference is not None and reference.lower() == NO_REFERENCE
+    ref = None if absolute else resolve_reference(current, baseline, reference)
     cur = {row_key(r): r for r in current}
     base = {row_key(r): r for r in baseline}
-    ref_cur = {_point_key(r): r for r in current if r["kernel"] == ref}
-    ref_base = {_point_key(r): r for r in baseline if r["kernel"] == ref}
+    if absolute:  # each time against 1: the same machine in one sitting (e.g. alone vs in a suite)
+        ref_cur = {_point_key(r): _unit(r) for r in current}
+        ref_base = {_point_key(r): _unit(r) for r in baseline}
+    else:
+        ref_cur = {_point_key(r): r for r in current if r["kernel"] == ref}
+        ref_base = {_point_key(r): r for r in baseline if r["kernel"] == ref}
     points = []
-    merged = {**base, **cur}
+    merged = {k: v for k, v in {**base, **cur}.items() if not common_only or (k in base and k in cur)}
     for key in sorted(merged, key=lambda k: _order(merged[k])):
         c, b = cur.get(key), base.get(key)
         row = merged[key]
@@ -261,6 +270,18 @@ def compare(current: Sequence[dict], baseline: Sequence[dict], threshold: float,
             p.verdict = "faster" if p.significant else "~"
         points.append(p)
     return points, ref
+
+
+#: ``--reference none``: compare times as they are, not as ratios to a kernel of the same run
+NO_REFERENCE = "none"
+
+
+def _unit(row: dict) -> dict:
+    """A stand-in reference of exactly 1 ms, with as many samples and the same runs as ``row``."""
+    runs = [{"run": x.get("run", 0), "status": "ok", "median": 1.0} for x in row.get("runs") or []]
+    n = len(row.get("samples_ms") or []) or 1
+    return {**row, "kernel": "(1 ms)", "status": "ok", "median": 1.0, "p20": 1.0, "p80": 1.0,
+            "samples_ms": [1.0] * n, "runs": runs, "timer": "device"}
 
 
 def failed(points: Sequence[Point]) -> bool:

@@ -311,3 +311,42 @@ def test_the_verdict_table_fits_80_columns_in_a_ci_log(tmp_path, baseline):
     flat = " ".join(res.stdout.split())
     assert "FAIL lightning/triton n=4096 fwdbwd err final_state: err above tol" in flat
     assert flat.count("by bootstrap (interval +") == 6
+
+
+def _with(path: Path, **doc_fields) -> Path:
+    doc = json.loads(path.read_text())
+    doc.update(doc_fields)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_threshold_and_reference_come_from_the_baseline_file(tmp_path):
+    base = _with(write_run(tmp_path / "base.json", seed=1), reference="lightning/jax-chunked", threshold="40%")
+    cur = write_run(tmp_path / "cur.json", seed=2, slow={"lightning/triton": 1.3})  # +30 %: inside 40 %
+    code, doc = verdicts(cur, base)
+    assert code == 0 and doc["reference"] == "lightning/jax-chunked" and doc["threshold"] == pytest.approx(0.4)
+    res = gate(cur, base)
+    assert "threshold and reference from the baseline file" in res.output
+    code, doc = verdicts(cur, base, "--threshold", "10%")  # a flag wins over the file
+    assert code == 1 and doc["threshold"] == pytest.approx(0.1)
+
+
+def test_reference_none_compares_times_as_they_are(tmp_path, baseline):
+    cur = write_run(tmp_path / "cur.json", seed=2, machine=1.37)  # a slower machine: every time grows
+    code, doc = verdicts(cur, baseline, "--reference", "none", "--threshold", "10%")
+    assert code == 1 and doc["reference"] is None
+    timed = [p for p in doc["points"] if p["metric"] == "time"]
+    assert {p["kernel"] for p in timed} == set(KERNELS)  # no kernel is left out as the reference
+    assert all(p["verdict"] == "REGRESSION" for p in timed)
+    assert gate(cur, baseline).exit_code == 0  # by ratio to the same-run reference the machine cancels
+
+
+def test_files_of_different_suites_compare_their_common_points(tmp_path, baseline):
+    cur = _with(write_run(tmp_path / "cur.json", seed=2, drop={(k, n, m, "time_ms") for k in KERNELS
+                                                              for n in (1024, 16384) for m in ("fwd", "fwdbwd")}),
+                suite="alone")
+    res = gate(cur, baseline, "--reference", "none", "--threshold", "10%")
+    assert res.exit_code == 0, res.output
+    assert "different suites" in res.output and "LOST" not in res.output
+    same = write_run(tmp_path / "same.json", seed=2, drop={("lightning/triton", 1024, "fwd", "time_ms")})
+    assert gate(same, baseline).exit_code == 1  # one suite: a point gone is LOST
