@@ -21,6 +21,8 @@
     kernels = ["lightning/*"]
     axes = { n = "256,1000", dtype = "fp32,bf16" }
     # [[check-grad]] (an array of tables) gives several sweeps of one kind, e.g. a matrix of options
+    [check-rows]                          # each batch row against itself alone (long sequences)
+    axes = { n = 131072, batch = 4, heads = 32, dim = 128 }
 
 Unknown keys and wrong types are refused with the key named. Pure Python (tomllib).
 """
@@ -36,11 +38,12 @@ from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, expand, pars
 AXIS_KEYS = ("n", "batch", "heads", "kv_heads", "dim", "dim_v", "dtype", "decay", "initial_state",
              "reverse", "varlen")
 TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device", "axes", "speed", "memory",
-            "check-grad")
+            "check-grad", "check-rows")
 SECTION_KEYS = {"speed": ("modes", "budget", "kernels", "axes"),
                 "memory": ("modes", "kernels", "axes"),
-                "check-grad": ("kernels", "axes", "seed")}
-MEASURES = ("speed", "memory", "check-grad")
+                "check-grad": ("kernels", "axes", "seed"),
+                "check-rows": ("kernels", "axes", "seed")}
+MEASURES = ("speed", "memory", "check-grad", "check-rows")
 
 
 @dataclass
@@ -171,7 +174,7 @@ def _measurement(kind: str, sec: Any, label: str, where: str, top_axes: dict, to
         m.budget = float(_typed(sec.get("budget", 0.5), (int, float), _where(where, f"{label}.budget"), "seconds"))
         if not m.budget > 0:
             raise SpecError(f"{_where(where, f'{label}.budget')} must be positive seconds, got {m.budget}")
-    if kind == "check-grad":
+    if kind in ("check-grad", "check-rows"):
         m.seed = _typed(sec.get("seed", 0), (int,), _where(where, f"{label}.seed"), "an integer")
         if m.seed < 0:
             raise SpecError(f"{_where(where, f'{label}.seed')} must be >= 0, got {m.seed}")

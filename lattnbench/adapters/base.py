@@ -20,10 +20,22 @@ class Problem:
     ``fwdbwd``, ``bwd_callable``, ``sync`` and ``peak_mb``.
     """
 
-    def __init__(self, entry: KernelEntry, case: Case, seed: int = 0) -> None:
+    def __init__(self, entry: KernelEntry, case: Case, device: str, seed: int = 0) -> None:
         self.entry, self.case, self.family = entry, case, entry.family
+        self.device_name, self.seed = device, seed
         self.fn = entry.load()
         self.const = constants(case, entry, seed)
+
+    def inputs(self) -> dict:
+        """Every input and cotangent by name, on the device (first axis: batch or sequence)."""
+        raise NotImplementedError
+
+    def row(self, b: int) -> "Problem":
+        """Batch row ``b`` alone: a batch-1 problem over slices of the very same device tensors."""
+        if self.case.varlen:
+            raise ValueError("a packed varlen case has no batch rows")
+        sliced = {n: x[b:b + 1] for n, x in self.inputs().items()}
+        return type(self)(self.entry, self.case.with_(batch=1), self.device_name, self.seed, tensors=sliced)
 
     def differentiable(self, present) -> list[str]:
         return [n for n in DIFFERENTIABLE if n in present]

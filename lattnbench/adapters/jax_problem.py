@@ -35,16 +35,19 @@ class JaxProblem(Problem):
     """JAX arrays placed once on the JAX device; jitted calls; gradients from jax.vjp."""
 
     def __init__(self, entry: KernelEntry, case: Case, device: str, seed: int = 0,
-                 arrays: dict[str, np.ndarray] | None = None) -> None:
+                 arrays: dict[str, np.ndarray] | None = None, tensors: dict[str, jax.Array] | None = None) -> None:
         self.dev = jax_device(device)
         if case.dtype == "fp64" and not jax.config.jax_enable_x64:
             raise Unsupported("fp64 in JAX needs JAX_ENABLE_X64=1")
-        super().__init__(entry, case, seed)
-        self.arrays = self._build(arrays, seed)
+        super().__init__(entry, case, device, seed)
+        self.arrays = tensors if tensors is not None else self._build(arrays, seed)
         self.diff = self.differentiable(self.arrays)
         self._f = self._closure()
         self._fwd = jax.jit(self._f)
         self._fb = jax.jit(self._fwd_and_grad)
+
+    def inputs(self) -> dict[str, jax.Array]:
+        return self.arrays
 
     def _build(self, arrays, seed) -> dict[str, jax.Array]:
         dtype = DTYPES[self.case.dtype]

@@ -19,16 +19,19 @@ class TorchProblem(Problem):
     """torch tensors on the device; gradients from torch.autograd."""
 
     def __init__(self, entry: KernelEntry, case: Case, device: str, seed: int = 0,
-                 arrays: dict[str, np.ndarray] | None = None) -> None:
-        super().__init__(entry, case, seed)
+                 arrays: dict[str, np.ndarray] | None = None, tensors: dict[str, torch.Tensor] | None = None) -> None:
+        super().__init__(entry, case, device, seed)
         self.device = torch.device(device)
-        self.tensors = self._build(arrays, seed)
+        self.tensors = tensors if tensors is not None else self._build(arrays, seed)
         self.gamma = torch.as_tensor(self.const.gamma, device=self.device)
         self.cu = (None if self.const.cu_seqlens is None
                    else torch.as_tensor(self.const.cu_seqlens, device=self.device))
         self.diff = self.differentiable(self.tensors)
         self._prepared: tuple | None = None
         self._cots: list | None = None
+
+    def inputs(self) -> dict[str, torch.Tensor]:
+        return self.tensors
 
     def _build(self, arrays, seed) -> dict[str, torch.Tensor]:
         dtype = DTYPES[self.case.dtype]

@@ -26,6 +26,9 @@ def register(app: typer.Typer) -> None:
         initial_state: str = typer.Option("both", help="Run with an initial state: off, on or both."),
         reverse: bool = typer.Option(False, "--reverse", help="Run the recurrence backwards in time."),
         varlen: str | None = typer.Option(None, help="Packed sequences (batch 1), e.g. 60,1,37."),
+        batch_rows: bool = typer.Option(False, "--batch-rows", help="Instead of the fp64 reference, check "
+                                        "the first and last batch rows against themselves computed alone "
+                                        "(no reference needed: sizes past 2^31 elements, offset overflow)."),
         resume: axes.RESUME = False, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
     ) -> None:
         """Error ratios of o, final state, dq, dk, dv, dh0 (and dg) against the fp64 reference.
@@ -52,7 +55,8 @@ def register(app: typer.Typer) -> None:
         cases = guarded(lambda: axes.cases(defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay,
                                            initial_state=h0, reverse=reverse, varlen=varlen))
         chosen = guarded(lambda: pick_kernels(reg, kernels, dev, plugins=kernel, timing=False))
-        tasks = [Task("check-grad", e.name, c, seed=seed) for c in cases for e in chosen
+        kind = "check-rows" if batch_rows else "check-grad"
+        tasks = [Task(kind, e.name, c, seed=seed) for c in cases for e in chosen
                  if not (e.family == "softmax" and c.initial_state)]  # softmax has no state
         writer = open_writer(out, "check-grad", collect(), resume=resume)
         execute("check-grad", tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s, repeat=1,

@@ -55,10 +55,10 @@ def register(app: typer.Typer) -> None:
             for m in spec.measurements:
                 for case in m.cases:
                     for entry in pick_kernels(reg, m.kernels or None, dev, plugins=kernel,
-                                               timing=m.kind != "check-grad"):
-                        if m.kind == "check-grad":
+                                               timing=m.kind not in ("check-grad", "check-rows")):
+                        if m.kind in ("check-grad", "check-rows"):
                             if not (entry.family == "softmax" and case.initial_state):
-                                tasks.append(Task("check-grad", entry.name, case, seed=m.seed))
+                                tasks.append(Task(m.kind, entry.name, case, seed=m.seed))
                         else:
                             tasks.append(Task(m.kind, entry.name, case, tuple(m.modes), m.budget))
         except SpecError as exc:

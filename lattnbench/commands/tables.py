@@ -222,7 +222,8 @@ def _case_label(row: dict) -> str:
              f" varlen{len(row['varlen'])}" if isinstance(row.get("varlen"), list) else
              (" varlen" if row.get("varlen") else "")]
     run = " eager" if row.get("exec") == "eager" else ""
-    return f"T{row['seqlen']}" + "".join(flags) + run
+    check = f" {row['check']}" if row.get("check") else ""
+    return f"T{row['seqlen']}" + "".join(flags) + run + check
 
 
 def _check_cell(row: dict | None) -> str:
@@ -269,7 +270,8 @@ def _check_table(family: str, shape: str, rs: list[dict], width: int) -> Table:
     caption = "err = RMS(x − ref)/RMS(ref) against fp64" + (
         f"; {FAIL_MARK} above tol" if any(r["status"] == "fail" for r in rs) else "") + (
         f"; {NONDET_MARK} not bitwise reproducible" if any(r.get("deterministic") is False for r in rs) else "") + (
-        "; eager: re-checked without jit" if any(r.get("exec") == "eager" for r in rs) else "")
+        "; eager: re-checked without jit" if any(r.get("exec") == "eager" for r in rs) else "") + (
+        "; row B: that batch row against itself alone" if any(r.get("check") for r in rs) else "")
     prefix = f"{family}/"
 
     def name(kernel: str, how: str) -> str:

@@ -353,10 +353,10 @@ def any_failed(rows: list[dict]) -> bool:
 def execute(task, registry, device: str, ceilings: dict) -> list[dict]:
     """Run one task here and return its rows (speed, memory or check-grad)."""
     entry = registry[task.kernel]
-    if task.kind == "check-grad":
-        from lattnbench.measure.verify import check
+    if task.kind in ("check-grad", "check-rows"):
+        from lattnbench.measure.verify import check, check_rows
 
-        return check(entry, task.case, device, task.seed)
+        return (check if task.kind == "check-grad" else check_rows)(entry, task.case, device, task.seed)
     rows: list[dict] = []
     sweeper = Sweeper(device, rows.extend, ceilings, budget_s=task.budget)
     if task.kind == "speed":
@@ -368,13 +368,14 @@ def execute(task, registry, device: str, ceilings: dict) -> list[dict]:
 
 def failed_rows(task, entry: KernelEntry, device: str, status: str, reason: str) -> list[dict]:
     """The rows a task would have produced, each with ``status`` and ``reason`` (timeouts, crashes)."""
-    if task.kind == "check-grad":
+    if task.kind in ("check-grad", "check-rows"):
         from lattnbench.measure.tolerance import TOLERANCE
-        from lattnbench.measure.verify import expected_tensors
+        from lattnbench.measure.verify import expected_tensors, rows_to_check
 
-        return [{**base_row(entry, task.case, device, "fwdbwd", "err_ratio"), "tensor": t,
+        checks = [{}] if task.kind == "check-grad" else [{"check": f"row {b}"} for b in rows_to_check(task.case.batch)]
+        return [{**base_row(entry, task.case, device, "fwdbwd", "err_ratio"), "tensor": t, **c,
                  "tol": TOLERANCE[task.case.dtype], "status": status, "reason": reason}
-                for t in expected_tensors(entry, task.case)]
+                for c in checks for t in expected_tensors(entry, task.case)]
     rows = [{**base_row(entry, task.case, device, m, task.metric), "status": status, "reason": reason}
             for m in task.modes]
     if task.kind == "speed":

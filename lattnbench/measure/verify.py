@@ -152,3 +152,59 @@ def _numpy(x) -> np.ndarray:
     if hasattr(x, "detach"):
         return x.detach().float().cpu().numpy()
     return np.asarray(x, dtype=np.float32)
+
+
+def rows_to_check(batch: int) -> list[int]:
+    """The first and the last batch row: the last has the largest offsets (int32 overflow shows there)."""
+    return sorted({0, batch - 1})
+
+
+def check_rows(entry: KernelEntry, case: Case, device: str, seed: int = 0) -> list[dict]:
+    """Each checked batch row, computed in the batch, against the same row computed alone.
+
+    Catches what depends on where a row sits in memory (offsets past 2^31 elements, a grid
+    mapping that mixes rows) with no fp64 reference, so it runs at sizes the reference cannot:
+    ``err = RMS(in batch − alone) / RMS(alone)`` per tensor (o, final state, every gradient)
+    against the dtype's tolerance, in rows with ``check: "row B"``.
+    """
+    tol = TOLERANCE[case.dtype]
+    expected = expected_tensors(entry, case)
+    checked = rows_to_check(case.batch)
+
+    def row(tensor: str, b: int, **kw) -> dict:
+        return {**base_row(entry, case, device, "fwdbwd", "err_ratio"), "tensor": tensor, "tol": tol,
+                "check": f"row {b}", **kw}
+
+    def every(status: str, reason: str) -> list[dict]:
+        return [row(t, b, status=status, reason=reason) for b in checked for t in expected]
+
+    if case.varlen or case.batch < 2:
+        return every("unsupported", "the batch-row check needs batch >= 2 and no packed varlen")
+    gated = point_gate(entry, case, device)
+    if gated is not None:
+        return every(*gated)
+    try:
+        problem = make_problem(entry, case, device, seed)  # drawn on the device: no host copy of GBs
+        full = problem.results()
+    except Exception as exc:  # noqa: BLE001
+        return every(*classify(exc, entry))
+    out = []
+    for b in checked:
+        try:
+            alone = problem.row(b).results()
+        except Exception as exc:  # noqa: BLE001
+            status, reason = classify(exc, entry)
+            out.extend(row(t, b, status=status, reason=f"alone: {reason}") for t in expected)
+            continue
+        for name in expected:
+            mine, ref = full.get(name), alone.get(name)
+            if mine is None or ref is None:
+                out.append(row(name, b, status="unsupported" if name == "final_state" else "fail",
+                               reason="kernel returns no " + name.replace("_", " ")))
+                continue
+            err = err_ratio(mine[b:b + 1], ref)
+            ok = err <= tol
+            out.append(row(name, b, median=err, err=err, status="ok" if ok else "fail",
+                           reason=None if ok else f"row {b} in the batch differs from it alone: err {err:.3g} > tol {tol:g}"))
+        del alone
+    return out

@@ -134,8 +134,10 @@ def pending(tasks: list[Task], writer: ResultsWriter, device: str, registry) -> 
     out = []
     for t in tasks:
         entry = registry[t.kernel]
-        if t.kind == "check-grad":
+        if t.kind in ("check-grad", "check-rows"):
             probe = {**base_row(entry, t.case, device, "fwdbwd", "err_ratio"), "tensor": "o"}
+            if t.kind == "check-rows":
+                probe["check"] = "row 0"
             if row_key(probe) not in runs:
                 out.append(t)
             continue

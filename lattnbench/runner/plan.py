@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, field
 
 from lattnbench.spec import Case
 
-KINDS = ("speed", "memory", "check-grad", "ceilings")
-METRIC = {"speed": "time_ms", "memory": "peak_mb", "check-grad": "err_ratio"}
+KINDS = ("speed", "memory", "check-grad", "check-rows", "ceilings")
+METRIC = {"speed": "time_ms", "memory": "peak_mb", "check-grad": "err_ratio", "check-rows": "err_ratio"}
 
 
 @dataclass(frozen=True)

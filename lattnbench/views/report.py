@@ -125,9 +125,10 @@ def _agreement_tables(rows: list[dict]) -> list[str]:
         g = [r for r in rows if shape_key(r) == skey]
         tensors = sorted({str(r.get("tensor")) for r in g},
                          key=lambda t: (TENSOR_ORDER.index(t) if t in TENSOR_ORDER else 99, t))
-        lines = sorted({(r["kernel"], r["seqlen"], r.get("exec") or "") for r in g},
+        how_of = lambda r: " ".join(x for x in (r.get("exec"), r.get("check")) if x)  # noqa: E731
+        lines = sorted({(r["kernel"], r["seqlen"], how_of(r)) for r in g},
                        key=lambda kn: (kernel_sort_key(kn[0], families), kn[1], kn[2]))
-        cells = {(r["kernel"], r["seqlen"], r.get("exec") or "", str(r.get("tensor"))): r for r in g}
+        cells = {(r["kernel"], r["seqlen"], how_of(r), str(r.get("tensor"))): r for r in g}
         body = [[k + (f" ({how})" if how else ""), str(n), *(_verdict_cell(cells.get((k, n, how, t))) for t in tensors)]
                 for k, n, how in lines]
         tols = sorted({float(r["tol"]) for r in g if isinstance(r.get("tol"), (int, float))})

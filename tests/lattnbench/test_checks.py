@@ -1,0 +1,61 @@
+"""check-grad's other checks: batch rows against themselves alone, the determinism column."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from lattnbench.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def plugins(monkeypatch, request):
+    monkeypatch.syspath_prepend(str(request.path.parent))
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_batch_rows_catch_a_row_that_differs_from_itself_alone(plugins, tmp_path):
+    out = tmp_path / "rows.json"
+    res = invoke("check-grad", "--batch-rows", "--kernel", "fake_kernels:offset_bug",
+                 "-k", "plugin/offset-bug,lightning/jax-chunked", "--n", "40", "--batch", "3", "--heads", "2",
+                 "--dim", "16", "--initial-state", "off", "--out", out)
+    assert res.exit_code == 1
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["check"] for r in rows} == {"row 0", "row 2"}  # the first and the last row
+    bad = {(r["kernel"], r["check"], r["tensor"]) for r in rows if r["status"] == "fail"}
+    assert ("plugin/offset-bug", "row 2", "o") in bad and ("plugin/offset-bug", "row 2", "dq") in bad
+    assert not any(k == "lightning/jax-chunked" or c == "row 0" for k, c, _ in bad)
+    assert all(r["median"] < 1e-6 for r in rows if r["kernel"] == "lightning/jax-chunked")
+
+
+def test_batch_rows_refuse_a_single_row_or_varlen(tmp_path):
+    out = tmp_path / "r.json"
+    res = invoke("check-grad", "--batch-rows", "-k", "lightning/jax-chunked", "--n", "16", "--batch", "1",
+                 "--heads", "2", "--dim", "8", "--initial-state", "off", "--out", out)
+    assert res.exit_code == 0
+    assert {r["status"] for r in json.loads(out.read_text())["rows"]} == {"unsupported"}
+
+
+def test_every_checked_tensor_says_whether_a_second_call_was_bitwise_equal(tmp_path):
+    out = tmp_path / "d.json"
+    res = invoke("check-grad", "-k", "lightning/jax-chunked,lightning/naive-torch", "--n", "16", "--heads", "2",
+                 "--dim", "8", "--out", out)
+    assert res.exit_code == 0, res.output
+    rows = json.loads(out.read_text())["rows"]
+    assert rows and all(r["deterministic"] is True for r in rows if r["status"] == "ok")
+
+
+def test_a_kernel_that_is_right_but_not_reproducible_passes_with_deterministic_false(plugins, tmp_path):
+    out = tmp_path / "j.json"
+    res = invoke("check-grad", "--kernel", "fake_kernels:jitter", "-k", "plugin/jitter", "--n", "16",
+                 "--heads", "2", "--dim", "8", "--initial-state", "off", "--out", out)
+    assert res.exit_code == 0, res.output  # a column, not a failure
+    by = {r["tensor"]: r for r in json.loads(out.read_text())["rows"]}
+    assert by["o"]["status"] == "ok" and by["o"]["deterministic"] is False
+    assert "≠" in res.output
