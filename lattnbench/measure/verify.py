@@ -183,6 +183,11 @@ def check_rows(entry: KernelEntry, case: Case, device: str, seed: int = 0) -> li
     gated = point_gate(entry, case, device)
     if gated is not None:
         return every(*gated)
+    from lattnbench.measure.memory_estimate import too_big
+
+    big = too_big(entry, case.with_(batch=case.batch + 1), "fwdbwd", device)  # the batch and a row alone
+    if big is not None:
+        return every("oom", big)
     try:
         problem = make_problem(entry, case, device, seed)  # drawn on the device: no host copy of GBs
         full = problem.results()
