@@ -23,7 +23,7 @@ REQUIRED = ("kernel", "family", "framework", "device", "batch", "seqlen", "heads
             "dim_qk", "dim_v", "dtype", "mode", "metric", "status")
 #: the fields that identify a point (a row without its measured values)
 KEY_FIELDS = ("kernel", "device", "batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v",
-              "dtype", "mode", "metric", "tensor", "varlen", "initial_state", "reverse", "decay", "exec", "check")
+              "dtype", "mode", "metric", "tensor", "varlen", "initial_state", "reverse", "decay", "exec", "check", "input_scale")
 
 
 #: the timers a speed row carries (lattnbench.measure.timing); ``device`` is the tables' one

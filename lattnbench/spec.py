@@ -108,6 +108,7 @@ class Case:
     varlen: tuple[int, ...] | None = None  # packed sequence lengths (batch must be 1)
     initial_state: bool = False
     reverse: bool = False
+    input_scale: float = 1.0  # q, k, v drawn ~N(0, scale²): magnitude stress
 
     def __post_init__(self) -> None:
         for name in ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v"):
@@ -119,6 +120,8 @@ class Case:
             raise SpecError(f"unknown dtype {self.dtype!r}: choose from {', '.join(DTYPES)}")
         if self.decay not in DECAYS:
             raise SpecError(f"unknown decay {self.decay!r}: choose from {', '.join(DECAYS)}")
+        if not self.input_scale > 0:
+            raise SpecError(f"input scale must be positive, got {self.input_scale}")
         if self.varlen is not None:
             if self.batch != 1:
                 raise SpecError("varlen cases need batch 1 (sequences are packed)")
@@ -138,13 +141,15 @@ class Case:
         kv = f"/{self.kv_heads}" if self.kv_heads != self.heads else ""
         dims = f"D{self.dim_qk}" if self.dim_qk == self.dim_v else f"D{self.dim_qk}E{self.dim_v}"
         extra = "".join([" varlen" if self.varlen else "", " h0" if self.initial_state else "",
-                         " rev" if self.reverse else ""])
+                         " rev" if self.reverse else "", f" x{self.input_scale:g}" if self.input_scale != 1 else ""])
         return f"B{self.batch} T{self.seqlen} H{self.heads}{kv} {dims} {self.dtype}{extra}"
 
     def fields(self) -> dict:
         """The columns a results row carries for this case (schema names)."""
         d = asdict(self)
         d["varlen"] = list(self.varlen) if self.varlen else None
+        if self.input_scale == 1:  # the common case keeps the row's identity it always had
+            del d["input_scale"]
         return d
 
     def with_(self, **kw) -> "Case":
@@ -154,7 +159,7 @@ class Case:
 def expand(ns: Sequence[int], batches: Sequence[int], heads: Sequence[int], kv_heads: Sequence[int] | None,
            dims: Sequence[int], dim_vs: Sequence[int] | None, dtypes: Sequence[str], decay: str,
            initial_states: Sequence[bool] = (False,), reverse: bool = False,
-           varlen: Sequence[int] | None = None) -> list[Case]:
+           varlen: Sequence[int] | None = None, input_scale: float = 1.0) -> list[Case]:
     """Every case of a sweep: dtype, batch, heads, kv heads, dims and initial state outermost, n innermost.
 
     ``kv_heads`` / ``dim_vs`` of None follow heads / dim. With ``varlen`` (packed sequence lengths)
@@ -173,7 +178,9 @@ def expand(ns: Sequence[int], batches: Sequence[int], heads: Sequence[int], kv_h
                         for e in dim_vs or [d]:
                             for h0 in initial_states:
                                 if varlen:
-                                    out.append(Case(1, sum(varlen), h, hk, d, e, dt, decay, tuple(varlen), h0, reverse))
+                                    out.append(Case(1, sum(varlen), h, hk, d, e, dt, decay, tuple(varlen), h0, reverse,
+                                                    input_scale))
                                     continue
-                                out.extend(Case(b, t, h, hk, d, e, dt, decay, None, h0, reverse) for t in ns)
+                                out.extend(Case(b, t, h, hk, d, e, dt, decay, None, h0, reverse, input_scale)
+                                           for t in ns)
     return out

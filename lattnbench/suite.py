@@ -36,7 +36,7 @@ from typing import Any
 from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, expand, parse_choices, parse_range
 
 AXIS_KEYS = ("n", "batch", "heads", "kv_heads", "dim", "dim_v", "dtype", "decay", "initial_state",
-             "reverse", "varlen")
+             "reverse", "varlen", "input_scale")
 TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device", "axes", "speed", "memory",
             "check-grad", "check-rows")
 SECTION_KEYS = {"speed": ("modes", "budget", "kernels", "axes"),
@@ -132,7 +132,8 @@ def cases_from_axes(axes: dict, where: str) -> list[Case]:
         _typed(varlen, (list,), _where(where, "axes.varlen"), "a list of sequence lengths")
         for x in varlen:
             _typed(x, (int,), _where(where, "axes.varlen"), "a list of positive integers")
-    return expand(ns, bs, hs, kvs, ds, dvs, dts, decay, h0s, reverse, varlen or None)
+    scale = _typed(axes.get("input_scale", 1.0), (int, float), _where(where, "axes.input_scale"), "a positive number")
+    return expand(ns, bs, hs, kvs, ds, dvs, dts, decay, h0s, reverse, varlen or None, float(scale))
 
 
 def parse(doc: dict, where: str, default_name: str) -> Suite:

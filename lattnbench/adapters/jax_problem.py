@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 
 from lattnbench.adapters.base import FP32_TENSORS, Problem  # noqa: E402
 from lattnbench.errors import Unsupported  # noqa: E402
-from lattnbench.measure.inputs import shapes  # noqa: E402
+from lattnbench.measure.inputs import SCALED, shapes  # noqa: E402
 from lattnbench.registry.entry import KernelEntry  # noqa: E402
 from lattnbench.spec import Case  # noqa: E402
 
@@ -60,6 +60,8 @@ class JaxProblem(Problem):
                     x = jax.random.normal(jax.random.fold_in(key, i), shape, jnp.float32)
                     if name == "g":
                         x = jax.nn.log_sigmoid(x) / 8
+                    elif name in SCALED:
+                        x = x * self.case.input_scale
                     out[name] = x.astype(want)
         else:
             for name, x in arrays.items():

@@ -8,7 +8,7 @@ import torch
 
 from lattnbench.adapters.base import FP32_TENSORS, Problem
 from lattnbench.errors import Unsupported
-from lattnbench.measure.inputs import shapes
+from lattnbench.measure.inputs import SCALED, shapes
 from lattnbench.registry.entry import KernelEntry
 from lattnbench.spec import Case
 
@@ -43,6 +43,8 @@ class TorchProblem(Problem):
                 x = torch.randn(shape, generator=gen, device=self.device, dtype=torch.float32)
                 if name == "g":
                     x = torch.nn.functional.logsigmoid(x) / 8
+                elif name in SCALED:
+                    x = x * self.case.input_scale
                 out[name] = x.to(want)
         else:
             for name, x in arrays.items():

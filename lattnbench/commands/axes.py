@@ -81,7 +81,7 @@ CHECK_CPU = Defaults(n="64,100", batch="2", heads="4", dim="32", dtype="fp32")
 
 def cases(defaults: Defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay: str,
           initial_state: tuple[bool, ...] = (False,), reverse: bool = False,
-          varlen: str | None = None) -> list[Case]:
+          varlen: str | None = None, input_scale: float = 1.0) -> list[Case]:
     """Every case of the sweep, shape-major then n; raises SpecError on bad input."""
     pick = lambda given, default: default if given is None else given  # noqa: E731 - "" is an error
     ns = parse_range(pick(n, defaults.n), "--n")
@@ -92,7 +92,7 @@ def cases(defaults: Defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, deca
     kvs = None if kv_heads is None else parse_range(kv_heads, "--kv-heads")
     dts = parse_choices(pick(dtype, defaults.dtype), DTYPES, "dtype")
     lengths = parse_lengths(varlen) if varlen else None
-    return expand(ns, bs, hs, kvs, ds, dvs, dts, decay, initial_state, reverse, lengths)
+    return expand(ns, bs, hs, kvs, ds, dvs, dts, decay, initial_state, reverse, lengths, input_scale)
 
 
 def parse_lengths(text: str) -> list[int]:

@@ -26,6 +26,8 @@ def register(app: typer.Typer) -> None:
         initial_state: str = typer.Option("both", help="Run with an initial state: off, on or both."),
         reverse: bool = typer.Option(False, "--reverse", help="Run the recurrence backwards in time."),
         varlen: str | None = typer.Option(None, help="Packed sequences (batch 1), e.g. 60,1,37."),
+        input_scale: float = typer.Option(1.0, "--input-scale", min=1e-6, help="Draw q, k, v ~N(0, s²): "
+                                          "magnitude stress (e.g. 10; with --decay zero sums grow most)."),
         batch_rows: bool = typer.Option(False, "--batch-rows", help="Instead of the fp64 reference, check "
                                         "the first and last batch rows against themselves computed alone "
                                         "(no reference needed: sizes past 2^31 elements, offset overflow)."),
@@ -53,7 +55,8 @@ def register(app: typer.Typer) -> None:
         if h0 is None:
             die(f"bad --initial-state {initial_state!r}: choose off, on or both")
         cases = guarded(lambda: axes.cases(defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay,
-                                           initial_state=h0, reverse=reverse, varlen=varlen))
+                                           initial_state=h0, reverse=reverse, varlen=varlen,
+                                           input_scale=input_scale))
         chosen = guarded(lambda: pick_kernels(reg, kernels, dev, plugins=kernel, timing=False))
         kind = "check-rows" if batch_rows else "check-grad"
         tasks = [Task(kind, e.name, c, seed=seed) for c in cases for e in chosen

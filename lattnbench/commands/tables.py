@@ -223,7 +223,8 @@ def _case_label(row: dict) -> str:
              (" varlen" if row.get("varlen") else "")]
     run = " eager" if row.get("exec") == "eager" else ""
     check = f" {row['check']}" if row.get("check") else ""
-    return f"T{row['seqlen']}" + "".join(flags) + run + check
+    scale = f" x{row['input_scale']:g}" if row.get("input_scale") not in (None, 1) else ""
+    return f"T{row['seqlen']}" + "".join(flags) + scale + run + check
 
 
 def _check_cell(row: dict | None) -> str:

@@ -53,6 +53,10 @@ def shapes(case: Case, family: str) -> dict[str, tuple[int, ...]]:
     return s
 
 
+#: the inputs ``Case.input_scale`` multiplies (magnitude stress)
+SCALED = ("q", "k", "v")
+
+
 def numpy_inputs(case: Case, family: str, seed: int) -> dict[str, np.ndarray]:
     """Fresh random fp32 arrays for every tensor of the case (rounded to dtype by the adapter).
 
@@ -65,5 +69,7 @@ def numpy_inputs(case: Case, family: str, seed: int) -> dict[str, np.ndarray]:
         x = rng.standard_normal(shape, dtype=np.float32)
         if name == "g":
             x = (-np.logaddexp(0.0, -x) / 8.0).astype(np.float32)
+        elif name in SCALED and case.input_scale != 1:
+            x = x * np.float32(case.input_scale)
         out[name] = x
     return out

@@ -59,3 +59,21 @@ def test_a_kernel_that_is_right_but_not_reproducible_passes_with_deterministic_f
     by = {r["tensor"]: r for r in json.loads(out.read_text())["rows"]}
     assert by["o"]["status"] == "ok" and by["o"]["deterministic"] is False
     assert "≠" in res.output
+
+
+def test_input_scale_scales_the_inputs_and_labels_the_rows(tmp_path):
+    import numpy as np
+
+    from lattnbench.measure.inputs import numpy_inputs
+    from lattnbench.spec import Case
+
+    plain = numpy_inputs(Case(1, 16, 2, 2, 8, 8, "fp32"), "lightning", 3)
+    loud = numpy_inputs(Case(1, 16, 2, 2, 8, 8, "fp32", input_scale=10.0), "lightning", 3)
+    assert np.allclose(loud["q"], 10 * plain["q"]) and np.allclose(loud["do"], plain["do"])
+    assert "input_scale" not in Case(1, 16, 2, 2, 8, 8).fields()  # old rows keep their identity
+    out = tmp_path / "s.json"
+    res = invoke("check-grad", "-k", "lightning/jax-chunked", "--decay", "zero", "--input-scale", "10",
+                 "--n", "64", "--heads", "2", "--dim", "8", "--initial-state", "off", "--out", out)
+    assert res.exit_code == 0, res.output
+    rows = json.loads(out.read_text())["rows"]
+    assert rows and all(r["input_scale"] == 10 and r["status"] == "ok" for r in rows) and "x10" in res.output
