@@ -282,18 +282,7 @@ def _graph_replay(call, be: Backend, budget_ms: float, min_reps: int, max_reps: 
 
 
 def _replays(graph, be: Backend, reps: int) -> list[float]:
-    import torch
-
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        if be.flush is not None:
-            be.flush()
-        starts[i].record()
-        graph.replay()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return _events_pass(graph.replay, be, reps)
 
 
 def _recover_cuda() -> None:
