@@ -3,8 +3,11 @@
 On a machine without a GPU the kernels run in the Triton interpreter (tests/conftest.py sets
 TRITON_INTERPRET=1), which cannot do bf16 dots: fp32 and fp16 here, bf16 on the GPU.
 Outputs and gradients (q, k, v, initial_state) are checked with random ``do`` and random
-``dS_T``; every buffer the kernels must fully write is NaN-poisoned first. Every test runs in
-every chunk-pass orientation of the autotune lists (the TR config key), set per test.
+``dS_T``; every buffer the kernels must fully write is NaN-poisoned first. The chunk-pass
+orientation (the TR config key) is set per test: every kernel test runs with the three pointer
+passes (TR 0, 1, 2); the tensor-descriptor pass (TR 3) has its own tests, on the shapes where
+descriptors apply and on those that fall back to TR 1's pointer code; host-side tests run in the
+interpreter's own orientation (TR 0).
 """
 from __future__ import annotations
 
@@ -25,16 +28,26 @@ NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 # chunk-pass orientations (the TR config key): 0 row-wise, 1 transposed, 2 transposed with the state
-# update's decay on b, 3 transposed with tensor-descriptor loads / stores (where they apply: pow2
-# head dims, not varlen; the pointer path elsewhere)
-ORIENTATIONS = (0, 1, 2, 3)
+# update's decay on b; 3 (transposed with tensor-descriptor loads / stores where they apply: pow2
+# head dims, not varlen, whole BV slices; TR 1's pointer code elsewhere) is tested on its own below
+ORIENTATIONS = (0, 1, 2)
+HOST = pytest.mark.parametrize("orientation", [0], indirect=True, ids=["tr0"])  # no orientation at stake
+
+
+def _parametrizes(metafunc, name):
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if name in names:
+            return True
+    return False
 
 
 def pytest_generate_tests(metafunc):
-    """Every test runs in every orientation; tests marked ``tma_only`` in orientation 3 only."""
-    if "orientation" in metafunc.fixturenames:
-        trs = (3,) if metafunc.definition.get_closest_marker("tma_only") is not None else ORIENTATIONS
-        metafunc.parametrize("orientation", trs, indirect=True, ids=[f"tr{tr}" for tr in trs])
+    """Every test runs in every orientation of ORIENTATIONS unless it names its own."""
+    if "orientation" in metafunc.fixturenames and not _parametrizes(metafunc, "orientation"):
+        metafunc.parametrize("orientation", ORIENTATIONS, indirect=True, ids=[f"tr{tr}" for tr in ORIENTATIONS])
 
 
 @pytest.fixture(autouse=True)
@@ -63,8 +76,9 @@ def _inputs(seed, b, t, h, hkv, d, e, dtype, n_states=None, h0=True):
 
 
 def check(seed=0, b=2, t=100, h=3, hkv=None, d=48, e=48, dtype=torch.float32, gamma="mixed",
-          scale=None, h0=True, reverse=False, cu_seqlens=None, transform=None, api=None):
-    """Run kernel and fp64 reference; assert o, S_T, dq, dk, dv, dh0 within the dtype's tolerance."""
+          scale=None, h0=True, reverse=False, cu_seqlens=None, transform=None, api=None, dst=True):
+    """Run kernel and fp64 reference; assert o, S_T, dq, dk, dv, dh0 within the dtype's tolerance.
+    dst=False: the loss leaves S_T out (its gradient reaches the backward as None)."""
     hkv = hkv or h
     n = b if cu_seqlens is None else len(cu_seqlens) - 1
     g, q, k, v, s0 = _inputs(seed, b, t, h, hkv, d, e, dtype, n, h0)
@@ -88,7 +102,9 @@ def check(seed=0, b=2, t=100, h=3, hkv=None, d=48, e=48, dtype=torch.float32, ga
     assert st.dtype == torch.float32 and st.shape == (n, h, d, e)
     do = torch.randn(o.shape, generator=g).to(dtype)
     ds = torch.randn(st.shape, generator=g)
-    loss = (o.float() * do.to(DEV).float()).sum() + (st * ds.to(DEV)).sum()
+    loss = (o.float() * do.to(DEV).float()).sum()
+    if dst:
+        loss = loss + (st * ds.to(DEV)).sum()
     loss.backward()
 
     ref_leaves = [x.detach().double().requires_grad_(True) for x in (q, k, v)]
@@ -96,7 +112,10 @@ def check(seed=0, b=2, t=100, h=3, hkv=None, d=48, e=48, dtype=torch.float32, ga
     gam_ref = None if gamma is None else torch.as_tensor(np.asarray(gamma), dtype=torch.float64)
     ro, rs = lightning_naive(*ref_leaves, gamma=gam_ref, scale=scale, initial_state=s0_ref,
                              reverse=reverse, cu_seqlens=cu_seqlens)
-    ((ro * do.double()).sum() + (rs * ds.double()).sum()).backward()
+    ref_loss = (ro * do.double()).sum()
+    if dst:
+        ref_loss = ref_loss + (rs * ds.double()).sum()
+    ref_loss.backward()
 
     tol = TOLERANCE[NAMES[dtype]]
     pairs = {"o": (o, ro), "final_state": (st, rs)}
@@ -155,12 +174,14 @@ def test_varlen_gqa_empty_sequence():
     check(seed=9, b=1, t=50, h=2, hkv=1, d=32, e=32, cu_seqlens=[0, 20, 20, 50])
 
 
+@HOST
 def test_non_contiguous_inputs():
     # inputs built as [B, H, T, D] and viewed as [B, T, H, D]: non-contiguous strides
     check(seed=10, b=2, t=40, h=2, d=32, e=48, transform=lambda x: x.transpose(1, 2).contiguous().transpose(1, 2)[:, :, :, :])
     check(seed=11, b=2, t=40, h=2, d=32, e=48, transform=lambda x: x[:, :, :, :].unsqueeze(-1).expand(*x.shape, 2)[..., 0])
 
 
+@HOST
 def test_lightning_attn_seed_api():
     def api(q, k, v, s0):
         return lightning_attn(q, k, v, layer_idx=1, num_layers=4, initial_state=s0)
@@ -210,6 +231,7 @@ def test_loss_on_output_only(reverse):
         assert err_ratio(mine.grad, r.grad) <= TOLERANCE["fp32"]
 
 
+@HOST
 @pytest.mark.parametrize("case", ["rank", "dtype", "shape", "heads", "varlen_batch", "cu", "h0", "gamma"])
 def test_bad_input_raises(case):
     q = torch.randn(1, 8, 4, 16)
@@ -237,6 +259,7 @@ def test_bad_input_raises(case):
         lightning_attn_triton(q, k, v, **kw)
 
 
+@HOST
 def test_backward_launches_the_three_passes(monkeypatch):
     """One launch per pass: dq (ROLE 0), dk (1), dv and dh0 (2), each over its split dimension."""
     from lattnbench.kernels.triton.lightning import kernels as K
@@ -279,19 +302,22 @@ def descriptor_spy(monkeypatch):
     return calls
 
 
-@pytest.mark.tma_only
+@pytest.mark.parametrize("orientation", [3], indirect=True, ids=["tr3"])
 @pytest.mark.parametrize("case,tma", [
-    ("pow2", True), ("reverse_d_lt_e", True), ("gqa_t1_fp16", True), ("no_h0_t100", True),
+    ("pow2", True), ("pow2_fp16", True), ("reverse_d_lt_e", True), ("gqa_t1_fp16", True),
+    ("no_h0_t100", True), ("strong_and_zero_decay", True), ("reverse_no_dst", True),
     ("d48", False), ("e_not_whole_slices", False), ("varlen", False)])
 def test_descriptor_path_where_it_applies(orientation, case, tma, descriptor_spy):
     """TR=3: every pass of an eligible shape moves its tiles by tensor descriptors (zero fill outside
-    [0, T) as the row mask, reverse starting below row 0, a last partial chunk); other shapes take
-    the pointer path. Both against the fp64 reference."""
-    assert orientation == 3
-    kw = {"pow2": dict(d=32, e=32), "reverse_d_lt_e": dict(d=16, e=64, reverse=True),
+    [0, T) as the row mask, reverse starting below row 0, a last partial chunk, h0 and dS_T or
+    neither); other shapes take the pointer path. Both against the fp64 reference."""
+    kw = {"pow2": dict(d=32, e=32), "pow2_fp16": dict(d=32, e=64, dtype=torch.float16),
+          "reverse_d_lt_e": dict(d=16, e=64, reverse=True),
           "gqa_t1_fp16": dict(h=4, hkv=2, d=32, e=32, t=1, dtype=torch.float16),
-          "no_h0_t100": dict(d=64, e=16, h0=False), "d48": dict(d=48, e=32),
-          "e_not_whole_slices": dict(d=32, e=40),
+          "no_h0_t100": dict(d=64, e=16, h0=False),
+          "strong_and_zero_decay": dict(b=1, t=90, d=32, e=32, gamma=np.array([0.0, -20.0, -80.0], np.float32)),
+          "reverse_no_dst": dict(b=1, t=70, h=2, d=32, e=32, reverse=True, dst=False),
+          "d48": dict(d=48, e=32), "e_not_whole_slices": dict(d=32, e=40),
           "varlen": dict(b=1, cu_seqlens=[0, 30, 31, 100], d=32, e=32)}[case]
     check(**kw)
     assert bool(descriptor_spy) == tma, descriptor_spy
