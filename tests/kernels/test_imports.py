@@ -16,22 +16,29 @@ def _module(path: Path) -> str:
     return ".".join([PACKAGE, *parts])
 
 
-def _imports(path: Path) -> set[str]:
-    """Absolute names of the modules ``path`` imports (``from .x import y``: x.y when y is a module)."""
+def _import_froms(path: Path):
+    """(absolute module name, imported names) of every ``from X import ...`` in ``path``."""
     mod = _module(path)
     pkg = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-    out = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
+        if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg.split(".")[: len(pkg.split(".")) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module
-            out.add(target)
-            out |= {f"{target}.{a.name}" for a in node.names}
+            yield node.level > 0, target, [a.name for a in node.names]
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute names of the modules ``path`` imports (``from .x import y``: x, and x.y when y is a
+    module)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    for _, target, names in _import_froms(path):
+        out |= {target} | {f"{target}.{n}" for n in names}
     return out
 
 
@@ -44,6 +51,14 @@ def test_kernels_import_nothing_of_the_harness():
     for path in KERNELS.rglob("*.py"):
         harness = {m for m in _imports(path) if m.startswith("lattnbench") and not m.startswith(PACKAGE)}
         assert not harness, f"{path.relative_to(KERNELS)} imports the harness: {sorted(harness)}"
+
+
+def test_relative_imports_resolve():
+    """Lazy imports run only when their function does: a wrong one shows here, not in a user's call."""
+    modules = {_module(p) for p in KERNELS.rglob("*.py")}
+    for path in KERNELS.rglob("*.py"):
+        missing = [t for relative, t, _ in _import_froms(path) if relative and t not in modules]
+        assert not missing, f"{path.relative_to(KERNELS)} imports what kernels/ does not have: {missing}"
 
 
 def test_no_import_circles():

@@ -32,8 +32,9 @@ TMA_OK = (hasattr(tl, "make_tensor_descriptor") and triton_allocation is not Non
 FWD_CONFIGS = [(64, 32, 4, 3), (64, 64, 4, 2)]
 BWD_CONFIGS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 64, 4, 2)]
 # The transposed pass: BV 128 at 8 warps (the two warpgroups split the value rows of every big
-# product), 2-4 stages; TR 2 moves the state update's decay onto b; TR 3 moves the tiles by tensor
-# descriptors (long sequences only, see prune_configs); (64, 64, 4, 2) puts two programs on an SM.
+# product) with 3 or 4 stages; TR 2 moves the state update's decay onto b; TR 3 moves the tiles
+# by tensor descriptors (long sequences only, see prune_configs); (64, 64, 4, 2) puts two
+# programs on an SM.
 FWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 4, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1),
                  (64, 128, 8, 3, 3), (64, 128, 8, 4, 3)]
 BWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1), (64, 128, 8, 3, 3)]

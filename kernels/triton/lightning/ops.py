@@ -233,7 +233,7 @@ def lightning_attn(
     initial_state: Tensor | None = None, reverse: bool = False, cu_seqlens=None,
 ) -> tuple[Tensor, Tensor]:
     """The seeds' API: decay from ``lightning_decay(H, layer_idx, num_layers)``."""
-    from ..decay import lightning_decay
+    from ...decay import lightning_decay
 
     if q.dim() != 4:
         raise ValueError(f"q must be [B, T, H, D] (rank 4), got rank {q.dim()}")
