@@ -135,7 +135,6 @@ def _pass_bases(a_ptr, b_ptr, c_ptr, o_ptr, bos, i_h, H, A_H, B_H, C_H, KD: tl.c
     return a_row, b_row, c_row, o_row, a_base, b_base, c_base, o_base
 
 
-
 @triton.jit
 def _chunk_pass_n(
     a_ptr, b_ptr, c_ptr, o_ptr, h0_ptr, ht_ptr, g_ptr, cu_ptr,
