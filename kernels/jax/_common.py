@@ -1,4 +1,5 @@
-"""Shared helpers of the JAX kernel set: input checks (the seeds' messages), GQA, varlen maps."""
+"""Shared helpers of the JAX kernel set: input checks (the seeds' messages), GQA, varlen maps and
+the chunk-aligned varlen layout."""
 from __future__ import annotations
 
 import numpy as np
@@ -101,3 +102,30 @@ def varlen_maps(cu, t: int):
     start = pos == cu[seq]
     end = pos == cu[seq + 1] - 1
     return seq, start, end
+
+
+def varlen_layout(cu, t, c):
+    """Chunk-aligned layout of packed sequences (all numpy, static), for the chunked forms: each
+    sequence starts a new chunk of c tokens. Returns (src: the token each padded position reads,
+    t for padding, which reads an appended zero row; dst: the padded position of each token;
+    flag: chunks that start a sequence; seq: the sequence of each chunk; last: each sequence's
+    last chunk, -1 when it is empty)."""
+    lens = np.diff(cu)
+    nch = -(-lens // c)
+    coff = np.concatenate([[0], np.cumsum(nch)])
+    tp = int(coff[-1]) * c
+    src = np.full(max(tp, c), t, np.int64)                # padding reads the zero row at index t
+    dst = np.empty(t, np.int64)
+    for i, (bos, n) in enumerate(zip(cu[:-1], lens)):
+        p0 = coff[i] * c
+        src[p0 : p0 + n] = np.arange(bos, bos + n)
+        dst[bos : bos + n] = np.arange(p0, p0 + n)
+    nc = max(int(coff[-1]), 1)
+    flag = np.zeros(nc, bool)
+    seq = np.zeros(nc, np.int64)
+    for i in range(len(lens)):
+        if nch[i]:
+            flag[coff[i]] = True
+            seq[coff[i] : coff[i + 1]] = i
+    last = np.where(nch > 0, coff[1:] - 1, -1)
+    return src, dst, flag, seq, last

@@ -31,7 +31,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from ._common import (HIGHEST, check_inputs, concrete_cu, default_scale, expand_kv, flip_cu,
-                      gamma_array)
+                      gamma_array, varlen_layout)
+from .lightning_chunked import decay_bound, lightning_chunked
 
 F32 = jnp.float32
 SCANS = ("sequential", "associative", "blocked")
@@ -226,35 +227,12 @@ def _gla_chunks(q, k, v, lg, h0, scale, c, sub, resets, scan, group=16):
 
 
 # ----------------------------------------------------------------------------------------------
-# layout: padding, reverse, varlen
+# the entry point: padding, reverse, varlen layout, the choice of Lightning algorithm
 # ----------------------------------------------------------------------------------------------
 
-def _varlen_layout(cu, t, c):
-    """Chunk-aligned layout of packed sequences (all numpy, static)."""
-    lens = np.diff(cu)
-    nch = -(-lens // c)
-    coff = np.concatenate([[0], np.cumsum(nch)])
-    tp = int(coff[-1]) * c
-    src = np.full(max(tp, c), t, np.int64)                # padding reads the zero row at index t
-    dst = np.empty(t, np.int64)
-    for i, (bos, n) in enumerate(zip(cu[:-1], lens)):
-        p0 = coff[i] * c
-        src[p0 : p0 + n] = np.arange(bos, bos + n)
-        dst[bos : bos + n] = np.arange(p0, p0 + n)
-    nc = max(int(coff[-1]), 1)
-    flag = np.zeros(nc, bool)
-    seq = np.zeros(nc, np.int64)
-    for i in range(len(lens)):
-        if nch[i]:
-            flag[coff[i]] = True
-            seq[coff[i] : coff[i + 1]] = i
-    last = np.where(nch > 0, coff[1:] - 1, -1)
-    return src, dst, flag, seq, last
-
-
 #: Lightning algorithm used when ``chunked_attention(lightning=None)``: "vjp" (``lightning_chunked``:
-#: hand-written backward, matrix state pass) or "autodiff" (``_lightning_chunks`` below, the first
-#: version). One line to flip after a GPU run.
+#: hand-written backward, matrix state pass; faster and without stored scores) or "autodiff"
+#: (``_lightning_chunks`` above: the same maths, gradients by autodiff).
 LIGHTNING_ALGO = "vjp"
 LIGHTNING_ALGOS = ("vjp", "autodiff")
 #: defaults of the "vjp" algorithm (chunk length, state pass, ...); keyword arguments override them
@@ -270,8 +248,8 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
 
     chunk: block length C; sub: GLA sub-block length; scan / group: how the chunk states are
     propagated by the autodiff path (see ``_state_scan``; varlen always uses the sequential scan).
-    Defaults, from the H200 run in bench/NOTES-jax.md: GLA chunk 64 / sub 16 with the sequential
-    scan; Lightning "autodiff" chunk 256 with the blocked scan.
+    Defaults: GLA chunk 64 / sub 16 with the sequential scan; Lightning "autodiff" chunk 256 with
+    the blocked scan, its fastest measured form (docs/design/jax-kernels.md).
 
     lightning: "vjp" or "autodiff" (default ``LIGHTNING_ALGO``, or "autodiff" when ``scan`` is given);
     only for Lightning (g None).
@@ -328,7 +306,7 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
         if reverse:
             cu = flip_cu(cu, t)
             h0 = jnp.flip(h0, axis=0)
-        src, dst, flag, seq, last = _varlen_layout(cu, t, c)
+        src, dst, flag, seq, last = varlen_layout(cu, t, c)
         take = lambda x: None if x is None else jnp.concatenate(  # noqa: E731
             [x, jnp.zeros((1, 1) + x.shape[2:], x.dtype)], axis=1)[:, src]
         toks = [take(x) for x in toks]
@@ -367,8 +345,6 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
 
 
 def _lightning_vjp(q, k, v, g_gamma, scale, initial_state, reverse, cu_seqlens, chunk, group, opts):
-    from .lightning_chunked import decay_bound, lightning_chunked
-
     unknown = set(opts) - set(VJP_DEFAULTS)
     if unknown:
         raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")

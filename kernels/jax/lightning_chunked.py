@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._common import HIGHEST
+from ._common import HIGHEST, varlen_layout
 
 F32 = jnp.float32
 STATES = ("twolevel", "matrix", "scan", "direct")
@@ -293,10 +293,9 @@ def _set_chunk(x, row, i):
 def _states_direct(kw, v, h0, gamma, cfg, u_scale=None):
     """S_in written once in the compute dtype by one [NC, NC] matmul (cdt operands, fp32 accumulation):
     S_in[n] = Σ_{j<n} λ^{C(n−1−j)} U_j (+ λ^{Cn} h0), final = Σ_j m_fin[j] U_j (+ λ^{L+C(NC−1)} h0) as
-    an fp32 reduction reading U once. No dynamic-update-slice of U or S_in: on the H200 (jax 0.11,
-    n = 32768, chunk 128) folding h0 into chunk 0 that way cost a 1 GB copy and a 1 GB update pass,
-    1.5 of the forward's 9.3 ms (results/h200/s3b/jax_prof.json). Without an initial state
-    (cfg.has_h0 False) the h0 terms are skipped: S_in[0] = 0 comes out of the matmul.
+    an fp32 reduction reading U once. No dynamic-update-slice of U or S_in: folding h0 into chunk
+    0 that way makes XLA:GPU copy U and S_in (a full-size copy and update pass each). Without an
+    initial state (cfg.has_h0 False) the h0 terms are skipped: S_in[0] = 0 comes out of the matmul.
 
     kw: k already weighted per token, so that Σ_s kw_s v_sᵀ = U_n / u_scale; u_scale = ([H] for the
     full chunks, [H] for the last one), None for 1 (k weighted by λ^{L_n−1−s} itself)."""
@@ -397,8 +396,8 @@ def lightning_core(q, k, v, h0, gamma, cfg):
 
 def _core_fwd(q, k, v, h0, gamma, cfg):
     # the folded forward only pays off without residuals: the backward needs the plain chunked k
-    # too, and writing both made fwd+grad slower (H200, n=32768: 20.08 vs 18.97 ms with the mask
-    # form, results/h200/s3f/jax_dev2.json), so the differentiated forward keeps the mask form
+    # too, and writing both k and the folded k makes fwd+grad slower than the mask form, so the
+    # differentiated forward keeps the mask form
     o, final, s_c = _forward(q, k, v, h0, gamma, dataclasses.replace(cfg, fold=False))
     return (o, final), (q, k, v, gamma, s_c if cfg.save_states else None, h0 if not cfg.save_states else None)
 
@@ -512,8 +511,6 @@ def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, 
     direct state pass skip it), cu: concrete numpy cu_seqlens or None, gamma_max: decay_bound() of
     the caller's decay (None: unknown, no folded forward). Returns
     (o [B, T, H, E] in q's dtype, final state fp32). Inputs are checked by the caller."""
-    from .chunked import _varlen_layout  # the same chunk-aligned layout as the autodiff path
-
     if state not in STATES:
         raise ValueError(f"state must be one of {STATES}, got {state!r}")
     if scores not in SCORES:
@@ -547,7 +544,7 @@ def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, 
         if reverse:
             cu = t - cu[::-1]
             h0 = jnp.flip(h0, axis=0)
-        src, dst, flag, seqc, lastc = _varlen_layout(cu, t, c)
+        src, dst, flag, seqc, lastc = varlen_layout(cu, t, c)
         nc = len(src) // c
         real = np.zeros(len(src), np.int64)
         real[dst] = 1

@@ -1,4 +1,4 @@
-"""JAX references for the kernel contract (DESIGN.md "Kernel contract").
+"""JAX references for the kernel contract that every bundled kernel honours.
 
 Mirrors ``lattnbench.kernels.naive.torch_ref``: the quadratic form of Lightning Attention and a
 token-by-token loop of the general recurrence, both computing in the dtype they are given

@@ -1,4 +1,4 @@
-"""PyTorch references for the kernel contract (DESIGN.md "Kernel contract").
+"""PyTorch references for the kernel contract that every bundled kernel honours.
 
 Three independent formulations, each computing in the dtype it is given (pass fp64 for a
 reference): the quadratic form of Lightning Attention, a token-by-token loop of the general

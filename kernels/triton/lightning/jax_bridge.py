@@ -4,7 +4,8 @@
 jax-triton is imported lazily: importing it (0.3.1) sets ``triton.knobs.cache.dir`` to ``''``,
 which breaks every later torch-Triton compile, so the knob is restored right after the import.
 jax-triton refuses autotuned kernels whose key lacks a scalar argument, so the plain kernels are
-launched with one fixed config per pass (``JAX_FWD_CONFIG`` / ``JAX_BWD_CONFIG``).
+launched with one fixed config (``configs.JAX_CONFIG``, ``configs.JAX_WIDE_CONFIG`` for wide
+head dims); the backward is the three passes, one ``triton_call`` each.
 """
 from __future__ import annotations
 
@@ -12,18 +13,8 @@ import functools
 
 import numpy as np
 
+from . import configs as _cfg
 from . import kernels as _k
-
-# (BT, BV, num_warps, num_stages, TR): the fastest at D=E=128 bf16 on the H200 (results/h200/s4a):
-# the transposed pass with the whole 128-wide value dim per program. Head dims padded past 128 take
-# the row-wise config instead (a [BV, 256] fp32 state does not fit the transposed pass's registers).
-JAX_FWD_CONFIG = (64, 128, 8, 3, 1)
-JAX_BWD_CONFIG = (64, 128, 8, 3, 1)
-JAX_WIDE_CONFIG = (64, 64, 4, 2, 0)
-# True: the backward as ONE triton_call (lightning_bwd_one_kernel: the three passes, a grid axis
-# picking the pass) instead of one call per pass. Off: on the H200 at n=8192 the one call took 2.42
-# vs 1.81 ms fwd+bwd (results/h200/s3c/bwd_paths_dev.json), grads bit-identical.
-JAX_BWD_ONE = False
 
 _JT = None
 
@@ -44,12 +35,12 @@ def _jax_triton():
     return _JT
 
 
-def _config(cfg: tuple, d: int, e: int, one: bool = False) -> tuple:
-    """The launch config for head dims d, e: ``cfg`` unless it is transposed and a padded head dim
-    exceeds 128 (or it is the one-launch backward, whose three transposed BV=128 passes need more
-    than the 228 KB of shared memory): then JAX_WIDE_CONFIG."""
-    if cfg[4] and (max(_k.pow2(d), _k.pow2(e)) > 128 or (one and cfg[1] > 64)):
-        return JAX_WIDE_CONFIG
+def _config(d: int, e: int) -> tuple:
+    """(BT, BV, num_warps, num_stages, TR) for head dims d, e: JAX_CONFIG, or JAX_WIDE_CONFIG when
+    it is transposed and a padded head dim exceeds 128."""
+    cfg = _cfg.JAX_CONFIG
+    if cfg[4] and max(_cfg.pow2(d), _cfg.pow2(e)) > 128:
+        return _cfg.JAX_WIDE_CONFIG
     return cfg
 
 
@@ -66,13 +57,13 @@ def _fwd_call(q, k, v, g, h0, scale, reverse, store_ht=True):
     jt = _jax_triton()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
-    bt, bv, w, s, tr = _config(JAX_FWD_CONFIG, d, e)
+    bt, bv, w, s, tr = _config(d, e)
     outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
     o, ht = jt.triton_call(
-        q, k, v, h0 if h0 is not None else g, g, g, t, h, hkv, np.float32(scale), _k.shape_bucket(t, b * h),
-        kernel=_k.lightning_fwd_kernel, out_shape=outs, grid=(_k.cdiv(e, bv), b * h),
+        q, k, v, h0 if h0 is not None else g, g, g, t, h, hkv, np.float32(scale), _cfg.shape_bucket(t, b * h),
+        kernel=_k.lightning_fwd_kernel, out_shape=outs, grid=(_cfg.cdiv(e, bv), b * h),
         num_warps=w, num_stages=s,
-        KD=d, VD=e, BK=_k.pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=store_ht,
+        KD=d, VD=e, BK=_cfg.pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=store_ht,
         IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv, TR=tr)
     return o, ht
 
@@ -85,23 +76,18 @@ def _bwd_call(q, k, v, do, g, h0, dht, scale, reverse):
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
-    bt, bv, w, s, tr = _config(JAX_BWD_CONFIG, d, e, one=JAX_BWD_ONE)
+    bt, bv, w, s, tr = _config(d, e)
     gdt = q.dtype if grp == 1 else jnp.float32
-    kw = dict(num_warps=w, num_stages=s, KD=d, VD=e, BKD=_k.pow2(d), BVD=_k.pow2(e), REVERSE=bool(reverse),
+    kw = dict(num_warps=w, num_stages=s, KD=d, VD=e, BKD=_cfg.pow2(d), BVD=_cfg.pow2(e), REVERSE=bool(reverse),
               HAS_H0=h0 is not None, HAS_DHT=True, IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv,
               TR=tr)
-    args = (q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, np.float32(scale), _k.shape_bucket(t, b * h))
-    if JAX_BWD_ONE:
-        outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),
-                jax.ShapeDtypeStruct((b, t, h, e), gdt), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
-        dq, dk, dv, dh0 = jt.triton_call(*args, kernel=_k.lightning_bwd_one_kernel, out_shape=outs,
-                                         grid=(_k.cdiv(max(d, e), bv), b * h, 3), ROLE=3, **kw)
-        return (dq,) + _gqa_sum(dk, dv, grp, q.dtype) + (dh0,)
+    args = (q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, np.float32(scale),
+            _cfg.shape_bucket(t, b * h))
     res = []
     for role, dim, odt in ((0, d, q.dtype), (1, d, gdt), (2, e, gdt)):
         outs = [jax.ShapeDtypeStruct((b, t, h, dim), odt), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
         dx, dh0 = jt.triton_call(*args, kernel=_k.lightning_bwd_kernel, out_shape=outs,
-                                 grid=(_k.cdiv(dim, bv), b * h), ROLE=role, **kw)
+                                 grid=(_cfg.cdiv(dim, bv), b * h), ROLE=role, **kw)
         res.append((dx, dh0))
     return (res[0][0],) + _gqa_sum(res[1][0], res[2][0], grp, q.dtype) + (res[2][1],)
 

@@ -1,14 +1,16 @@
 """Lean launches of the autotuned kernels: after the first call of a specialization, reuse its
 compiled kernel and tuned config instead of going through Triton's autotuner and argument binder.
 
-On the H200 (triton 3.6) one launch through the autotuner costs ~62 µs of host time, a plain JIT
-launch ~35 µs, the compiled kernel's own runner ~15 µs (results/h200/triton-dev2.json). At
-n ≤ 1024 the fwd+bwd (four launches) is host-bound, so this is what decides it there.
+Why: a launch through Triton's autotuner costs several times the host time of the compiled
+kernel's own runner, and at short sequences (n ≤ 1024) a fwd+bwd (four launches) is host-bound,
+so the launch path is what decides its time there.
 
 The cache key holds everything Triton specializes on: tensor dtypes and 16-byte alignment,
 integers equal to 1 / divisible by 16 / beyond int32 (the autotuner's key integers by value), the
-constexpr keywords, and the device. Set LIGHTNING_TRITON_FAST_LAUNCH=0 to always take Triton's
-own path (both give bit-identical results: it is the same compiled kernel).
+constexpr keywords, and the device. LIGHTNING_TRITON_FAST_LAUNCH=0 (read at every call) always
+takes Triton's own path: both give bit-identical results (it is the same compiled kernel), so
+the switch is for a Triton whose specialization rules this key does not follow, and for
+profiling Triton's own launch.
 """
 from __future__ import annotations
 
@@ -79,8 +81,8 @@ class Launcher:
                  stream: int | None = None) -> None:
         """``aligned``: the caller vouches that every tensor in ``args`` is 16-byte aligned (saves a
         ``data_ptr()`` per tensor); ``stream``: the raw CUDA stream, if the caller has it already.
-        Each torch call costs ~5 µs more inside autograd's device thread than on the main thread
-        (results/h200/triton-dev2-run4.json), so the backward passes both."""
+        A torch call costs more inside autograd's device thread than on the main thread, so the
+        backward passes both."""
         if self.autotuned is None:
             meta = dict(self.interp_meta)
             self.plain[grid(meta)](*args, **kw, **meta)

@@ -2,86 +2,19 @@
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 import torch
 
+from . import configs as _cfg
 from . import kernels as _k
 from .launch import Launcher
 
 Tensor = torch.Tensor
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-# fixed launch config under the interpreter (autotune cannot run there)
-_INTERP_META = dict(zip(("BT", "BV", "num_warps", "num_stages"), _k.INTERP_CONFIG), TR=0)
-
-
-# Backward path: "split" (three independent passes: dq, dk, dv+dh0, one launch each), "one" (the same
-# three passes in ONE launch, a grid axis picking the pass), "fused" (dq pass + one dk+dv+dh0 pass),
-# or "auto" (the default): "one" up to ONE_MAX_T tokens, "split" beyond. H200, B4 H32 D=E=128 bf16,
-# fwd+bwd one / split with the row-wise passes (results/h200/s3c/bwd_paths_dev.json): n=512 0.55 /
-# 0.65 ms, 1024 0.60 / 0.67 (host-bound: one launch instead of three, 3x the programs), 8192 1.95 /
-# 1.93, 32768 7.59 / 7.11. Session 4: the split passes take the transposed BV=128 configs, which the
-# one launch cannot (> 228 KB of shared memory for three such passes), and the one launch lost on
-# the device beyond n=1024: bwd 0.72 ms at 2048 and 1.14 at 4096 (one) against 1.25 at 8192
-# (split), results/h200/triton-peers.json; then split against one in one process
-# (results/h200/s4d/bwd_paths_dev.json), bwd / fwd+bwd ms: n=512 0.186 / 0.472 vs 0.231 / 0.476,
-# 1024 0.314 / 0.476 vs 0.416 / 0.645, 2048 0.419 / 0.641 vs 0.643 / 0.956, 4096 0.826 / 0.968 vs
-# 1.245 / 1.379. Split wins or ties at every n, so ONE_MAX_T is 0: auto = split. The env var
-# LIGHTNING_TRITON_BWD is read at every backward call; set_bwd_path() overrides it for the process
-# (None = back to the env var).
-_BWD_PATHS = ("auto", "split", "one", "fused")
-ONE_MAX_T = 0
-_BWD_OVERRIDE: str | None = None
-# E-slice width of the fused pass: None = the whole (padded) E when it is <= FUSED_FULL_MAX (dk
-# written directly), otherwise slices of FUSED_FULL_MAX with fp32 dk partials summed afterwards.
-FUSED_BV: int | None = None
-FUSED_FULL_MAX = 128
-# transposed products / tensor-descriptor tiles in the fused pass (interpreter / fixed-config
-# launches; autotune picks its own)
-FUSED_TRANS = False
-FUSED_TMA = False
-
-
-def set_bwd_path(path: str | None, fused_bv: int | None = None) -> None:
-    """Select the backward path for this process ("auto" / "split" / "one" / "fused"; None = env var /
-    default),
-    and optionally the fused pass's E-slice width (a power of two >= 16; None = automatic)."""
-    global _BWD_OVERRIDE, FUSED_BV
-    if path is not None and path not in _BWD_PATHS:
-        raise ValueError(f"backward path must be one of {_BWD_PATHS}, got {path!r}")
-    if fused_bv is not None and (fused_bv < 16 or fused_bv & (fused_bv - 1)):
-        raise ValueError(f"fused_bv must be a power of two >= 16, got {fused_bv}")
-    _BWD_OVERRIDE = path
-    FUSED_BV = fused_bv
-
-
-def _env_choice(name: str, choices: tuple[str, ...]) -> str:
-    """$name (case and blanks ignored), choices[0] when unset or empty; ValueError otherwise."""
-    value = os.environ.get(name, "").strip().lower() or choices[0]
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-    return value
-
-
-def bwd_path() -> str:
-    """The backward path in force now: set_bwd_path()'s choice, else $LIGHTNING_TRITON_BWD, else auto."""
-    if _BWD_OVERRIDE is not None:
-        return _BWD_OVERRIDE
-    return _env_choice("LIGHTNING_TRITON_BWD", _BWD_PATHS)
-
-
-# Forward path: "chunk" (the chunked pass, one program per (sequence, head, E-slice)) or "lookback"
-# (opt-in, measured slower than "chunk" on the H200, see lookback.py: segments of the sequence in
-# parallel joined by a chained scan of their states; non-varlen only, varlen calls keep the chunk
-# pass). Read at every forward call.
-_FWD_PATHS = ("chunk", "lookback")
-
-
-def fwd_path() -> str:
-    """$LIGHTNING_TRITON_FWD ("chunk" by default, or "lookback")."""
-    return _env_choice("LIGHTNING_TRITON_FWD", _FWD_PATHS)
+# fixed launch config under the interpreter (autotune cannot run there); tests set TR
+_INTERP_META = dict(zip(("BT", "BV", "num_warps", "num_stages"), _cfg.INTERP_CONFIG), TR=0)
 
 
 def _scratch(size: int, alignment: int, stream) -> Tensor:
@@ -94,7 +27,8 @@ def ensure_allocator() -> None:
     """Set Triton's global-scratch allocator when none is set. It is a ContextVar, i.e. per thread:
     the backward runs on autograd's device thread, so both directions call this before launching.
     A user's own allocator is kept."""
-    if _k.TMA_OK and isinstance(_k._triton_allocation._allocator.get(), _k._triton_allocation.NullAllocator):
+    alloc = _cfg.triton_allocation
+    if _cfg.TMA_OK and isinstance(alloc._allocator.get(), alloc.NullAllocator):
         import triton
 
         triton.set_allocator(_scratch)
@@ -179,25 +113,20 @@ def _raw_stream(x: Tensor) -> int | None:
 
 _FWD_LAUNCH = Launcher(_k, "lightning_fwd", "lightning_fwd_kernel", _INTERP_META)
 _BWD_LAUNCH = Launcher(_k, "lightning_bwd", "lightning_bwd_kernel", _INTERP_META)
-_BWD_ONE_LAUNCH = Launcher(_k, "lightning_bwd_one", "lightning_bwd_one_kernel", _INTERP_META)
 
 
 def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, aligned=False):
     """Forward launch on contiguous inputs; returns (o, final state or None). ``aligned``: the
     caller checked that q, k, v, g, h0 and cu are 16-byte aligned (outputs are fresh)."""
-    if cu is None and fwd_path() == "lookback":
-        from .lookback import lightning_fwd_lookback
-
-        return lightning_fwd_lookback(q, k, v, g, scale, h0, reverse, store_ht, alloc=_empty)
     ensure_allocator()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
     ht = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
-    grid = lambda meta: (_k.cdiv(e, meta["BV"]), n * h)  # noqa: E731
+    grid = lambda meta: (_cfg.cdiv(e, meta["BV"]), n * h)  # noqa: E731
     args = (q, k, v, h0 if h0 is not None else g, g, cu if cu is not None else g,
-            t, h, hkv, float(scale), _k.shape_bucket(t, n * h), o, ht if ht is not None else o)
-    kw = dict(KD=d, VD=e, BK=_k.pow2(d), REVERSE=bool(reverse),
+            t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o)
+    kw = dict(KD=d, VD=e, BK=_cfg.pow2(d), REVERSE=bool(reverse),
               HAS_H0=h0 is not None, STORE_HT=store_ht, IS_VARLEN=cu is not None,
               DOT_PREC=_dot_prec(q.dtype))
     _FWD_LAUNCH(grid, args, kw, aligned=aligned)
@@ -205,63 +134,27 @@ def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, aligned=False
 
 
 def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, aligned=False):
-    """Backward launches; inputs contiguous. split: dq; dk; dv and dh0, one independent pass each.
-    one: those three passes in one launch. fused: dq; then dk, dv and dh0 in one pass (bwd_path()). ``aligned`` as in lightning_fwd,
-    for do and dS_T too."""
+    """The three backward passes, one launch each: dq; dk; dv and dh0. Inputs contiguous;
+    ``aligned`` as in lightning_fwd, for do and dS_T too."""
     ensure_allocator()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
     dq = _empty(*q.shape, dtype=q.dtype, device=q.device)
-    gdt = q.dtype if grp == 1 else torch.float32
+    gdt = q.dtype if grp == 1 else torch.float32  # GQA: per query head in fp32, summed below
     dk = _empty(b, t, h, d, dtype=gdt, device=q.device)
     dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
-    bucket = _k.shape_bucket(t, n * h)
-    common = (h0 if h0 is not None else g, dht if dht is not None else g, g, cu if cu is not None else g,
-              t, h, hkv, float(scale), bucket)
-    kw = dict(KD=d, VD=e, BKD=_k.pow2(d), BVD=_k.pow2(e),
+    inputs = (q, k, v, do, h0 if h0 is not None else g, dht if dht is not None else g, g,
+              cu if cu is not None else g, t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h))
+    kw = dict(KD=d, VD=e, BKD=_cfg.pow2(d), BVD=_cfg.pow2(e),
               REVERSE=bool(reverse), HAS_H0=h0 is not None, HAS_DHT=dht is not None,
               IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(q.dtype))
-    path = bwd_path()
-    if path == "auto":
-        path = "one" if t <= ONE_MAX_T else "split"
     stream = _raw_stream(q)
-    if path == "one":
-        grid = lambda meta: (_k.cdiv(max(d, e), meta["BV"]), n * h, 3)  # noqa: E731
-        args = (q, k, v, do) + common + (dq, dk, dv, dh0 if dh0 is not None else g)
-        _BWD_ONE_LAUNCH(grid, args, dict(kw, ROLE=3), aligned=aligned, stream=stream)
-        return _gqa_sum(dq, dk, dv, dh0, grp, q.dtype)
-    roles = ((0, dq, d), (1, dk, d), (2, dv, e))
-    fused = path == "fused"
-    if fused:
-        roles = roles[:1]
-    for role, out, split in roles:
-        grid = lambda meta, split=split: (_k.cdiv(split, meta["BV"]), n * h)  # noqa: E731
-        args = (q, k, v, do) + common + (out, dh0 if dh0 is not None else g)
+    for role, out, split in ((0, dq, d), (1, dk, d), (2, dv, e)):
+        grid = lambda meta, split=split: (_cfg.cdiv(split, meta["BV"]), n * h)  # noqa: E731
+        args = inputs + (out, dh0 if dh0 is not None else g)
         _BWD_LAUNCH(grid, args, dict(kw, ROLE=role), aligned=aligned, stream=stream)
-    if fused:
-        bvd = kw["BVD"]
-        bv = FUSED_BV or (bvd if bvd <= FUSED_FULL_MAX else FUSED_FULL_MAX)
-        bv = min(bv, bvd)
-        ns = _k.cdiv(e, bv)
-        if ns > 1:  # fp32 partial dk per E-slice, summed below
-            dk = _empty(ns, b, t, h, d, dtype=torch.float32, device=q.device)
-        stride = b * t * h * d if ns > 1 else 0
-        args = (q, k, v, do, dht if dht is not None else g, g, cu if cu is not None else g,
-                t, h, hkv, float(scale), bucket, stride, dk, dv, dh0 if dh0 is not None else g)
-        fkw = dict(KD=d, VD=e, BKD=kw["BKD"], REVERSE=bool(reverse), HAS_H0=h0 is not None,
-                   HAS_DHT=dht is not None, IS_VARLEN=cu is not None, DOT_PREC=kw["DOT_PREC"], BV=bv)
-        if _k.lightning_bwd_dkdv is None:  # interpreter: fixed config
-            _k.lightning_bwd_dkdv_kernel[(ns, n * h)](*args, **fkw, BT=_INTERP_META["BT"], TRANS=FUSED_TRANS,
-                                                      TMA=FUSED_TMA, num_warps=_INTERP_META["num_warps"],
-                                                      num_stages=_INTERP_META["num_stages"])
-        else:
-            _k.lightning_bwd_dkdv[(ns, n * h)](*args, **fkw)
-        if ns > 1:
-            dk = dk.sum(0)
-            if grp == 1:
-                dk = dk.to(q.dtype)
     return _gqa_sum(dq, dk, dv, dh0, grp, q.dtype)
 
 
@@ -290,8 +183,8 @@ class LightningAttnFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, dht):
         q, k, v, g, h0, cu = ctx.saved_tensors
-        # this runs on autograd's device thread, where every torch call costs ~5 µs more than on
-        # the main thread (results/h200/triton-dev2-run4.json): make as few as possible
+        # this runs on autograd's device thread, where every torch call that releases the GIL
+        # costs several µs more than on the main thread: make as few as possible
         if do is None:
             do = torch.zeros(*q.shape[:3], v.shape[3], dtype=q.dtype, device=q.device)
         if do.dtype != q.dtype:
@@ -340,7 +233,7 @@ def lightning_attn(
     initial_state: Tensor | None = None, reverse: bool = False, cu_seqlens=None,
 ) -> tuple[Tensor, Tensor]:
     """The seeds' API: decay from ``lightning_decay(H, layer_idx, num_layers)``."""
-    from lattnbench.kernels.decay import lightning_decay
+    from ...decay import lightning_decay
 
     if q.dim() != 4:
         raise ValueError(f"q must be [B, T, H, D] (rank 4), got rank {q.dim()}")

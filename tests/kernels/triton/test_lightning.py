@@ -3,8 +3,11 @@
 On a machine without a GPU the kernels run in the Triton interpreter (tests/conftest.py sets
 TRITON_INTERPRET=1), which cannot do bf16 dots: fp32 and fp16 here, bf16 on the GPU.
 Outputs and gradients (q, k, v, initial_state) are checked with random ``do`` and random
-``dS_T``; every buffer the kernels must fully write is NaN-poisoned first. Every test runs with
-both backward paths (split: three passes; fused: dq pass + one dk+dv pass), set per test.
+``dS_T``; every buffer the kernels must fully write is NaN-poisoned first. The chunk-pass
+orientation (the TR config key) is set per test: every kernel test runs with the three pointer
+passes (TR 0, 1, 2); the tensor-descriptor pass (TR 3) has its own tests, on the shapes where
+descriptors apply and on those that fall back to TR 1's pointer code; host-side tests run in the
+interpreter's own orientation (TR 0).
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import torch
 
 from lattnbench.kernels.decay import lightning_decay
 from lattnbench.kernels.naive.torch_ref import lightning_naive
+from lattnbench.kernels.triton.lightning import configs as C
 from lattnbench.kernels.triton.lightning import lightning_attn, lightning_attn_triton
 from lattnbench.kernels.triton.lightning import ops as tl_ops
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio
@@ -23,36 +27,27 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
-# chunk-pass orientations (the TR config key) each backward path is tested with: 0 row-wise,
-# 1 transposed, 2 transposed with the state update's decay on b, 3 transposed with tensor-descriptor
-# loads / stores (where they apply: pow2 head dims, not varlen; the pointer path elsewhere). The fused
-# path's own dk+dv kernel has no orientation; its dq pass is the same chunk pass as split's.
-ORIENTATIONS = {"split": (0, 1, 2, 3), "one": (0, 1, 3), "fused": (0,), "auto": (0, 1)}
+# chunk-pass orientations (the TR config key): 0 row-wise, 1 transposed, 2 transposed with the state
+# update's decay on b; 3 (transposed with tensor-descriptor loads / stores where they apply: pow2
+# head dims, not varlen, whole BV slices; TR 1's pointer code elsewhere) is tested on its own below
+ORIENTATIONS = (0, 1, 2)
+HOST = pytest.mark.parametrize("orientation", [0], indirect=True, ids=["tr0"])  # no orientation at stake
+
+
+def _parametrizes(metafunc, name):
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if name in names:
+            return True
+    return False
 
 
 def pytest_generate_tests(metafunc):
-    """Every test runs under every backward path (and its orientations), tests marked
-    ``fused_only`` / ``auto_only`` under that one, ``tma_only`` under orientation 3 only."""
-    if "bwd_path" in metafunc.fixturenames:
-        if metafunc.definition.get_closest_marker("auto_only") is not None:
-            paths = ["auto"]
-        elif metafunc.definition.get_closest_marker("fused_only") is not None:
-            paths = ["fused"]
-        else:
-            paths = ["split", "one", "fused"]
-        combos = [(p, tr) for p in paths for tr in ORIENTATIONS[p]]
-        if metafunc.definition.get_closest_marker("tma_only") is not None:
-            combos = [(p, tr) for p, tr in combos if tr == 3]
-        metafunc.parametrize(("bwd_path", "orientation"), combos, indirect=True,
-                             ids=[f"{p}-tr{tr}" for p, tr in combos])
-
-
-@pytest.fixture(autouse=True)
-def bwd_path(request):
-    """The backward path in force for a test (set_bwd_path overrides $LIGHTNING_TRITON_BWD)."""
-    tl_ops.set_bwd_path(request.param)
-    yield request.param
-    tl_ops.set_bwd_path(None)
+    """Every test runs in every orientation of ORIENTATIONS unless it names its own."""
+    if "orientation" in metafunc.fixturenames and not _parametrizes(metafunc, "orientation"):
+        metafunc.parametrize("orientation", ORIENTATIONS, indirect=True, ids=[f"tr{tr}" for tr in ORIENTATIONS])
 
 
 @pytest.fixture(autouse=True)
@@ -81,8 +76,9 @@ def _inputs(seed, b, t, h, hkv, d, e, dtype, n_states=None, h0=True):
 
 
 def check(seed=0, b=2, t=100, h=3, hkv=None, d=48, e=48, dtype=torch.float32, gamma="mixed",
-          scale=None, h0=True, reverse=False, cu_seqlens=None, transform=None, api=None):
-    """Run kernel and fp64 reference; assert o, S_T, dq, dk, dv, dh0 within the dtype's tolerance."""
+          scale=None, h0=True, reverse=False, cu_seqlens=None, transform=None, api=None, dst=True):
+    """Run kernel and fp64 reference; assert o, S_T, dq, dk, dv, dh0 within the dtype's tolerance.
+    dst=False: the loss leaves S_T out (its gradient reaches the backward as None)."""
     hkv = hkv or h
     n = b if cu_seqlens is None else len(cu_seqlens) - 1
     g, q, k, v, s0 = _inputs(seed, b, t, h, hkv, d, e, dtype, n, h0)
@@ -106,7 +102,9 @@ def check(seed=0, b=2, t=100, h=3, hkv=None, d=48, e=48, dtype=torch.float32, ga
     assert st.dtype == torch.float32 and st.shape == (n, h, d, e)
     do = torch.randn(o.shape, generator=g).to(dtype)
     ds = torch.randn(st.shape, generator=g)
-    loss = (o.float() * do.to(DEV).float()).sum() + (st * ds.to(DEV)).sum()
+    loss = (o.float() * do.to(DEV).float()).sum()
+    if dst:
+        loss = loss + (st * ds.to(DEV)).sum()
     loss.backward()
 
     ref_leaves = [x.detach().double().requires_grad_(True) for x in (q, k, v)]
@@ -114,7 +112,10 @@ def check(seed=0, b=2, t=100, h=3, hkv=None, d=48, e=48, dtype=torch.float32, ga
     gam_ref = None if gamma is None else torch.as_tensor(np.asarray(gamma), dtype=torch.float64)
     ro, rs = lightning_naive(*ref_leaves, gamma=gam_ref, scale=scale, initial_state=s0_ref,
                              reverse=reverse, cu_seqlens=cu_seqlens)
-    ((ro * do.double()).sum() + (rs * ds.double()).sum()).backward()
+    ref_loss = (ro * do.double()).sum()
+    if dst:
+        ref_loss = ref_loss + (rs * ds.double()).sum()
+    ref_loss.backward()
 
     tol = TOLERANCE[NAMES[dtype]]
     pairs = {"o": (o, ro), "final_state": (st, rs)}
@@ -173,12 +174,14 @@ def test_varlen_gqa_empty_sequence():
     check(seed=9, b=1, t=50, h=2, hkv=1, d=32, e=32, cu_seqlens=[0, 20, 20, 50])
 
 
+@HOST
 def test_non_contiguous_inputs():
     # inputs built as [B, H, T, D] and viewed as [B, T, H, D]: non-contiguous strides
     check(seed=10, b=2, t=40, h=2, d=32, e=48, transform=lambda x: x.transpose(1, 2).contiguous().transpose(1, 2)[:, :, :, :])
     check(seed=11, b=2, t=40, h=2, d=32, e=48, transform=lambda x: x[:, :, :, :].unsqueeze(-1).expand(*x.shape, 2)[..., 0])
 
 
+@HOST
 def test_lightning_attn_seed_api():
     def api(q, k, v, s0):
         return lightning_attn(q, k, v, layer_idx=1, num_layers=4, initial_state=s0)
@@ -228,6 +231,7 @@ def test_loss_on_output_only(reverse):
         assert err_ratio(mine.grad, r.grad) <= TOLERANCE["fp32"]
 
 
+@HOST
 @pytest.mark.parametrize("case", ["rank", "dtype", "shape", "heads", "varlen_batch", "cu", "h0", "gamma"])
 def test_bad_input_raises(case):
     q = torch.randn(1, 8, 4, 16)
@@ -255,118 +259,31 @@ def test_bad_input_raises(case):
         lightning_attn_triton(q, k, v, **kw)
 
 
-@pytest.mark.fused_only
-@pytest.mark.parametrize("trans", [False, True])
-@pytest.mark.parametrize("case", ["gqa_reverse", "varlen_d96", "d_lt_e"])
-def test_fused_partial_dk_slices(bwd_path, case, trans, monkeypatch):
-    """Fused path with E split into several slices (fp32 dk partials summed after the pass), in
-    both product orientations (TRANS: transposed dots and stores)."""
-    monkeypatch.setattr(tl_ops, "FUSED_TRANS", trans)
-    tl_ops.set_bwd_path("fused", fused_bv=16)
-    if case == "gqa_reverse":
-        check(seed=20, b=1, t=66, h=4, hkv=2, d=32, e=48, reverse=True)
-    elif case == "varlen_d96":
-        check(seed=21, b=1, t=99, h=2, d=96, e=40, dtype=torch.float16, cu_seqlens=[0, 37, 38, 99])
-    else:
-        check(seed=22, b=2, t=45, h=2, d=32, e=72, h0=True)
-
-
-def test_bwd_path_selects_launches(bwd_path, monkeypatch):
+@HOST
+def test_backward_launches_the_three_passes(monkeypatch):
+    """One launch per pass: dq (ROLE 0), dk (1), dv and dh0 (2), each over its split dimension."""
     from lattnbench.kernels.triton.lightning import kernels as K
 
-    if K.lightning_bwd_dkdv is not None:
+    if K.lightning_bwd is not None:
         pytest.skip("launch spy written for the interpreter's plain launches")
-    fused_spy, one_spy, roles = LaunchSpy(K.lightning_bwd_dkdv_kernel), LaunchSpy(K.lightning_bwd_one_kernel), []
-    plain = K.lightning_bwd_kernel
+    plain, roles = K.lightning_bwd_kernel, []
 
     class RoleSpy(LaunchSpy):
         def __getitem__(self, grid):
+            self.grids.append(grid)
             launch = plain[grid]
             return lambda *a, **kw: (roles.append(kw["ROLE"]), launch(*a, **kw))[1]
 
-    monkeypatch.setattr(K, "lightning_bwd_dkdv_kernel", fused_spy)
-    monkeypatch.setattr(K, "lightning_bwd_one_kernel", one_spy)
-    monkeypatch.setattr(K, "lightning_bwd_kernel", RoleSpy(plain))
-    g, q, k, v, _ = _inputs(30, 1, 40, 2, 2, 32, 32, torch.float32, h0=False)
+    spy = RoleSpy(plain)
+    monkeypatch.setattr(K, "lightning_bwd_kernel", spy)
+    g, q, k, v, _ = _inputs(30, 1, 40, 2, 2, 32, 48, torch.float32, h0=False)
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
     o, _ = lightning_attn_triton(*leaves, gamma=[-0.1, -0.5])
     o.backward(torch.randn(o.shape, generator=g))
-    if bwd_path == "fused":
-        assert roles == [0] and len(fused_spy.grids) == 1 and not one_spy.grids
-    elif bwd_path == "one":  # one launch, a grid axis of 3 picking the pass
-        assert roles == [] and not fused_spy.grids and len(one_spy.grids) == 1
-        assert one_spy.grids[0][1:] == (2 * 1, 3)
-    else:
-        assert roles == [0, 1, 2] and not fused_spy.grids and not one_spy.grids
+    bv = tl_ops._INTERP_META["BV"]
+    assert roles == [0, 1, 2]
+    assert spy.grids == [(C.cdiv(32, bv), 2), (C.cdiv(32, bv), 2), (C.cdiv(48, bv), 2)]
     assert all(torch.isfinite(x.grad).all() for x in leaves)
-
-
-@pytest.mark.fused_only
-@pytest.mark.parametrize("case", ["h0_dst", "reverse_varlen"])
-def test_fused_transposed_one_slice(bwd_path, case, monkeypatch):
-    """TRANS=True with the whole E in one slice (dk written directly), fp32 and fp16."""
-    monkeypatch.setattr(tl_ops, "FUSED_TRANS", True)
-    if case == "h0_dst":
-        check(seed=23, b=2, t=70, h=2, d=48, e=32, dtype=torch.float16)
-    else:
-        check(seed=24, b=1, t=99, h=2, hkv=1, d=32, e=48, reverse=True, cu_seqlens=[0, 37, 38, 99])
-
-
-@pytest.mark.auto_only
-@pytest.mark.parametrize("max_t,want", [(40, "one"), (39, "split")])
-def test_bwd_auto_picks_one_launch_up_to_one_max_t(bwd_path, max_t, want, monkeypatch):
-    """auto: one launch for T <= ONE_MAX_T (here T = 40), the split passes beyond."""
-    from lattnbench.kernels.triton.lightning import kernels as K
-
-    monkeypatch.setattr(tl_ops, "ONE_MAX_T", max_t)
-    one_spy, split_spy = LaunchSpy(K.lightning_bwd_one_kernel), LaunchSpy(K.lightning_bwd_kernel)
-    monkeypatch.setattr(K, "lightning_bwd_one_kernel", one_spy)
-    monkeypatch.setattr(K, "lightning_bwd_kernel", split_spy)
-    g, q, k, v, _ = _inputs(31, 1, 40, 2, 2, 32, 32, torch.float32, h0=False)
-    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
-    o, _ = lightning_attn_triton(*leaves, gamma=[-0.1, -0.5])
-    o.backward(torch.randn(o.shape, generator=g))
-    assert (len(one_spy.grids), len(split_spy.grids)) == ((1, 0) if want == "one" else (0, 3))
-
-
-def test_bwd_path_env_var(monkeypatch):
-    tl_ops.set_bwd_path(None)
-    monkeypatch.delenv("LIGHTNING_TRITON_BWD", raising=False)
-    assert tl_ops.bwd_path() == "auto"
-    monkeypatch.setenv("LIGHTNING_TRITON_BWD", "fused")
-    assert tl_ops.bwd_path() == "fused"
-    monkeypatch.setenv("LIGHTNING_TRITON_BWD", " One ")
-    assert tl_ops.bwd_path() == "one"
-    tl_ops.set_bwd_path("split")
-    assert tl_ops.bwd_path() == "split"  # the override wins over the env var
-    tl_ops.set_bwd_path(None)
-    monkeypatch.setenv("LIGHTNING_TRITON_BWD", "bogus")
-    with pytest.raises(ValueError):
-        tl_ops.bwd_path()
-    with pytest.raises(ValueError):
-        tl_ops.set_bwd_path("fast")
-    with pytest.raises(ValueError):
-        tl_ops.set_bwd_path("fused", fused_bv=24)
-
-
-def test_tuned_configs_carry_the_orientation_and_prune_one_launch(monkeypatch):
-    """The GPU autotune lists hold row-wise (TR=0) and transposed (TR>0) configs; the one-launch
-    backward drops transposed BV=128 configs (> 228 KB of shared memory), every pass drops BV wider
-    than its split dimension."""
-    from lattnbench.kernels.triton.lightning import kernels as K
-
-    monkeypatch.setattr(K, "INTERPRET", False)
-    cfgs = K._configs(K.BWD_CONFIGS, K.BWD_CONFIGS_T)
-    got = {(c.kwargs["BT"], c.kwargs["BV"], c.num_warps, c.num_stages, c.kwargs["TR"]) for c in cfgs}
-    assert got == {(*c, 0) for c in K.BWD_CONFIGS} | set(K.BWD_CONFIGS_T)
-    assert any(tr for *_, tr in got) and any(not tr for *_, tr in got)
-    one = K._prune(cfgs, {"KD": 128, "VD": 128, "ROLE": 3})
-    assert one and not any(c.kwargs["TR"] and c.kwargs["BV"] > 64 for c in one)
-    assert any(c.kwargs["TR"] for c in one)  # transposed BV=64 stays
-    dq = K._prune(cfgs, {"KD": 128, "VD": 128, "ROLE": 0})
-    assert any(c.kwargs["TR"] and c.kwargs["BV"] == 128 for c in dq)
-    narrow = K._prune(cfgs, {"KD": 48, "VD": 40, "ROLE": 2})
-    assert narrow and all(c.kwargs["BV"] <= 64 for c in narrow)
 
 
 @pytest.fixture
@@ -385,123 +302,24 @@ def descriptor_spy(monkeypatch):
     return calls
 
 
-@pytest.mark.tma_only
+@pytest.mark.parametrize("orientation", [3], indirect=True, ids=["tr3"])
 @pytest.mark.parametrize("case,tma", [
-    ("pow2", True), ("reverse_d_lt_e", True), ("gqa_t1_fp16", True), ("no_h0_t100", True),
+    ("pow2", True), ("pow2_fp16", True), ("reverse_d_lt_e", True), ("gqa_t1_fp16", True),
+    ("no_h0_t100", True), ("strong_and_zero_decay", True), ("reverse_no_dst", True),
     ("d48", False), ("e_not_whole_slices", False), ("varlen", False)])
-def test_descriptor_path_where_it_applies(bwd_path, orientation, case, tma, descriptor_spy):
+def test_descriptor_path_where_it_applies(orientation, case, tma, descriptor_spy):
     """TR=3: every pass of an eligible shape moves its tiles by tensor descriptors (zero fill outside
-    [0, T) as the row mask, reverse starting below row 0, a last partial chunk); other shapes take
-    the pointer path. Both against the fp64 reference."""
-    assert orientation == 3
-    kw = {"pow2": dict(d=32, e=32), "reverse_d_lt_e": dict(d=16, e=64, reverse=True),
+    [0, T) as the row mask, reverse starting below row 0, a last partial chunk, h0 and dS_T or
+    neither); other shapes take the pointer path. Both against the fp64 reference."""
+    kw = {"pow2": dict(d=32, e=32), "pow2_fp16": dict(d=32, e=64, dtype=torch.float16),
+          "reverse_d_lt_e": dict(d=16, e=64, reverse=True),
           "gqa_t1_fp16": dict(h=4, hkv=2, d=32, e=32, t=1, dtype=torch.float16),
-          "no_h0_t100": dict(d=64, e=16, h0=False), "d48": dict(d=48, e=32),
-          "e_not_whole_slices": dict(d=32, e=40),
+          "no_h0_t100": dict(d=64, e=16, h0=False),
+          "strong_and_zero_decay": dict(b=1, t=90, d=32, e=32, gamma=np.array([0.0, -20.0, -80.0], np.float32)),
+          "reverse_no_dst": dict(b=1, t=70, h=2, d=32, e=32, reverse=True, dst=False),
+          "d48": dict(d=48, e=32), "e_not_whole_slices": dict(d=32, e=40),
           "varlen": dict(b=1, cu_seqlens=[0, 30, 31, 100], d=32, e=32)}[case]
     check(**kw)
     assert bool(descriptor_spy) == tma, descriptor_spy
     if tma:
         assert all(len(bs) == 3 and bs[0] == 1 for bs in descriptor_spy)
-
-
-@pytest.mark.fused_only
-@pytest.mark.parametrize("case,tma", [
-    ("pow2", True), ("reverse_gqa_fp16", True), ("t1_no_h0", True), ("last_partial_chunk", True),
-    ("d48", False), ("e_sliced", False), ("varlen", False)])
-def test_fused_descriptor_path_where_it_applies(bwd_path, case, tma, descriptor_spy, monkeypatch):
-    """The fused dk+dv pass with FUSED_TMA: an eligible shape (pow2 head dims, one E slice, not
-    varlen) moves its four input and two output tiles by tensor descriptors, reverse and partial
-    chunks included; other shapes take the pointer path. Both against the fp64 reference."""
-    monkeypatch.setattr(tl_ops, "FUSED_TRANS", True)
-    monkeypatch.setattr(tl_ops, "FUSED_TMA", True)
-    kw = {"pow2": dict(d=32, e=32), "reverse_gqa_fp16": dict(h=4, hkv=2, d=16, e=32, reverse=True,
-                                                               dtype=torch.float16),
-          "t1_no_h0": dict(t=1, d=32, e=16, h0=False), "last_partial_chunk": dict(t=77, d=16, e=16),
-          "d48": dict(d=48, e=32), "e_sliced": dict(d=32, e=64),
-          "varlen": dict(b=1, cu_seqlens=[0, 30, 31, 100], d=32, e=32)}[case]
-    if case == "e_sliced":
-        tl_ops.set_bwd_path("fused", fused_bv=32)
-    check(**kw)
-    assert bool(descriptor_spy) == tma, descriptor_spy
-    if tma:  # q, k, v, dO, dk, dv for every program
-        assert len(descriptor_spy) % 6 == 0 and all(len(bs) == 3 and bs[0] == 1 for bs in descriptor_spy)
-
-
-def test_fused_prune_drops_descriptor_configs_when_short_unaligned_or_unavailable(monkeypatch):
-    from lattnbench.kernels.triton.lightning import kernels as K
-
-    cfgs = [triton_config(tma) for tma in (False, True, True)]
-    base = torch.empty(64, dtype=torch.float32)
-    args = {"SHAPE_BUCKET": 2, "q": base, "k": base, "dk": base}
-    assert K._prune_fused(cfgs, args) == cfgs
-    assert K._prune_fused(cfgs, {**args, "SHAPE_BUCKET": 1}) == cfgs[:1]
-    assert K._prune_fused(cfgs, {**args, "k": base[1:]}) == cfgs[:1]
-    monkeypatch.setattr(K, "TMA_OK", False)
-    assert K._prune_fused(cfgs, args) == cfgs[:1]
-
-
-def triton_config(tma):
-    import triton
-
-    return triton.Config({"BT": 64, "TRANS": True, "TMA": tma}, num_warps=8, num_stages=2)
-
-
-def test_prune_drops_descriptor_configs_when_short_unaligned_or_unavailable(monkeypatch):
-    from lattnbench.kernels.triton.lightning import kernels as K
-
-    monkeypatch.setattr(K, "INTERPRET", False)
-    cfgs = K._configs(K.FWD_CONFIGS, K.FWD_CONFIGS_T)
-    assert any(c.kwargs["TR"] == 3 for c in cfgs)
-    base = torch.empty(64, dtype=torch.float32)
-    args = {"KD": 128, "VD": 128, "SHAPE_BUCKET": 2, "q": base, "k": base[1:], "o": base}  # k 4 bytes off
-    aligned = K._prune(cfgs, {**args, "k": base})
-    assert any(c.kwargs["TR"] == 3 for c in aligned)
-    for short in (0, 1, 3, 4):  # up to 4096 tokens (any grid): host-bound, no descriptor configs
-        kept = K._prune(cfgs, {**args, "k": base, "SHAPE_BUCKET": short})
-        assert kept and not any(c.kwargs["TR"] == 3 for c in kept)
-    assert any(c.kwargs["TR"] == 3 for c in K._prune(cfgs, {**args, "k": base, "SHAPE_BUCKET": 5}))
-    unaligned = K._prune(cfgs, args)
-    assert unaligned and not any(c.kwargs["TR"] == 3 for c in unaligned)
-    monkeypatch.setattr(K, "TMA_OK", False)
-    assert not any(c.kwargs["TR"] == 3 for c in K._prune(cfgs, {**args, "k": base}))
-
-
-def test_shape_bucket_separates_sequence_lengths_and_small_grids():
-    """The autotune key: a config tuned on a small grid (a gradient check at B2 H8) must not be
-    reused for a full one (B4 H32) of the same length, nor one tuned at 4096 tokens for 8192."""
-    from lattnbench.kernels.triton.lightning import kernels as K
-
-    buckets = {(t, rows): K.shape_bucket(t, rows) for t in (1, 1024, 1025, 4096, 4097, 32768)
-               for rows in (1, 16, K.FEW_ROWS - 1, K.FEW_ROWS, 128, 4096)}
-    for (t, rows), b in buckets.items():
-        same = [key for key, other in buckets.items() if other == b]
-        assert all((key[0] <= 1024) == (t <= 1024) and (key[0] <= 4096) == (t <= 4096) for key in same)
-        assert all((key[1] < K.FEW_ROWS) == (rows < K.FEW_ROWS) for key in same)
-        assert K.long_sequence(b) == (t > 4096)
-    assert len(set(buckets.values())) == 6
-
-
-def test_ensure_allocator_sets_only_a_missing_one():
-    import contextvars
-
-    from lattnbench.kernels.triton.lightning import kernels as K
-
-    if not K.TMA_OK:
-        pytest.skip("this Triton has no tensor descriptors")
-    var = K._triton_allocation._allocator
-
-    def fresh():
-        var.set(K._triton_allocation.NullAllocator())
-        tl_ops.ensure_allocator()
-        return var.get()
-
-    assert contextvars.copy_context().run(fresh) is tl_ops._scratch
-
-    def users():
-        mine = lambda size, align, stream: None  # noqa: E731
-        var.set(mine)
-        tl_ops.ensure_allocator()
-        return var.get() is mine
-
-    assert contextvars.copy_context().run(users)

@@ -1,4 +1,5 @@
-"""The jax-triton bridge's argument checks (its kernels need a GPU; bench/triton_lightning_dev.py --jax)."""
+"""The jax-triton bridge: argument checks and what it hands to jax-triton (its kernels need a GPU;
+here jax-triton is a stand-in that records the calls)."""
 import numpy as np
 import pytest
 
@@ -34,11 +35,10 @@ def test_bad_input_raises(case):
         lightning_attn_jax_triton(q, k, v, **kw)
 
 
-@pytest.mark.parametrize("one", [True, False])
-def test_scalars_reach_jax_triton_as_fp32_not_fp64(monkeypatch, one):
+def test_scalars_reach_jax_triton_as_fp32_not_fp64(monkeypatch):
     """jax-triton types a Python float as fp64; an fp64 scale turns the kernel's MMA accumulator
-    into f64, which does not compile for sm_90 ("Unsupported mma result type", seen on the H200
-    as CompilationError at the _chunk_pass call). Every float scalar must be an np.float32."""
+    into f64, which does not compile for sm_90 ("Unsupported mma result type"). Every float scalar
+    must be an np.float32."""
     import jax.numpy as jnp
 
     from lattnbench.kernels.triton.lightning import jax_bridge
@@ -48,29 +48,26 @@ def test_scalars_reach_jax_triton_as_fp32_not_fp64(monkeypatch, one):
     class FakeJaxTriton:
         @staticmethod
         def triton_call(*args, kernel, out_shape, grid, **meta):
-            calls.append((kernel.__name__, args))
+            calls.append((kernel.__name__, args, meta["ROLE"] if "ROLE" in meta else None))
             return [jnp.zeros(s.shape, s.dtype) for s in out_shape]
 
     monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: FakeJaxTriton)
-    monkeypatch.setattr(jax_bridge, "JAX_BWD_ONE", one)
     q, k, v = (jnp.asarray(_x(1, 8, 2, 16)) for _ in range(3))
     jax_bridge._fwd_call(q, k, v, jnp.zeros(2, jnp.float32), None, 0.25, False)
     jax_bridge._bwd_call(q, k, v, q, jnp.zeros(2, jnp.float32), None, jnp.zeros((1, 2, 16, 16), jnp.float32),
                          0.25, False)
-    bwd = ["lightning_bwd_one_kernel"] if one else ["lightning_bwd_kernel"] * 3
-    assert [name for name, _ in calls] == ["lightning_fwd_kernel"] + bwd
-    for _, args in calls:
+    assert [(name, role) for name, _, role in calls] == [("lightning_fwd_kernel", None)] + [
+        ("lightning_bwd_kernel", role) for role in (0, 1, 2)]
+    for _, args, _ in calls:
         scalars = [a for a in args if not hasattr(a, "shape") or np.ndim(a) == 0]
         assert not any(type(a) is float for a in scalars), scalars
         assert any(isinstance(a, np.float32) and a == np.float32(0.25) for a in scalars)
 
 
-@pytest.mark.parametrize("d,e,one,want_tr", [(16, 16, False, 1), (128, 96, False, 1), (192, 64, False, 0),
-                                             (64, 130, False, 0), (16, 16, True, 0)])
-def test_launch_config_orientation(monkeypatch, d, e, one, want_tr):
+@pytest.mark.parametrize("d,e,want_tr", [(16, 16, 1), (128, 96, 1), (192, 64, 0), (64, 130, 0)])
+def test_launch_config_orientation(monkeypatch, d, e, want_tr):
     """The transposed pass (TR=1, BV=128) for head dims up to 128; the row-wise config when a padded
-    head dim passes 128 and for the one-launch backward (its three transposed passes do not fit in
-    shared memory). Every launch of a call carries the same TR and BV."""
+    head dim passes 128. Every launch of a call carries the same TR and BV."""
     import jax.numpy as jnp
 
     from lattnbench.kernels.triton.lightning import jax_bridge
@@ -84,14 +81,11 @@ def test_launch_config_orientation(monkeypatch, d, e, one, want_tr):
             return [jnp.zeros(s.shape, s.dtype) for s in out_shape]
 
     monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: FakeJaxTriton)
-    monkeypatch.setattr(jax_bridge, "JAX_BWD_ONE", one)
     q, k = jnp.asarray(_x(1, 8, 2, d)), jnp.asarray(_x(1, 8, 2, d))
     v = jnp.asarray(_x(1, 8, 2, e))
     g = jnp.zeros(2, jnp.float32)
-    if not one:
-        jax_bridge._fwd_call(q, k, v, g, None, 0.25, False)
-        assert metas[-1][1:] == ((1, 128, 8) if want_tr else (0, 64, 4))
+    jax_bridge._fwd_call(q, k, v, g, None, 0.25, False)
     jax_bridge._bwd_call(q, k, v, jnp.asarray(_x(1, 8, 2, e)), g, None, jnp.zeros((1, 2, d, e), jnp.float32),
                          0.25, False)
-    bwd = metas[-1 if one else -3:]
-    assert {m[1:] for m in bwd} == {(1, 128, 8) if want_tr else (0, 64, 4)}
+    assert len(metas) == 4
+    assert {m[1:] for m in metas} == {(1, 128, 8) if want_tr else (0, 64, 4)}

@@ -12,7 +12,7 @@ import torch
 from lattnbench.kernels.triton.lightning.launch import Launcher
 
 
-def kernel_fn(q, k, g, T, H, scale, T_BUCKET, o, KD, FLAG, BT, BV, PROBE=0):
+def kernel_fn(q, k, g, T, H, scale, T_BUCKET, o, KD, FLAG, BT, BV, EXTRA=0):
     """Signature shaped like the real kernels: tensors, ints, a float, constexprs, tuned meta."""
 
 

@@ -1,0 +1,108 @@
+"""Launch configs of the Lightning Triton kernels: the autotune lists, their key and pruner, the
+interpreter's and jax-triton's fixed configs, and the host arithmetic the launchers share.
+
+A config is (BT, BV, num_warps, num_stages) for the row-wise chunk pass (TR 0) and
+(BT, BV, num_warps, num_stages, TR) for the transposed ones. BT is the chunk length, BV the
+width of the slice of the split dimension (E for the forward and the dv pass, D for dq and dk)
+one program owns, TR the orientation of ``kernels._chunk_pass``. Why these configs, and what
+else was measured: docs/design/lightning-triton.md.
+"""
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+# Tensor-descriptor configs (TR 3) make descriptors on the device: they need
+# tl.make_tensor_descriptor and Triton's global-scratch allocator (ops.ensure_allocator sets one).
+# LIGHTNING_TRITON_TMA=0 (read at import) prunes them from every autotune list.
+try:
+    from triton.runtime import _allocation as triton_allocation
+except ImportError:  # an older Triton
+    triton_allocation = None
+TMA_OK = (hasattr(tl, "make_tensor_descriptor") and triton_allocation is not None
+          and hasattr(triton_allocation, "_allocator") and hasattr(triton_allocation, "NullAllocator")
+          and os.environ.get("LIGHTNING_TRITON_TMA", "1").strip() != "0")
+
+# The row-wise pass: BT 64 at 4 warps (at 8 warps both warpgroups compute the chained 64-row
+# products); BV 32 / 64 keep the fp32 state slice in registers without a spill.
+FWD_CONFIGS = [(64, 32, 4, 3), (64, 64, 4, 2)]
+BWD_CONFIGS = [(64, 32, 4, 2), (64, 32, 4, 3), (64, 64, 4, 2)]
+# The transposed pass: BV 128 at 8 warps (the two warpgroups split the value rows of every big
+# product) with 3 or 4 stages; TR 2 moves the state update's decay onto b; TR 3 moves the tiles
+# by tensor descriptors (long sequences only, see prune_configs); (64, 64, 4, 2) puts two
+# programs on an SM.
+FWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 4, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1),
+                 (64, 128, 8, 3, 3), (64, 128, 8, 4, 3)]
+BWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1), (64, 128, 8, 3, 3)]
+# The interpreter cannot autotune ("0 active drivers"): one small row-wise config (tests set TR).
+INTERP_CONFIG = (32, 32, 4, 1)
+# jax-triton launches the plain kernels (it refuses autotuned kernels whose key lacks a scalar
+# argument): the transposed pass with all of E per program for head dims up to 128; wider padded
+# head dims take the row-wise config (a [BV, 256] fp32 state does not fit the transposed pass's
+# registers).
+JAX_CONFIG = (64, 128, 8, 3, 1)
+JAX_WIDE_CONFIG = (64, 64, 4, 2, 0)
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b). Plain Python: triton.cdiv is a ConstexprFunction, several µs a call on the
+    host, and a small fwd+bwd is host-bound."""
+    return -(-a // b)
+
+
+def pow2(x: int) -> int:
+    """max(16, next power of two >= x): the padded width of a head dim."""
+    return max(16, 1 << (int(x) - 1).bit_length())
+
+
+FEW_ROWS = 64  # fewer (sequence, head) rows than this: a grid that leaves most SMs idle
+
+
+def shape_bucket(t: int, rows: int = 128) -> int:
+    """Autotune key bucket of a launch: the sequence length (0 short ≤ 1024, 1 medium ≤ 4096,
+    2 long), plus 3 when the grid has few (sequence, head) rows (N·H < FEW_ROWS). Why both: a tuned
+    config is reused for every launch with the same key, and one tuned on a small grid (a gradient
+    check at B2 H8) is up to 2x slower on a full one (B4 H32) of the same length."""
+    return (0 if t <= 1024 else (1 if t <= 4096 else 2)) + (3 if rows < FEW_ROWS else 0)
+
+
+def long_sequence(bucket: int) -> bool:
+    """Whether a shape bucket is of the long sequences (> 4096 tokens)."""
+    return bucket % 3 == 2
+
+
+def autotune_configs(table, table_t=()) -> list[triton.Config]:
+    """Autotune configs of the row-wise table (TR 0) and the transposed one (TR from the tuple)."""
+    if INTERPRET:
+        table, table_t = [INTERP_CONFIG], ()
+    rows = [(bt, bv, w, s, 0) for bt, bv, w, s in table] + list(table_t)
+    return [triton.Config({"BT": bt, "BV": bv, "TR": tr}, num_warps=w, num_stages=s) for bt, bv, w, s, tr in rows]
+
+
+def descriptors_pay(allargs) -> bool:
+    """Whether the tensor-descriptor configs may run for these launch arguments: descriptors need
+    16-byte-aligned bases, and up to 4096 tokens a torch call is host-bound, where the scratch
+    allocation of each descriptor launch costs more than the descriptors save."""
+    tensors = [a for a in allargs.values() if hasattr(a, "data_ptr")]
+    return (TMA_OK and long_sequence(allargs.get("SHAPE_BUCKET", 2))
+            and not any(a.data_ptr() % 16 for a in tensors))
+
+
+def prune_configs(configs, named_args, **kwargs):
+    """The configs worth timing for one launch: none whose BV is wider than the split dimension
+    needs (duplicates), and the descriptor ones only where descriptors_pay.
+
+    The constexprs arrive in kwargs (Triton 3.6) or in named_args, depending on the version.
+    """
+    allargs = {**named_args, **kwargs}
+    if "VD" not in allargs or "KD" not in allargs:
+        return configs
+    split = allargs["KD"] if allargs.get("ROLE", 2) in (0, 1) else allargs["VD"]  # dq, dk split D
+    keep = [c for c in configs if c.kwargs["BV"] <= pow2(split)]
+    if not descriptors_pay(allargs):
+        keep = [c for c in keep if c.kwargs.get("TR") != 3]
+    return keep or configs[:1]
