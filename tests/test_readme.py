@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 from lattnbench.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"<!-- lattnbench:([\w.-]+) -->")
+#: a block's opening marker, alone on its line (a marker quoted in a sentence is not a block)
+BLOCK = re.compile(r"^<!-- lattnbench:([\w.-]+) -->$", re.MULTILINE)
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
