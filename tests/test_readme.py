@@ -1,4 +1,4 @@
-"""The README's benchmark tables are exactly what `lattnbench report` makes of committed results."""
+"""The generated blocks in README.md and docs/ are exactly what `lattnbench report` makes of committed results."""
 import re
 import shutil
 from pathlib import Path
@@ -9,38 +9,53 @@ from typer.testing import CliRunner
 from lattnbench.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = re.compile(r"<!-- lattnbench:([\w.-]+) -->")
+#: a block's opening marker, alone on its line (a marker quoted in a sentence is not a block)
+BLOCK = re.compile(r"^<!-- lattnbench:([\w.-]+) -->$", re.MULTILINE)
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def rel(page: Path) -> str:
+    return page.relative_to(ROOT).as_posix()
+
+
+def blocks(page: Path) -> list[str]:
+    return BLOCK.findall(page.read_text(encoding="utf-8"))
 
 
 def results_for(name: str) -> list[Path]:
     return sorted(ROOT.glob(f"results/*/{name}.json"))
 
 
-def test_every_block_has_committed_results():
-    names = BLOCK.findall((ROOT / "README.md").read_text())
-    assert names, "the README has no generated blocks"
-    for name in names:
-        assert len(results_for(name)) == 1, f"block {name!r} needs exactly one results/*/{name}.json"
+def test_readme_has_a_generated_block():
+    assert blocks(ROOT / "README.md"), "the README has no generated blocks"
 
 
-@pytest.fixture
-def readme_copy():
-    """A copy beside the README (plot links are relative to the README's folder)."""
-    copy = ROOT / ".README.regenerated.md"
-    shutil.copy(ROOT / "README.md", copy)
-    yield copy
-    copy.unlink(missing_ok=True)
+def test_every_block_has_committed_results_and_stands_once():
+    seen: dict[str, str] = {}
+    for page in PAGES:
+        for name in blocks(page):
+            assert name not in seen, f"block {name!r} stands in both {seen[name]} and {rel(page)}"
+            seen[name] = rel(page)
+            assert len(results_for(name)) == 1, \
+                f"{rel(page)}: block {name!r} needs exactly one results/*/{name}.json"
 
 
-def test_readme_tables_regenerate_byte_identical(readme_copy, monkeypatch):
-    readme = readme_copy
-    monkeypatch.chdir(ROOT)
-    for name in BLOCK.findall(readme.read_text()):
-        args = ["report", *map(str, results_for(name)), "--readme", str(readme), "--name", name]
-        plots = ROOT / "results" / results_for(name)[0].parent.name / "plots"
-        if any(plots.glob(f"{name}-*.png")):  # blocks link the plots made of their own results
-            args += ["--plots", str(plots)]
-        res = CliRunner().invoke(app, args)
-        assert res.exit_code == 0, res.output
-    assert readme.read_text() == (ROOT / "README.md").read_text(), \
-        "README tables differ from `lattnbench report` of the committed results: regenerate them"
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)], ids=rel)
+def test_blocks_regenerate_byte_identical(page, monkeypatch):
+    """Regenerate every block of ``page`` in a copy beside it (plot links are relative to its folder)."""
+    copy = page.with_name(f".{page.stem}.regenerated.md")
+    shutil.copy(page, copy)
+    try:
+        monkeypatch.chdir(ROOT)
+        for name in blocks(copy):
+            (results,) = results_for(name)
+            args = ["report", str(results), "--readme", str(copy), "--name", name]
+            plots = results.parent / "plots"
+            if any(plots.glob(f"{name}-*.png")):  # a block links the plots made of its own results
+                args += ["--plots", str(plots)]
+            res = CliRunner().invoke(app, args)
+            assert res.exit_code == 0, res.output
+        assert copy.read_bytes() == page.read_bytes(), \
+            f"{rel(page)}: generated blocks differ from `lattnbench report` of the committed results: regenerate them"
+    finally:
+        copy.unlink(missing_ok=True)
