@@ -22,7 +22,7 @@ KERNELS = Annotated[list[str] | None, typer.Option(
     "--kernels", "-k", help="Kernel names or globs, e.g. 'lightning/*,softmax/sdpa-flash' (default: the "
     "available non-reference kernels). See `lattnbench list`.", show_default=False)]
 PLUGIN = Annotated[list[str] | None, typer.Option(
-    "--kernel", help="Add your own kernel: package.module:function (see README, Plugins).", show_default=False)]
+    "--kernel", help="Add your own kernel: package.module:function (see docs/plugins.md).", show_default=False)]
 MODE = Annotated[str, typer.Option("--mode", "-m", help=f"Comma list of {', '.join(MODES)}.")]
 DEVICE = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cuda or cpu.")]
 OUT = Annotated[str | None, typer.Option(

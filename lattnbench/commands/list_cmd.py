@@ -23,8 +23,11 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("auto", help="Judge availability for auto (CUDA when present), cuda or cpu."),
         kernel: list[str] | None = typer.Option(None, "--kernel", help="Also list a plugin package.module:function."),
     ) -> None:
-        """Every registered kernel: framework, devices, availability (with the reason) and whether
-        it runs by default (bundled, non-reference, available: what runs without --kernels)."""
+        """Every registered kernel: framework, devices, availability (with the reason) and defaults.
+
+        A kernel marked default is timed by a plain speed or memory run on this device; check-grad
+        checks every available bundled kernel; peers and plugins run when named.
+        """
         from lattnbench.commands.sweep import pick_kernels, setup
         from lattnbench.commands.tables import kernel_table
 

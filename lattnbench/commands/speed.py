@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         device: axes.DEVICE = "auto", out: axes.OUT = None, json_: axes.JSON = False,
         decay: axes.DECAY = "alibi", resume: axes.RESUME = False,
         budget: float = typer.Option(0.5, min=0.0, help="Seconds of device-timer samples per point "
-                                     "(at least 5; the graph and latency timers get half as much each)."),
+                                     "(at least 5 samples; the graph and latency timers get half as much each)."),
         repeat: axes.REPEAT = 1, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
     ) -> None:
         """Time kernels: median ms with p20–p80 on the device timer, with graph and latency beside it.

@@ -68,6 +68,8 @@ def open_writer(path: str | Path | None, name: str, env: dict, resume: bool) -> 
 
     if path:
         target = Path(path)
+    elif resume:
+        die("--resume needs --out: the results file of the run to continue")
     else:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         target = results_root() / machine_name(env) / f"{name}-{stamp}.json"

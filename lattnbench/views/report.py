@@ -228,11 +228,13 @@ def replace_block(text: str, name: str, body: str, where: str = "README") -> str
 
 
 def plot_links(plots_dir: Path, base: Path, stems: Sequence[str]) -> list[str]:
-    """Relative links to the PNG/SVG plots in ``plots_dir``, those named after a results file
-    (``STEM-speed.png`` from ``lattnbench plot --kind all``) when any are."""
+    """Relative links to the plots in ``plots_dir`` named after a results file: ``STEM-KIND.png``
+    (or ``.svg``), as ``lattnbench plot --kind all`` names them; none when none is."""
+    from lattnbench.views.plot import KINDS
+
+    names = {f"{s}-{k}" for s in stems for k in KINDS}
     files = sorted(p for p in plots_dir.glob("*") if p.suffix.lower() in (".png", ".svg") and p.is_file())
-    mine = [p for p in files if any(p.stem == s or p.stem.startswith(s + "-") for s in stems)]
-    return [Path(os.path.relpath(p.resolve(), base.resolve())).as_posix() for p in (mine or files)]
+    return [Path(os.path.relpath(p.resolve(), base.resolve())).as_posix() for p in files if p.stem in names]
 
 
 __all__ = ["ReportError", "ResultsError", "load_docs", "pick_reference", "render", "replace_block",

@@ -186,3 +186,8 @@ def test_suite_names_resolve_from_any_directory(monkeypatch, tmp_path):
 
     monkeypatch.chdir(tmp_path)
     assert load_suite("ci").name == "ci" and load_suite("seed-readme").name == "seed-readme"
+
+
+def test_resume_without_out_is_a_usage_error():
+    res = invoke("speed", "--resume")
+    assert res.exit_code == 2 and "--resume needs --out" in res.output
