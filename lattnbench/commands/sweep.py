@@ -19,6 +19,10 @@ from lattnbench.registry import KernelEntry, Registry
 from lattnbench.results import ResultsError, ResultsWriter, write_csv
 from lattnbench.spec import SpecError
 
+#: what makes a point (a progress step) besides kernel, metric and run: a row without its mode and tensor
+POINT_FIELDS = ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v", "dtype", "decay", "varlen",
+                "initial_state", "reverse", "input_scale", "check")
+
 #: where runs write when --out is not given (outside any checkout, so a run never dirties one)
 RESULTS_ENV = "LATTNBENCH_RESULTS_DIR"
 
@@ -172,7 +176,10 @@ def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], 
             out.print(table)
     counts = summarize(rows)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    err.print(f"results: {writer.path} (+ .csv) — {len(rows)} rows: {summary or 'none'}")
+    points = len({(r["kernel"], r["metric"], *(json.dumps(r.get(f)) for f in POINT_FIELDS), x.get("run", 0))
+                  for r in rows for x in (r.get("runs") or [{}])})
+    err.print(f"results: {writer.path} (+ .csv) — {points} points, {len(rows)} rows "
+              f"(one per mode or tensor): {summary or 'none'}")
     raise typer.Exit(EXIT_FAIL if any_failed(rows) else EXIT_OK)
 
 

@@ -21,21 +21,37 @@ from lattnbench.spec import Case
 FAILED = ("error", "fail", "timeout")
 
 
+def cuda_devices() -> int:
+    """How many CUDA GPUs the driver sees, asked of libcuda itself (no framework is imported,
+    so a JAX-only run never loads torch, and no CUDA context is made)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return 0
+    import ctypes
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
 def resolve_device(device: str) -> str:
-    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; ``cuda``/``cpu`` checked.
+    """``auto`` → ``cuda`` when the driver sees a GPU, else ``cpu``; ``cuda``/``cpu`` checked.
 
     On the CPU, Triton kernels run in Triton's interpreter: TRITON_INTERPRET is set here,
     before any kernel module is imported (Triton reads it when a kernel is defined).
     """
-    import torch
-
     device = device.lower()
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise Unsupported("--device cuda was asked for, but no CUDA GPU is visible")
-    if device not in ("cuda", "cpu"):
+    if device not in ("auto", "cuda", "cpu"):
         raise Unsupported(f"unknown device {device!r}: choose auto, cuda or cpu")
+    gpus = cuda_devices() if device != "cpu" else 0
+    if device == "auto":
+        device = "cuda" if gpus else "cpu"
+    if device == "cuda" and not gpus:
+        raise Unsupported("--device cuda was asked for, but no CUDA GPU is visible")
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     return device
