@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lattnbench.views.rows import (MODE_ORDER, gpu_name, is_speed, kernel_sort_key, pick_reference,
+from lattnbench.views.rows import (MODE_ORDER, is_speed, kernel_sort_key, pick_reference,
                                shape_key, shape_label, value)
 from lattnbench.views.rows import HOST_NOTE, THROTTLE_NOTE, timer_range
 
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 KINDS = ("speed", "memory", "speedup")
+#: lines in one panel before the panel is split by mode
+MAX_LINES = 6
 SUFFIXES = (".png", ".svg", ".pdf")
 MARKERS = {"fwd": "o", "bwd": "s", "fwdbwd": "^"}
 STYLES = {"fwd": "-", "bwd": "--", "fwdbwd": ":"}
@@ -57,7 +59,7 @@ def figure(doc: dict, kind: str, reference: str | None = None, timer: str = "dev
     """
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import FixedLocator, NullLocator
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     if kind not in KINDS:
         raise PlotError(f"unknown plot kind {kind!r}: choose from {', '.join(KINDS)}, all")
@@ -74,15 +76,20 @@ def figure(doc: dict, kind: str, reference: str | None = None, timer: str = "dev
     # colours from every kernel of the file, so one kernel keeps its colour in every plot kind
     everyone = sorted(families, key=lambda k: kernel_sort_key(k, families))
     colors = {k: f"C{i % 10}" for i, k in enumerate(everyone)}
-    groups = sorted({shape_key(r) for r in rows})
+    # one panel per shape; per shape and mode when a panel would hold more than MAX_LINES lines
+    per_shape = {sk: {(r["kernel"], r["mode"]) for r in rows if shape_key(r) == sk
+                      and not (kind == "speedup" and r["kernel"] == ref)} for sk in {shape_key(r) for r in rows}}
+    groups = sorted(((sk, m) for sk, lines in per_shape.items()
+                     for m in ({m for _, m in lines} if len(lines) > MAX_LINES else {None})),
+                    key=lambda g: (g[0], MODE_ORDER.index(g[1]) if g[1] in MODE_ORDER else -1, g[1] or ""))
     ncols = min(2, len(groups))
     nrows = -(-len(groups) // ncols)
-    fig = Figure(figsize=(7.5 * ncols, 5.2 * nrows), layout="constrained")
+    fig = Figure(figsize=(9.5 * ncols, 5.2 * nrows), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     used: set[tuple[str, str]] = set()
-    for ax, skey in zip(axes, groups):
+    for ax, (skey, only_mode) in zip(axes, groups):
         marked: set[str] = set()
-        g = [r for r in rows if shape_key(r) == skey]
+        g = [r for r in rows if shape_key(r) == skey and only_mode in (None, r["mode"])]
         cells = {(r["kernel"], r["mode"], r["seqlen"]): r for r in g}
         ns = sorted({r["seqlen"] for r in g})
         modes = sorted({r["mode"] for r in g}, key=lambda m: (MODE_ORDER.index(m) if m in MODE_ORDER else 9, m))
@@ -131,7 +138,11 @@ def figure(doc: dict, kind: str, reference: str | None = None, timer: str = "dev
         ax.set_xticks(ns, [_n_label(n) for n in ns])
         ax.set_xlabel("sequence length n (tokens)")
         ax.set_ylabel(_YLABEL[kind].format(ref=ref, timer=timer))
-        ax.set_title(shape_label(g[0]) + f" · {g[0].get('device')}", fontsize=10)
+        plain = FuncFormatter(lambda v, _pos: f"{v:g}")  # 60 MB, not 6×10¹
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: ""))
+        ax.set_title(shape_label(g[0]) + f" · {g[0].get('device')}" + (f" · {only_mode}" if only_mode else ""),
+                     fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         k_handles = [Line2D([], [], color=colors[k], label=k) for k in kernels
                      if any(km[0] == k for km in used)]
@@ -143,14 +154,19 @@ def figure(doc: dict, kind: str, reference: str | None = None, timer: str = "dev
             m_handles.append(Line2D([], [], color="0.2", linestyle="none", label=HOST_NOTE[2:], **_RING))
         if "throttled" in marked:
             m_handles.append(Line2D([], [], color="0.2", linestyle="none", label=THROTTLE_NOTE[2:], **_CROSS))
-        first = ax.legend(handles=k_handles, title="kernel", loc="upper left", fontsize=8)
+        # legends beside the axes, never over a line
+        first = ax.legend(handles=k_handles, title="kernel", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                          fontsize=8, borderaxespad=0.0)
         ax.add_artist(first)
-        ax.legend(handles=m_handles, title="mode", loc="lower right", fontsize=8)
+        ax.legend(handles=m_handles, title="mode", loc="lower left", bbox_to_anchor=(1.01, 0.0), fontsize=8,
+                  borderaxespad=0.0)
     for ax in axes[len(groups):]:
         ax.set_visible(False)
     what = {"speed": "Time", "memory": "Peak memory", "speedup": "Speed-up"}[kind]
     by = "" if kind == "memory" else f" ({timer} timer)"
-    fig.suptitle(f"{what}{by} vs n — {doc.get('suite')} on {gpu_name(doc.get('env') or {}, doc['rows'])}")
+    env = doc.get("env") or {}
+    machine = env.get("gpu") or f"CPU ({env.get('cpu') or 'unknown'})"
+    fig.suptitle(f"{what}{by} vs n — suite {doc.get('suite')}, {machine}")
     return fig
 
 
