@@ -1,0 +1,56 @@
+"""Compile every job (Triton and XLA) in a process pool and turn the metrics into rows.
+
+Why a pool: each AOT compile is single-threaded and independent, so the wall time falls with the
+cores; the Triton and XLA compiles share the same pool. Each worker imports the kernels once.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+
+from lattnbench.static import triton_aot, xla
+from lattnbench.static.triton_aot import Job
+from lattnbench.static.xla import XlaJob
+
+
+def _triton_rows(job: Job, metrics: dict, version: str) -> list[dict]:
+    from lattnbench.static.lightning_jobs import SEED_SHAPE
+
+    return [{"kernel": job.kernel, "config": job.config, "shape": SEED_SHAPE, "mode": "compile",
+             "metric": m, "value": v, "compiler": {"triton": version}} for m, v in metrics.items()]
+
+
+def _xla_rows(job: XlaJob, metrics: dict, versions: dict) -> list[dict]:
+    return [{"kernel": job.kernel, "config": "default", "shape": xla.shape_label(job.shape), "mode": job.mode,
+             "metric": m, "value": v, "compiler": dict(versions)} for m, v in metrics.items()]
+
+
+def _run_triton(job: Job) -> tuple[dict, str]:
+    return triton_aot.compile_job(job), triton_aot.triton_version()
+
+
+def _run_xla(job: XlaJob) -> tuple[dict, dict]:
+    return xla.compile_job(job), xla.versions()
+
+
+def collect(triton_jobs: Iterable[Job], xla_jobs: Iterable[XlaJob], workers: int | None = None,
+            progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Rows of every job; ``workers`` processes (default: the CPU count)."""
+    triton_jobs, xla_jobs = list(triton_jobs), list(xla_jobs)
+    rows: list[dict] = []
+    workers = max(1, workers or os.cpu_count() or 1)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        tri = [(j, pool.submit(_run_triton, j)) for j in triton_jobs]
+        xl = [(j, pool.submit(_run_xla, j)) for j in xla_jobs]
+        for job, fut in tri:
+            metrics, version = fut.result()
+            rows += _triton_rows(job, metrics, version)
+            if progress:
+                progress(f"{job.kernel} {job.config}")
+        for job, fut in xl:
+            metrics, versions = fut.result()
+            rows += _xla_rows(job, metrics, versions)
+            if progress:
+                progress(f"{job.kernel} {xla.shape_label(job.shape)} {job.mode}")
+    return rows
