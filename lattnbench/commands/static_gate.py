@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from lattnbench.commands.common import EXIT_FAIL, EXIT_OK, die, out
 
@@ -30,12 +31,12 @@ def gate_static(current: Path, baseline: Path, threshold: str | None, json_out: 
                                **result.to_dict()}, indent=1))
         raise typer.Exit(EXIT_FAIL if bad else EXIT_OK)
     for what, n in result.skipped.items():
-        out.print(f"[yellow]skipped[/] {n} rows: compiler differs ({what}); like is compared with like only",
+        out.print(f"[yellow]skipped[/] {n} rows: compiler differs ({escape(what)}); like is compared with like only",
                   highlight=False)
     if result.new:
         out.print(f"[cyan]new[/] {result.new} rows not in the baseline (not gated)", highlight=False)
     for f in bad:
-        out.print(f"[bold red]{f.line()}[/]", highlight=False, soft_wrap=True)
+        out.print(f"[bold red]{escape(f.line())}[/]", highlight=False, soft_wrap=True)
     if bad:
         out.print(f"[bold red]FAILED[/]: {len(bad)} of {len(result.findings)} static metrics regressed",
                   highlight=False)

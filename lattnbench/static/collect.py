@@ -2,9 +2,13 @@
 
 Why a pool: each AOT compile is single-threaded and independent, so the wall time falls with the
 cores; the Triton and XLA compiles share the same pool. Each worker imports the kernels once.
+Workers are spawned, not forked, and start without ``TRITON_INTERPRET``: a parent that imported
+the kernels under the interpreter (a CPU test session) would otherwise hand them interpreted
+functions, which do not compile for a GPU target.
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -26,6 +30,10 @@ def _xla_rows(job: XlaJob, metrics: dict, versions: dict) -> list[dict]:
              "metric": m, "value": v, "compiler": dict(versions)} for m, v in metrics.items()]
 
 
+def _clean_env() -> None:
+    os.environ.pop("TRITON_INTERPRET", None)
+
+
 def _run_triton(job: Job) -> tuple[dict, str]:
     return triton_aot.compile_job(job), triton_aot.triton_version()
 
@@ -40,7 +48,8 @@ def collect(triton_jobs: Iterable[Job], xla_jobs: Iterable[XlaJob], workers: int
     triton_jobs, xla_jobs = list(triton_jobs), list(xla_jobs)
     rows: list[dict] = []
     workers = max(1, workers or os.cpu_count() or 1)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_clean_env) as pool:
         tri = [(j, pool.submit(_run_triton, j)) for j in triton_jobs]
         xl = [(j, pool.submit(_run_xla, j)) for j in xla_jobs]
         for job, fut in tri:
