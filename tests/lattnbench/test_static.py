@@ -241,3 +241,14 @@ def test_extra_tt_tensor_in_a_jax_kernel_fails_naming_xla_metrics(tmp_path):
     metrics, output = _failing_metrics(tmp_path, base, cur)
     assert {"flops", "bytes_accessed"} <= metrics
     assert "lightning/jax-chunked [default B1 T256 H2 D64 fp32 fwd] bytes_accessed:" in output
+
+
+def test_ci_runs_the_static_gate_against_the_committed_baseline():
+    text = (ROOT / ".ci" / "run").read_text()
+    assert "lattnbench static --out" in text
+    assert "lattnbench gate --static" in text and "--baseline results/static/cpu.json" in text
+
+
+def test_static_rejects_bad_options():
+    assert runner.invoke(app, ["static", "--only", "cuda"]).exit_code == 2
+    assert runner.invoke(app, ["static", "--workers", "0"]).exit_code == 2
