@@ -85,24 +85,40 @@ def static(
     out.print(f"{len(rows)} rows from {total} compiles in {seconds:.0f} s{where}", highlight=False)
 
 
+#: column headers of the metrics, in table order
+HEADERS = {"registers": "regs", "spilled_bytes": "spill B", "shared_bytes": "smem B", "ptx_instructions": "ptx",
+           "loop_instructions": "loop", "mma": "mma", "flops": "flops", "bytes_accessed": "bytes",
+           "temp_bytes": "temp B", "output_bytes": "out B"}
+
+
+def _num(v: float) -> str:
+    """Compact: 147456 -> 147k, 25600776 -> 25.6M (the JSON keeps every digit)."""
+    if v >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    return f"{v / 1e3:.3g}k" if v >= 1e4 else f"{v:g}"
+
+
 def _table(doc: dict) -> None:
-    """One line per (kernel, config, shape, mode): its metrics side by side."""
+    """One table per compiler family (Triton, XLA); one line per kernel and config or shape and mode."""
     from rich.table import Table
 
     groups: dict[tuple, dict] = {}
     for r in doc["rows"]:
         groups.setdefault((r["kernel"], r["config"], r["shape"], r["mode"]), {})[r["metric"]] = r["value"]
-    metrics = list(dict.fromkeys(r["metric"] for r in doc["rows"]))
-    table = Table(title="static metrics", title_justify="left")
-    for col in ("kernel", "config", "shape", "mode"):
-        table.add_column(col, no_wrap=True)
-    for m in metrics:
-        table.add_column(m.replace("_", " "), justify="right")
-    for (kernel, config, shape, mode), vals in groups.items():
-        table.add_row(kernel, config, shape, mode,
-                      *("" if m not in vals else (f"{vals[m]:.3g}" if vals[m] >= 1e6 else f"{vals[m]:g}")
-                        for m in metrics))
-    out.print(table)
+    for title, is_triton in (("lightning/triton, sm_90 AOT, D=E=128 bf16", True), ("XLA, CPU backend", False)):
+        mine = {k: v for k, v in groups.items() if ("registers" in v) is is_triton}
+        if not mine:
+            continue
+        metrics = [m for m in HEADERS if any(m in v for v in mine.values())]
+        table = Table(title=title, title_justify="left")
+        for col in ("kernel", "config" if is_triton else "shape") + (() if is_triton else ("mode",)):
+            table.add_column(col, no_wrap=True)
+        for m in metrics:
+            table.add_column(HEADERS[m], justify="right", no_wrap=True)
+        for (kernel, config, shape, mode), vals in mine.items():
+            lead = (kernel.split(":")[-1], config) if is_triton else (kernel, shape.removesuffix(" fp32"), mode)
+            table.add_row(*lead, *(_num(vals[m]) if m in vals else "" for m in metrics))
+        out.print(table)
 
 
 def register(app: typer.Typer) -> None:
