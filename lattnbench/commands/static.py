@@ -87,7 +87,7 @@ def static(
 
 #: column headers of the metrics, in table order
 HEADERS = {"registers": "regs", "spilled_bytes": "spill B", "shared_bytes": "smem B", "ptx_instructions": "ptx",
-           "loop_instructions": "loop", "mma": "mma", "flops": "flops", "bytes_accessed": "bytes",
+           "loop_instructions": "loop", "mma": "mma", "wgmma": "wgmma", "flops": "flops", "bytes_accessed": "bytes",
            "temp_bytes": "temp B", "output_bytes": "out B"}
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 _LABEL = re.compile(r"^\s*(\$L__\w+):")
 _BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(\$L__\w+)\s*;")
 _MMA = re.compile(r"\b(?:wgmma\.mma_async|mma\.sync|mma\.sp)\b")
+_WGMMA = re.compile(r"\bwgmma\.mma_async\b")
 _NOT_INSTR = re.compile(r"^\s*(?:\.|//|\{|\}|\$L__|\)|\(|$)")
 
 
@@ -24,7 +25,8 @@ class PtxCounts:
 
     instructions: int
     loop_instructions: int
-    mma: int
+    mma: int    # mma.sync, mma.sp and wgmma.mma_async
+    wgmma: int  # of those, the Hopper warpgroup ones (a fall-back to mma.sync keeps mma, loses these)
 
 
 def instructions(ptx: str) -> list[str]:
@@ -63,10 +65,11 @@ def loop_span(lines: list[str]) -> tuple[int, int] | None:
 
 
 def count(ptx: str) -> PtxCounts:
-    """All instructions, those in the chunk loop (0 without a loop) and the mma/wgmma ones."""
+    """All instructions, those in the chunk loop (0 without a loop), the mma/wgmma ones and the wgmma ones."""
     lines = instructions(ptx)
     instr = [ln for ln in lines if is_instruction(ln)]
     span = loop_span(lines)
     loop = 0 if span is None else sum(1 for ln in lines[span[0]:span[1] + 1] if is_instruction(ln))
     return PtxCounts(instructions=len(instr), loop_instructions=loop,
-                     mma=sum(1 for ln in instr if _MMA.search(ln)))
+                     mma=sum(1 for ln in instr if _MMA.search(ln)),
+                     wgmma=sum(1 for ln in instr if _WGMMA.search(ln)))

@@ -70,7 +70,8 @@ def test_ptx_counts_find_the_loop_between_label_and_back_branch():
     c = ptx.count(PTX)
     assert c.instructions == 9  # directives, comments, braces and labels are not instructions
     assert c.loop_instructions == 5  # ld, mma, add, setp, bra: the label .. back-branch span
-    assert c.mma == 1
+    assert c.mma == 1 and c.wgmma == 0
+    assert ptx.count(PTX.replace("mma.sync.aligned.m16n8k16.row.col", "wgmma.mma_async.sync.aligned.m64n32k16")).wgmma == 1
 
 
 def test_ptx_without_a_loop_has_no_loop_instructions():
@@ -89,7 +90,7 @@ def row(metric, value, kernel="lightning/triton:fwd", compiler=None, config="BT=
     ("registers", 200, 201, True), ("registers", 200, 199, False),
     ("shared_bytes", 1024, 1025, True),
     ("loop_instructions", 1000, 1020, False), ("loop_instructions", 1000, 1021, True),
-    ("mma", 28, 27, True), ("mma", 28, 32, False),
+    ("mma", 28, 27, True), ("mma", 28, 32, False), ("wgmma", 28, 0, True),
     ("flops", 1e6, 1.01e6, False), ("flops", 1e6, 1.011e6, True), ("bytes_accessed", 1e6, 1.02e6, True),
     ("ptx_instructions", 1000, 2000, False),  # reported, not gated
 ])
