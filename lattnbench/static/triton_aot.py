@@ -112,37 +112,49 @@ def _compile(src, options: dict):
     return ck, (log if "Used" in log else _ptxas_rerun(ck.asm["ptx"]))
 
 
-def compile_job(job: Job) -> dict:
-    """Compile one job for sm_90 and return its metrics (name → number)."""
-    os.environ.pop("TRITON_INTERPRET", None)
-    # the compile passes enable_fp_fusion itself; this only silences Triton's warning about the default
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+def source(fn, types: dict, constexprs: dict, aligned=()):
+    """The ASTSource of a jitted function: ``types`` for its runtime arguments, ``constexprs`` for
+    its constexprs (a constexpr not given takes its default); pointers and the ``aligned`` integer
+    arguments are marked 16-divisible, as a launch with aligned tensors specialises them."""
     from triton.compiler import ASTSource
 
-    from lattnbench.static import ptx as ptxmod
-
-    fn = getattr(importlib.import_module(job.module), job.function)
-    while not hasattr(fn, "arg_names"):  # an autotuner or heuristics wrapper: the jitted function beneath
-        fn = fn.fn
-    sig, constexprs, attrs = {}, {}, {}
+    sig, consts, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         p = fn.params[i]
         if p.is_constexpr:
-            if name in job.constexprs:
-                value = job.constexprs[name]
+            if name in constexprs:
+                value = constexprs[name]
             elif p.default is not inspect.Parameter.empty:
                 value = p.default
             else:
-                raise KeyError(f"{job.function}: no value for constexpr {name}")
+                raise KeyError(f"{fn.__name__}: no value for constexpr {name}")
             sig[name] = "constexpr"
-            constexprs[(i,)] = value
+            consts[(i,)] = value
         else:
-            sig[name] = job.types[name]
-            if job.types[name].startswith("*") or name in job.aligned:
+            sig[name] = types[name]
+            if types[name].startswith("*") or name in aligned:
                 attrs[(i,)] = [["tt.divisibility", 16]]
-    src = ASTSource(fn, sig, constexprs=constexprs, attrs=attrs)
-    # fp fusion stated, not left to a default that changes across Triton versions
-    ck, log = _compile(src, dict(num_warps=job.num_warps, num_stages=job.num_stages, enable_fp_fusion=True))
+    return ASTSource(fn, sig, constexprs=consts, attrs=attrs)
+
+
+def compile_sm90(src, num_warps: int, num_stages: int):
+    """(compiled kernel, ptxas -v log) of one source for sm_90. fp fusion is stated, not left to a
+    default that changes across Triton versions."""
+    os.environ.pop("TRITON_INTERPRET", None)
+    # the compile passes enable_fp_fusion itself; this only silences Triton's warning about the default
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    return _compile(src, dict(num_warps=num_warps, num_stages=num_stages, enable_fp_fusion=True))
+
+
+def compile_job(job: Job) -> dict:
+    """Compile one job for sm_90 and return its metrics (name → number)."""
+    from lattnbench.static import ptx as ptxmod
+
+    os.environ.pop("TRITON_INTERPRET", None)
+    fn = getattr(importlib.import_module(job.module), job.function)
+    while not hasattr(fn, "arg_names"):  # an autotuner or heuristics wrapper: the jitted function beneath
+        fn = fn.fn
+    ck, log = compile_sm90(source(fn, job.types, job.constexprs, job.aligned), job.num_warps, job.num_stages)
     counts = ptxmod.count(ck.asm["ptx"])
     return {**_parse_ptxas_log(log), "shared_bytes": int(ck.metadata.shared),
             "ptx_instructions": counts.instructions, "loop_instructions": counts.loop_instructions,
