@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from lattnbench.commands.common import die, err, out
+from lattnbench.commands.common import EXIT_FAIL, die, err, out
 
 EXAMPLE = """Examples:
 
@@ -69,7 +69,11 @@ def static(
         if not json_out:
             err.print(f"[dim][{done[0]}/{total}] {what}[/]", highlight=False)
 
-    rows = collect_rows(tri, xl, workers=workers, progress=progress)
+    try:
+        rows = collect_rows(tri, xl, workers=workers, progress=progress)
+    except Exception as exc:  # a kernel that no longer compiles: one line, and CI fails
+        first = (str(exc).strip().splitlines() or [""])[0]
+        die(f"a compile failed: {type(exc).__name__}: {first}", code=EXIT_FAIL)
     seconds = time.perf_counter() - start
     env = collect(with_gpu=False)
     env["static_seconds"] = round(seconds, 1)

@@ -19,9 +19,7 @@ from lattnbench.static.xla import XlaJob
 
 
 def _triton_rows(job: Job, metrics: dict, version: str) -> list[dict]:
-    from lattnbench.static.lightning_jobs import SEED_SHAPE
-
-    return [{"kernel": job.kernel, "config": job.config, "shape": SEED_SHAPE, "mode": "compile",
+    return [{"kernel": job.kernel, "config": job.config, "shape": job.shape, "mode": "compile",
              "metric": m, "value": v, "compiler": {"triton": version}} for m, v in metrics.items()]
 
 

@@ -30,7 +30,7 @@ def fwd_job(bt: int, bv: int, tr: int, warps: int, stages: int, kernel: str = "l
     return Job(kernel=kernel, config=config_label(bt, bv, tr, warps, stages), module=MODULE,
                function="lightning_fwd_kernel", types=types,
                constexprs=dict(_FLAGS, BK=D, STORE_HT=True, BT=bt, BV=bv, TR=tr),
-               num_warps=warps, num_stages=stages, aligned=("T", "H", "HKV"))
+               num_warps=warps, num_stages=stages, aligned=("T", "H", "HKV"), shape=SEED_SHAPE)
 
 
 def bwd_job(role: int, bt: int, bv: int, tr: int, warps: int, stages: int) -> Job:
@@ -39,7 +39,7 @@ def bwd_job(role: int, bt: int, bv: int, tr: int, warps: int, stages: int) -> Jo
     return Job(kernel=f"lightning/triton:bwd-{ROLES[role]}", config=config_label(bt, bv, tr, warps, stages),
                module=MODULE, function="lightning_bwd_kernel", types=types,
                constexprs=dict(_FLAGS, BKD=D, BVD=E, ROLE=role, HAS_DHT=True, BT=bt, BV=bv, TR=tr),
-               num_warps=warps, num_stages=stages, aligned=("T", "H", "HKV"))
+               num_warps=warps, num_stages=stages, aligned=("T", "H", "HKV"), shape=SEED_SHAPE)
 
 
 def default_jobs() -> list[Job]:

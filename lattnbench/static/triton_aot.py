@@ -38,6 +38,7 @@ class Job:
     num_warps: int = 4
     num_stages: int = 3
     aligned: tuple = ()  # integer arguments known to be multiples of 16 (pointers always are)
+    shape: str = ""      # the row's shape label (what the types and constexprs stand for)
 
 
 def triton_version() -> str:

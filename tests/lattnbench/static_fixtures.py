@@ -46,7 +46,7 @@ def fixture_job(function: str = "chunk_loop", bn: int = 64, warps: int = 4) -> J
     of one fixture and a current run of another compare as the same kernel changed."""
     return Job(kernel="fixture/triton", config="fixture", module=__name__, function=function,
                types=dict(x="*bf16", y="*bf16", o="*fp32", T="i32"), constexprs=dict(BM=64, BN=bn),
-               num_warps=warps, num_stages=2, aligned=("T",))
+               num_warps=warps, num_stages=2, aligned=("T",), shape="BM=64")
 
 
 def lightning_extra_tt(q, k, v, g):

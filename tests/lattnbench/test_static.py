@@ -217,7 +217,7 @@ def test_forced_spill_fails_naming_spilled_bytes(tmp_path):
     cur = triton_rows(fixture_job(bn=512))  # a [64, 512] fp32 accumulator on 128 threads
     metrics, output = _failing_metrics(tmp_path, base, cur)
     assert "spilled_bytes" in metrics
-    assert "fixture/triton [fixture D=E=128 bf16] spilled_bytes: 0 ->" in output
+    assert "fixture/triton [fixture BM=64] spilled_bytes: 0 ->" in output
 
 
 def test_doubled_load_in_the_loop_fails_naming_loop_instructions(tmp_path):
