@@ -17,7 +17,9 @@ without the entry's parameter list, for a change that only adds or drops a kerne
 allocation and instruction order ignored: a weaker check for changes that reorder code).
 
 The kernels are loaded from ``ROOT/kernels`` as ``lattnbench.kernels`` without importing the
-harness, so any checkout works without installing it (torch and numpy must be importable).
+harness, so any checkout works without installing it (torch and numpy must be importable). The
+compile itself (signature, specialisation, sm_90 target) is ``lattnbench.static.triton_aot``'s,
+the one ``lattnbench static`` uses, taken from this tool's checkout.
 """
 from __future__ import annotations
 
@@ -25,13 +27,15 @@ import argparse
 import hashlib
 import importlib
 import importlib.util
-import inspect
 import os
 import re
 import sys
 import types
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's lattnbench.static
+from lattnbench.static import triton_aot  # noqa: E402  (imported before load_kernels swaps lattnbench)
 
 D = E = 128
 BF, F32, I32 = "*bf16", "*fp32", "*i32"
@@ -117,10 +121,6 @@ def compile_one(args):
     """One AOT compile; returns its line of the report."""
     root, job, multiset = args
     kind, role, meta, w, s, variant = job
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     if root not in _LOADED:  # one import per worker process
         _LOADED[root] = load_kernels(Path(root))
     K = _LOADED[root]
@@ -131,23 +131,9 @@ def compile_one(args):
         consts.update(BK=D, STORE_HT=True)
     else:
         consts.update(BKD=D, BVD=E, ROLE=role, HAS_DHT=True)
-    types_ = _types(kind, flags["IS_VARLEN"])
-    sig, constexprs, attrs = {}, {}, {}
-    for i, name in enumerate(fn.arg_names):
-        p = fn.params[i]
-        if p.is_constexpr:
-            if name not in consts:
-                if p.default is inspect.Parameter.empty:
-                    raise KeyError(f"{fn.__name__}: no value for constexpr {name}")
-                consts[name] = p.default  # a constexpr this tool does not set, at its default
-            sig[name] = "constexpr"
-            constexprs[(i,)] = consts[name]
-        else:
-            sig[name] = types_[name]
-            if types_[name].startswith("*") or name in ("T", "H", "HKV"):
-                attrs[(i,)] = [["tt.divisibility", 16]]  # 16-aligned tensors; T, H, HKV multiples of 16
-    src = ASTSource(fn, sig, constexprs=constexprs, attrs=attrs)
-    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=w, num_stages=s))
+    # 16-aligned tensors; T, H, HKV multiples of 16
+    src = triton_aot.source(fn, _types(kind, flags["IS_VARLEN"]), consts, aligned=("T", "H", "HKV"))
+    ck, _ = triton_aot.compile_sm90(src, num_warps=w, num_stages=s)
     full, body = normalise(ck.asm["ptx"], multiset)
     h = hashlib.sha1(full.encode()).hexdigest()[:12]
     hb = hashlib.sha1(body.encode()).hexdigest()[:12]

@@ -64,11 +64,21 @@ def gate(
         "times as they are (runs of one machine in one sitting).", show_default=False)] = None,
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print a JSON object instead of the table.")] = False,
+    static: Annotated[bool, typer.Option(
+        "--static", help="CURRENT and --baseline are lattnbench static files: gate compile metrics "
+        "(spills, registers, shared memory, loop instructions, mma, XLA flops and bytes); --threshold "
+        "is then the tolerated growth of registers and shared memory (default 0%).")] = False,
 ) -> None:
     """Compare CURRENT against --baseline. Exit 0 ok, 1 regression or failure, 2 bad input.
 
     A regression is a significant growth of kernel_time / reference_time (same run) beyond the threshold, any failing err_ratio row, or a point ok in the baseline that is missing or not ok now.
+    With --static: a new spill, registers or shared memory up beyond the threshold, chunk-loop PTX instructions up > 2%, a lost mma/wgmma, XLA flops, bytes accessed or temporaries up > 1%, or a lost row; rows of another compiler version are skipped.
     """
+    if static:
+        from lattnbench.commands.static_gate import gate_static
+
+        gate_static(current, baseline, threshold, json_out)
+        return
     from lattnbench.views.gate import FAILING, METHOD, METHODS, GateError, compare, failed, parse_threshold, to_json
     from lattnbench.results import ResultsError
     from lattnbench.views.rows import ReportError, load_docs
@@ -117,5 +127,12 @@ def gate(
     raise typer.Exit(EXIT_FAIL if failed(points) else EXIT_OK)
 
 
+EXAMPLE = """Examples:
+
+  lattnbench gate run.json --baseline results/cpu/ci.json --threshold 100% --reference lightning/naive-torch
+  lattnbench gate --static now.json --baseline results/static/cpu.json
+"""
+
+
 def register(app: typer.Typer) -> None:
-    app.command("gate")(gate)
+    app.command("gate", epilog=EXAMPLE)(gate)

@@ -21,7 +21,7 @@ def plugins(monkeypatch, request):
 def test_help_lists_every_command():
     res = invoke("--help")
     assert res.exit_code == 0
-    for cmd in ("speed", "memory", "check-grad", "list", "env", "report", "plot", "gate", "doctor"):
+    for cmd in ("speed", "memory", "check-grad", "list", "env", "report", "plot", "gate", "static", "doctor"):
         assert cmd in res.output
 
 

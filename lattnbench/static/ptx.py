@@ -1,0 +1,75 @@
+"""PTX text → instruction counts: all instructions, those inside the chunk loop, and the mma ones.
+
+How the chunk loop is found: PTX marks a loop by a label (``$L__BB0_7:``) and a branch back to
+it from further down (``@%p1 bra $L__BB0_7;``). Each back-branch spans the instructions between
+its label and itself; the chunk loop is the span holding the most instructions. The Lightning
+kernels have one loop over chunks per pass (everything inside a chunk is unrolled by Triton), so
+the widest back-branch is that loop; a software-pipelined loop keeps its steady state between one
+label and one back-branch, its prologue and epilogue outside it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_LABEL = re.compile(r"^\s*(\$L__\w+):")
+_BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(\$L__\w+)\s*;")
+_MMA = re.compile(r"\b(?:wgmma\.mma_async|mma\.sync|mma\.sp)\b")
+_WGMMA = re.compile(r"\bwgmma\.mma_async\b")
+_NOT_INSTR = re.compile(r"^\s*(?:\.|//|\{|\}|\$L__|\)|\(|$)")
+
+
+@dataclass(frozen=True)
+class PtxCounts:
+    """Instruction counts of one kernel's PTX."""
+
+    instructions: int
+    loop_instructions: int
+    mma: int    # mma.sync, mma.sp and wgmma.mma_async
+    wgmma: int  # of those, the Hopper warpgroup ones (a fall-back to mma.sync keeps mma, loses these)
+
+
+def instructions(ptx: str) -> list[str]:
+    """The instruction lines of the PTX, labels kept (they mark loop heads), directives, comments,
+    braces and the debug sections dropped."""
+    text = ptx.split(".section\t.debug")[0]
+    lines = []
+    for raw in text.splitlines():
+        line = raw.split("//")[0].rstrip()
+        if _LABEL.match(line):
+            lines.append(line.strip())
+        elif line.strip() and not _NOT_INSTR.match(line):
+            lines.append(line.strip())
+    return lines
+
+
+def is_instruction(line: str) -> bool:
+    """Whether a line from ``instructions`` is an instruction (not a label)."""
+    return not _LABEL.match(line)
+
+
+def loop_span(lines: list[str]) -> tuple[int, int] | None:
+    """(first, last) line index of the widest label..back-branch span, or None without a loop."""
+    where = {m.group(1): i for i, ln in enumerate(lines) if (m := _LABEL.match(ln))}
+    best: tuple[int, int] | None = None
+    best_n = -1
+    for i, ln in enumerate(lines):
+        m = _BRANCH.search(ln)
+        if not m or m.group(1) not in where or where[m.group(1)] >= i:
+            continue
+        start = where[m.group(1)]
+        n = sum(1 for x in lines[start:i + 1] if is_instruction(x))
+        if n > best_n:
+            best, best_n = (start, i), n
+    return best
+
+
+def count(ptx: str) -> PtxCounts:
+    """All instructions, those in the chunk loop (0 without a loop), the mma/wgmma ones and the wgmma ones."""
+    lines = instructions(ptx)
+    instr = [ln for ln in lines if is_instruction(ln)]
+    span = loop_span(lines)
+    loop = 0 if span is None else sum(1 for ln in lines[span[0]:span[1] + 1] if is_instruction(ln))
+    return PtxCounts(instructions=len(instr), loop_instructions=loop,
+                     mma=sum(1 for ln in instr if _MMA.search(ln)),
+                     wgmma=sum(1 for ln in instr if _WGMMA.search(ln)))
