@@ -3,7 +3,7 @@
 Why a pool: each AOT compile is single-threaded and independent, so the wall time falls with the
 cores; the Triton and XLA compiles share the same pool. Each worker imports the kernels once.
 Workers are spawned, not forked, and start without ``TRITON_INTERPRET``: a parent that imported
-the kernels under the interpreter (a CPU test session) would otherwise hand them interpreted
+the kernels under the interpreter (a CPU test run) would otherwise hand them interpreted
 functions, which do not compile for a GPU target.
 """
 from __future__ import annotations

@@ -33,7 +33,7 @@ def gate(cur: Path, base: Path, *extra: str):
 
 
 def triton_rows(*jobs) -> list[dict]:
-    """Rows of Triton jobs, compiled in spawned workers (this session imports the kernels under
+    """Rows of Triton jobs, compiled in spawned workers (this test process imports the kernels under
     the interpreter)."""
     return collect(jobs, [], workers=min(2, len(jobs)))
 
