@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from lattnbench.errors import PointTimeout, Unsupported
 from lattnbench.registry import KernelEntry
-from lattnbench.results import row_key
 from lattnbench.spec import Case
 
 FAILED = ("error", "fail", "timeout")
@@ -144,7 +143,6 @@ class Sweeper:
     emit: Callable[[list[dict]], None]
     ceilings: dict
     budget_s: float = 0.5
-    skip: frozenset = frozenset()
 
     def _gate(self, entry: KernelEntry, case: Case, modes: Iterable[str], metric: str) -> list[dict] | None:
         """Rows for points that cannot run (unavailable / unsupported / oom), or None to go ahead.
@@ -152,7 +150,7 @@ class Sweeper:
         Memory sense: a mode whose estimated need (``lattnbench.measure.memory_estimate``) exceeds what
         the device has free is recorded as ``oom`` without running. When only some modes of
         the point are too big, their rows are emitted here and they are dropped from ``modes``
-        (the list ``_todo`` made for this point) so that the others still run.
+        (this point's own list) so that the others still run.
         """
         gated = point_gate(entry, case, self.device)
         if gated is None:
@@ -176,15 +174,12 @@ class Sweeper:
         return [{**base_row(entry, case, self.device, m, metric), "status": status, "reason": why[m]}
                 for m in modes]
 
-    def _todo(self, entry, case, modes, metric) -> list[str]:
-        return [m for m in modes if row_key(base_row(entry, case, self.device, m, metric)) not in self.skip]
-
     def speed(self, entry: KernelEntry, case: Case, modes: Iterable[str], run: int = 0) -> list[dict]:
         """Time each mode with every timer; one row per mode (``timer`` names the tables' one)."""
         from lattnbench.measure.roofline import floor_ms
         from lattnbench.measure.timing import measure_point
 
-        modes = self._todo(entry, case, modes, "time_ms")
+        modes = list(modes)
         if not modes:
             return []
         rows = self._gate(entry, case, modes, "time_ms")
@@ -271,7 +266,7 @@ class Sweeper:
                 timed["bwd"][1].timers["graph"] = TimerResult("graph", status="unavailable", reason=why)
 
     def memory(self, entry: KernelEntry, case: Case, modes: Iterable[str]) -> list[dict]:
-        modes = self._todo(entry, case, modes, "peak_mb")
+        modes = list(modes)
         if not modes:
             return []
         rows = self._gate(entry, case, modes, "peak_mb")
