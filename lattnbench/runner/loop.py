@@ -127,22 +127,22 @@ def make_jobs(runs: list[list[Task]], isolate: str, timeout_s: float) -> list[Jo
 
 
 def pending(tasks: list[Task], writer: ResultsWriter, device: str, registry) -> list[Task]:
-    """Tasks (and speed / memory modes) not yet in the results file: what ``--resume`` still runs."""
-    from lattnbench.measure.points import base_row
+    """Tasks (and speed / memory modes) not yet in the results file: what ``--resume`` still runs.
+
+    A task's rows are the ones ``failed_rows`` names for it; a check is done when its first row
+    is in the file, a speed or memory mode when its row holds this task's run.
+    """
+    from lattnbench.measure.points import failed_rows
 
     runs = writer.done_runs()
     out = []
     for t in tasks:
-        entry = registry[t.kernel]
-        if t.kind in ("check-grad", "check-rows"):
-            probe = {**base_row(entry, t.case, device, "fwdbwd", "err_ratio"), "tensor": "o"}
-            if t.kind == "check-rows":
-                probe["check"] = "row 0"
-            if row_key(probe) not in runs:
+        rows = failed_rows(t, registry[t.kernel], device, "pending", "")
+        if not t.times:
+            if row_key(rows[0]) not in runs:
                 out.append(t)
             continue
-        left = tuple(m for m in t.modes
-                     if t.run not in runs.get(row_key(base_row(entry, t.case, device, m, t.metric)), set()))
+        left = tuple(m for m, r in zip(t.modes, rows) if t.run not in runs.get(row_key(r), set()))
         if left:
             out.append(replace(t, modes=left))
     return out
