@@ -74,8 +74,10 @@ def gpu_info() -> dict:
         return {}
     props = torch.cuda.get_device_properties(0)
     driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    uuid = getattr(props, "uuid", None)  # tells apart two cards of one model (a resumed run)
     return {"gpu": props.name, "gpu_count": torch.cuda.device_count(),
             "gpu_memory_gb": round(props.total_memory / 1e9, 1), "sm_count": props.multi_processor_count,
+            "gpu_uuid": str(uuid) if uuid is not None else None,
             "driver": driver.splitlines()[0] if driver else None, "cuda": torch.version.cuda}
 
 

@@ -63,6 +63,10 @@ def _restore(value: Any) -> Any:
     return float(value) if value in ("nan", "inf", "-inf") else value
 
 
+#: what a resumed call records of its own env
+RESUMED_FIELDS = ("time", "host", "commit", "gpu", "gpu_uuid", "driver")
+
+
 class ResultsWriter:
     """Accumulates rows and rewrites the whole file atomically after each ``add``."""
 
@@ -76,6 +80,10 @@ class ResultsWriter:
             for key, value in old.items():  # keep what the first run recorded (reference, ...)
                 if key not in ("schema", "env", "rows", "ceilings"):
                     self.doc.setdefault(key, value)
+            # The env block stays the first call's; each resumed call adds where and when it ran,
+            # so rows measured on another machine of the same kind remain visible as such.
+            self.doc["env"] = old.get("env") or env
+            self.doc["resumed"] = [*old.get("resumed", []), {k: env.get(k) for k in RESUMED_FIELDS}]
             self.doc["rows"] = [{k: _clean(v) for k, v in r.items()} for r in old["rows"]]
             self.doc["ceilings"] = self.doc["ceilings"] or old.get("ceilings", {})
         try:

@@ -12,7 +12,18 @@ EXAMPLE = """Examples:
   lattnbench run suites/seed-readme.toml --repeat 3  # the README's headline run
 
   lattnbench run cpu --out /tmp/results --resume     # 'cpu' means the project's suites/cpu.toml
+
+  lattnbench run long --only check-rows              # one kind of measurement of a suite
 """
+
+
+def with_plugins(reg, chosen: list, specs: list[str] | None) -> list:
+    """The plugins given with ``--kernel`` that join a suite's measurement: those of a family the
+    measurement already times, not chosen yet (a suite names bundled kernels, not plugins)."""
+    families = {e.family for e in chosen}
+    names = {e.name for e in chosen}
+    return [e for e in reg if e.origin == "plugin" and e.loader.spec in (specs or ())
+            and e.family in families and e.name not in names]
 
 
 def register(app: typer.Typer) -> None:
@@ -25,8 +36,11 @@ def register(app: typer.Typer) -> None:
                                        "$LATTNBENCH_RESULTS_DIR)."),
         device: str | None = typer.Option(None, help="auto, cuda or cpu (default: the suite's, else auto)."),
         resume: bool = typer.Option(False, "--resume", help="Keep the points already in the output; run the rest."),
-        kernel: list[str] | None = typer.Option(None, "--kernel", help="Plugin kernels package.module:function."),
+        kernel: list[str] | None = typer.Option(None, "--kernel", help="Plugin kernels package.module:function; "
+                                                "they join every measurement of their family."),
         json_: bool = typer.Option(False, "--json", help="Print the results document on stdout."),
+        only: str | None = typer.Option(None, "--only", help="Run only these kinds of the suite's "
+                                        "measurements: speed, memory, check-grad, check-rows (comma list)."),
         repeat: axes.REPEAT = 1, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
     ) -> None:
         """Run every measurement of a suite (speed, memory, check-grad) into one results file.
@@ -48,14 +62,24 @@ def register(app: typer.Typer) -> None:
             spec = load_suite(suite)
         except SpecError as exc:
             die(str(exc))
+        kinds = {m.kind for m in spec.measurements}
+        if only is not None:
+            wanted = {x.strip() for x in only.split(",") if x.strip()}
+            unknown = wanted - {"speed", "memory", "check-grad", "check-rows"}
+            if unknown or not wanted:
+                die(f"--only: expected speed, memory, check-grad or check-rows, got {only!r}")
+            if not wanted & kinds:
+                die(f"--only {only}: suite {spec.name!r} has only {', '.join(sorted(kinds))}")
+            kinds &= wanted
         dev, reg = setup(device or spec.device, kernel)
         where = resolve_isolation(isolate, dev)
         tasks: list[Task] = []
         try:
-            for m in spec.measurements:
+            for m in (m for m in spec.measurements if m.kind in kinds):
                 for case in m.cases:
-                    for entry in pick_kernels(reg, m.kernels or None, dev, plugins=kernel,
-                                               timing=m.kind not in ("check-grad", "check-rows")):
+                    chosen = pick_kernels(reg, m.kernels or None, dev, plugins=kernel,
+                                          timing=m.kind not in ("check-grad", "check-rows"))
+                    for entry in [*chosen, *with_plugins(reg, chosen, kernel)]:
                         if m.kind in ("check-grad", "check-rows"):
                             if not (entry.family == "softmax" and case.initial_state):
                                 tasks.append(Task(m.kind, entry.name, case, seed=m.seed))

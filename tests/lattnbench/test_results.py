@@ -49,6 +49,18 @@ def test_resume_keeps_old_rows_and_keys(tmp_path):
     assert ResultsWriter(path, "s", {}).rows == []  # without resume a run starts afresh
 
 
+def test_resume_keeps_the_first_env_and_records_each_resumed_call(tmp_path):
+    path = tmp_path / "r.json"
+    ResultsWriter(path, "s", {"time": "t0", "host": "a", "gpu_uuid": "GPU-1", "cpu": "x"}).add(
+        make_row(random.Random(), seqlen=512))
+    ResultsWriter(path, "s", {"time": "t1", "host": "b", "gpu_uuid": "GPU-2", "cpu": "y"}, resume=True)
+    ResultsWriter(path, "s", {"time": "t2", "host": "b", "gpu_uuid": "GPU-2"}, resume=True)
+    doc = json.loads(path.read_text())
+    assert doc["env"]["host"] == "a" and doc["env"]["gpu_uuid"] == "GPU-1"
+    assert [(c["time"], c["host"], c["gpu_uuid"]) for c in doc["resumed"]] == [("t1", "b", "GPU-2"), ("t2", "b", "GPU-2")]
+    assert "cpu" not in doc["resumed"][0]
+
+
 @pytest.mark.parametrize("content, message", [
     ("{not json", "not valid JSON"),
     ('{"schema": "other/1", "rows": []}', "not a lattnbench results file"),

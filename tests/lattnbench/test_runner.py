@@ -157,6 +157,30 @@ def test_check_grad_runs_after_timing_without_isolation(tmp_path):
     assert metrics[0] == "time_ms" and set(metrics[1:]) == {"err_ratio"}
 
 
+@pytest.mark.parametrize("only, metrics, code", [("check-grad", {"err_ratio"}, 0), ("speed", {"time_ms"}, 0),
+                                                   ("memory", None, 2), ("spead", None, 2)])
+def test_only_runs_the_named_kinds_of_a_suite(tmp_path, only, metrics, code):
+    suite = tmp_path / "s.toml"
+    suite.write_text('name = "only"\ndevice = "cpu"\nkernels = ["lightning/naive-torch"]\n'
+                     '[axes]\nn = 16\nheads = 2\ndim = 8\n[check-grad]\n[speed]\nmodes = ["fwd"]\nbudget = 0.01\n')
+    res = invoke("run", suite, "--out", tmp_path / "o", "--only", only)
+    assert res.exit_code == code, res.output
+    if metrics:
+        assert {r["metric"] for r in load(tmp_path / "o" / "only.json")["rows"]} == metrics
+    else:
+        assert "--only" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_a_plugin_given_to_run_joins_the_suites_measurements_of_its_family(plugins, tmp_path):
+    suite = tmp_path / "s.toml"
+    suite.write_text('name = "plug"\ndevice = "cpu"\nkernels = ["lightning/naive-torch", "softmax/naive-torch"]\n'
+                     '[axes]\nn = 16\nheads = 2\ndim = 8\n[speed]\nmodes = ["fwd"]\nbudget = 0.01\n')
+    res = invoke("run", suite, "--out", tmp_path / "o", "--kernel", "fake_kernels:faithful")
+    assert res.exit_code == 0, res.output
+    rows = load(tmp_path / "o" / "plug.json")["rows"]
+    assert sorted(r["kernel"] for r in rows) == ["lightning/naive-torch", "plugin/faithful", "softmax/naive-torch"]
+
+
 def test_bad_isolation_is_a_usage_error(tmp_path):
     res = invoke("speed", "--isolate", "process", "--out", tmp_path / "x.json")
     assert res.exit_code == 2 and "--isolate" in res.output

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # ---- examples ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["seed-readme", "cpu", "ci"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "suites").glob("*.toml")))
 def test_bundled_suites_parse(name):
     suite = load_suite(ROOT / "suites" / f"{name}.toml")
     assert suite.name == name and suite.measurements
