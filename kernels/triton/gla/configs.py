@@ -15,17 +15,18 @@ from ..lightning.configs import cdiv, pow2, shape_bucket  # noqa: F401 — the s
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
-# The state slice [D, BS] (forward, dv) or [BS, E] (dq/dk) is fp32 in registers: BS 32 / 64 at
-# 4 warps keeps it at 32 / 64 registers a thread for D = E = 128; 8 warps halves that.
-FWD_CONFIGS = [(64, 64, 4, 2), (64, 32, 4, 2), (64, 64, 8, 2), (32, 64, 4, 2), (64, 128, 8, 2)]
-BWD_K_CONFIGS = [(64, 32, 4, 2), (64, 64, 8, 2), (32, 32, 4, 2), (64, 32, 8, 1)]
-BWD_V_CONFIGS = [(64, 64, 4, 2), (64, 32, 4, 2), (64, 64, 8, 2), (32, 64, 4, 2)]
+# The state slice [D, BS] (forward, dv) or [BS, E] (dq/dk) is fp32 in registers beside the
+# chunk's q, k, g tiles: at D = E = 128 the 4-warp configs spill kilobytes (ptxas for sm_90),
+# 8 warps keep the spill to a few hundred bytes, so the lists lean on 8 warps.
+FWD_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (32, 64, 8, 2), (64, 64, 8, 1), (32, 64, 4, 2)]
+BWD_K_CONFIGS = [(64, 32, 8, 1), (64, 32, 8, 2), (32, 32, 4, 2), (32, 32, 8, 2)]
+BWD_V_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (32, 64, 8, 2), (32, 64, 4, 2)]
 # The interpreter cannot autotune ("0 active drivers"): small chunks, so that tests cross chunks.
 INTERP_CONFIG = (16, 16, 4, 1)
 # jax-triton launches the plain kernels with one fixed config per pass.
-JAX_FWD_CONFIG = (64, 64, 4, 2)
-JAX_BWD_K_CONFIG = (64, 32, 4, 2)
-JAX_BWD_V_CONFIG = (64, 64, 4, 2)
+JAX_FWD_CONFIG = (64, 64, 8, 2)
+JAX_BWD_K_CONFIG = (64, 32, 8, 1)
+JAX_BWD_V_CONFIG = (64, 64, 8, 2)
 
 # The fast intra-chunk products factor exp(B_t − B_s) = exp(B_t − m)·exp(m − B_s) about the
 # middle m of the chunk's cumulative log-gate range, so each factor is at most exp(spread / 2).
