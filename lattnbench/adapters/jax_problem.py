@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 
 from lattnbench.adapters.base import FP32_TENSORS, Problem  # noqa: E402
 from lattnbench.errors import Unsupported  # noqa: E402
-from lattnbench.measure.inputs import SCALED, shapes  # noqa: E402
+from lattnbench.measure.inputs import GATE_NORMALISER, SCALED, shapes  # noqa: E402
 from lattnbench.registry.entry import KernelEntry  # noqa: E402
 from lattnbench.spec import Case  # noqa: E402
 
@@ -59,7 +59,7 @@ class JaxProblem(Problem):
                 with jax.default_device(self.dev):
                     x = jax.random.normal(jax.random.fold_in(key, i), shape, jnp.float32)
                     if name == "g":
-                        x = jax.nn.log_sigmoid(x) / 8
+                        x = jax.nn.log_sigmoid(x) / GATE_NORMALISER
                     elif name in SCALED:
                         x = x * self.case.input_scale
                     out[name] = x.astype(want)

@@ -8,7 +8,7 @@ import torch
 
 from lattnbench.adapters.base import FP32_TENSORS, Problem
 from lattnbench.errors import Unsupported
-from lattnbench.measure.inputs import SCALED, shapes
+from lattnbench.measure.inputs import GATE_NORMALISER, SCALED, shapes
 from lattnbench.registry.entry import KernelEntry
 from lattnbench.spec import Case
 
@@ -42,7 +42,7 @@ class TorchProblem(Problem):
                 want = torch.float32 if name in FP32_TENSORS else dtype
                 x = torch.randn(shape, generator=gen, device=self.device, dtype=torch.float32)
                 if name == "g":
-                    x = torch.nn.functional.logsigmoid(x) / 8
+                    x = torch.nn.functional.logsigmoid(x) / GATE_NORMALISER
                 elif name in SCALED:
                     x = x * self.case.input_scale
                 out[name] = x.to(want)

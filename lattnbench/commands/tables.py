@@ -329,11 +329,11 @@ def kernel_table(items: list[dict], device: str, width: int | None = None) -> Ta
     title = f"kernels on {device}"
     caption = "default = runs without --kernels (speed and memory: lightning and softmax only)"
 
-    def layout(devices: bool, about: bool, gap: int) -> Callable[[], Table]:
+    def layout(devices: bool, about: bool, gap: int, framework: str = "framework") -> Callable[[], Table]:
         def make() -> Table:
             table = _table(title, gap, caption)
             table.add_column("name", no_wrap=True, style="bold")
-            table.add_column("framework", no_wrap=True)
+            table.add_column(framework, no_wrap=True)
             if devices:
                 table.add_column("devices", no_wrap=True)
             table.add_column("runs", no_wrap=True)
@@ -345,7 +345,8 @@ def kernel_table(items: list[dict], device: str, width: int | None = None) -> Ta
             return table
         return make
 
-    layouts = [layout(True, True, 2), layout(True, False, 2), layout(False, False, 2), layout(False, False, 1)]
+    layouts = [layout(True, True, 2), layout(True, False, 2), layout(False, False, 2), layout(False, False, 1),
+               layout(False, False, 1, "fw")]  # the long peer names leave the reasons a few columns short
     chosen = fit(layouts, width)
     if chosen is not None:
         return chosen

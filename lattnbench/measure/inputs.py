@@ -53,6 +53,11 @@ def shapes(case: Case, family: str) -> dict[str, tuple[int, ...]]:
     return s
 
 
+#: GLA gates are drawn as g = log σ(x) / GATE_NORMALISER, x ~ N(0, 1): fla's GLA layer default
+#: (``gate_logit_normalizer=16``), so that times compare with fla's own GLA numbers
+#: (docs/methodology.md, "GLA gates")
+GATE_NORMALISER = 16.0
+
 #: the inputs ``Case.input_scale`` multiplies (magnitude stress)
 SCALED = ("q", "k", "v")
 
@@ -60,15 +65,15 @@ SCALED = ("q", "k", "v")
 def numpy_inputs(case: Case, family: str, seed: int) -> dict[str, np.ndarray]:
     """Fresh random fp32 arrays for every tensor of the case (rounded to dtype by the adapter).
 
-    q, k, v and the cotangents are standard normal; h0 normal; GLA gates g = log σ(x)/8 ≤ 0,
-    the gentle data-dependent decay fla's tests use.
+    q, k, v and the cotangents are standard normal; h0 normal; GLA gates g = log σ(x)/GATE_NORMALISER ≤ 0,
+    the gentle data-dependent decay of fla's GLA layer.
     """
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in shapes(case, family).items():
         x = rng.standard_normal(shape, dtype=np.float32)
         if name == "g":
-            x = (-np.logaddexp(0.0, -x) / 8.0).astype(np.float32)
+            x = (-np.logaddexp(0.0, -x) / GATE_NORMALISER).astype(np.float32)
         elif name in SCALED and case.input_scale != 1:
             x = x * np.float32(case.input_scale)
         out[name] = x

@@ -66,6 +66,24 @@ def _jax_gla(impl: str) -> Callable[[], Callable]:
     return loader
 
 
+def _gla_triton() -> Callable:
+    from lattnbench.kernels.triton.gla import gla_triton
+
+    def fn(q, k, v, g, scale, initial_state, reverse, cu_seqlens):
+        return gla_triton(q, k, v, g, scale=scale, initial_state=initial_state, output_final_state=True,
+                          reverse=reverse, cu_seqlens=cu_seqlens)
+    return fn
+
+
+def _gla_jax_triton() -> Callable:
+    from lattnbench.kernels.triton.gla.jax_bridge import gla_jax_triton
+
+    def fn(q, k, v, g, scale, initial_state, reverse, cu_seqlens):
+        return gla_jax_triton(q, k, v, g, scale=scale, initial_state=initial_state, reverse=reverse,
+                              cu_seqlens=cu_seqlens)
+    return fn
+
+
 # ---- softmax baselines (causal) --------------------------------------------------------------
 
 def _softmax_naive_torch() -> Callable:
@@ -141,6 +159,11 @@ def entries() -> list[KernelEntry]:
         KernelEntry("gla/naive-jax", "gla", "jax", lambda: _naive_jax("gla"),
                     dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=2**22,
                     description="token-by-token GLA recurrence in JAX"),
+        KernelEntry("gla/triton", "gla", "torch", _gla_triton, requires=("triton",), interpreted_on_cpu=True,
+                    description="bundled fused chunked Triton GLA kernel, own backward (dg included)"),
+        KernelEntry("gla/jax-triton", "gla", "jax", _gla_jax_triton, devices=("cuda",),
+                    requires=("jax_triton", "triton"), features=LINEAR_FEATURES - {"varlen"},
+                    description="the bundled Triton GLA kernels called from JAX through jax-triton, custom VJP"),
         KernelEntry("gla/jax-chunked", "gla", "jax", _jax_gla("chunked"),
                     timed_by_default=("cpu",),
                     description="chunked GLA in pure JAX/XLA"),

@@ -17,6 +17,22 @@ lightning/fla-chunk fla-core 0.6.0,             [B,T,H,D]; initial state, final 
                                                 argument and would swallow one in ``**kwargs``),
                                                 no GQA (its fewer-kv-heads path is GVA, more v
                                                 heads than q heads, not ours); CUDA only
+lightning/fla-fused- fla-core 0.6.0,             [B,T,H,D]; fla's single-kernel Lightning form;
+chunk              ``fla.ops.simple_gla.        initial state, final state, varlen, dim_v !=
+                   fused_chunk_simple_gla``     dim_qk, any dim; no reverse, no GQA; CUDA only
+                   (g_gamma)
+lightning/fla-     fla-core 0.6.0,              takes (layer_idx, num_layers) and derives
+lightning          ``fla.ops.lightning_attn.    g_gamma = −(8/H)(1 − l/L)·arange(H) itself: only
+                   chunk_lightning_attn``       cases with the seeds' decay (``decay =
+                                                "lightning"``, layer 0 of 1); otherwise as
+                                                lightning/fla-chunk (it is chunk_simple_gla)
+gla/fla-chunk      fla-core 0.6.0,              [B,T,H,D], g [B,T,H,D] natural-log gates;
+                   ``fla.ops.gla.chunk_gla``    initial state, final state, varlen, dim_v !=
+                                                dim_qk, any dim; no reverse (no such argument),
+                                                no GQA (it asserts q, k, g share a shape); CUDA
+gla/fla-fused-     fla-core 0.6.0,              as gla/fla-chunk (gk = g) plus reverse; no GQA;
+recurrent          ``fla.ops.gla.               CUDA only
+                   fused_recurrent_gla``
 lightning/opennlplab lightning_attn 0.0.5,      [B,H,N,D], slopes s [H,1,1], decay exp(−s·dist),
                    ``lightning_attn.ops.        no scale (pinned to 1 here, for kernel and
                    lightning_attn_func``        reference alike); returns o only (no final
@@ -67,6 +83,80 @@ def _fla_chunk() -> Callable:
                                 initial_state=initial_state, output_final_state=True,
                                 cu_seqlens=cu, cu_seqlens_cpu=cu_cpu)
     return fn
+
+
+def _host_cu(cache: dict, cu_seqlens):
+    """(cu_seqlens as fla's LongTensor, its host copy made once per buffer), or (None, None)."""
+    import torch
+
+    if cu_seqlens is None:
+        return None, None
+    cu = cu_seqlens.to(torch.long)
+    key = (cu_seqlens.data_ptr(), cu_seqlens.numel())
+    if key not in cache:
+        cache[key] = cu.cpu()
+    return cu, cache[key]
+
+
+def _fla_fused_chunk() -> Callable:
+    from fla.ops.simple_gla import fused_chunk_simple_gla
+
+    def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+        if reverse:
+            raise Unsupported("fla fused_chunk_simple_gla has no reverse")
+        cu, _ = _host_cu({}, cu_seqlens)
+        return fused_chunk_simple_gla(q, k, v, g=None, g_gamma=gamma.float(), scale=scale,
+                                      initial_state=initial_state, output_final_state=True, cu_seqlens=cu)
+    return fn
+
+
+#: the (layer_idx, num_layers) whose fla decay −(8/H)(1 − l/L)·arange(H) is the case's "lightning" decay
+FLA_LIGHTNING_LAYER = (0, 1)
+
+
+def _fla_lightning() -> Callable:
+    import torch
+    from fla.ops.lightning_attn import chunk_lightning_attn
+
+    from lattnbench.kernels.decay import lightning_decay
+
+    def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+        if reverse:
+            raise Unsupported("fla chunk_lightning_attn has no reverse")
+        want = torch.as_tensor(lightning_decay(q.shape[2], *FLA_LIGHTNING_LAYER), device=gamma.device)
+        if not torch.allclose(gamma.float(), want.float(), rtol=0, atol=1e-6):
+            raise Unsupported("fla chunk_lightning_attn derives its own decay (the seeds' layer formula)")
+        cu, _ = _host_cu({}, cu_seqlens)
+        layer_idx, num_layers = FLA_LIGHTNING_LAYER
+        return chunk_lightning_attn(q, k, v, layer_idx=layer_idx, num_layers=num_layers, scale=scale,
+                                    initial_state=initial_state, output_final_state=True, cu_seqlens=cu)
+    return fn
+
+
+def _fla_lightning_case(case: Case) -> str | None:
+    if case.decay != "lightning":
+        return (f"decay {case.decay!r}: fla chunk_lightning_attn derives its decay from (layer_idx, num_layers); "
+                "only the seeds' 'lightning' decay (layer 0 of 1) matches it")
+    return _fla_case(case)
+
+
+def _fla_gla(fused_recurrent: bool) -> Callable[[], Callable]:
+    def loader() -> Callable:
+        from fla.ops import gla as fla_gla
+
+        host_cu: dict = {}
+
+        def fn(q, k, v, g, scale, initial_state, reverse, cu_seqlens):
+            cu, cu_cpu = _host_cu(host_cu, cu_seqlens)
+            if fused_recurrent:
+                return fla_gla.fused_recurrent_gla(q, k, v, gk=g, scale=scale, initial_state=initial_state,
+                                                   output_final_state=True, reverse=bool(reverse), cu_seqlens=cu)
+            if reverse:
+                raise Unsupported("fla chunk_gla has no reverse")
+            return fla_gla.chunk_gla(q, k, v, g, scale=scale, initial_state=initial_state, output_final_state=True,
+                                     cu_seqlens=cu, cu_seqlens_cpu=cu_cpu)
+        return fn
+    return loader
 
 
 def _fla_case(case: Case) -> str | None:
@@ -190,6 +280,18 @@ def entries() -> list[KernelEntry]:
         KernelEntry("lightning/fla-chunk", "lightning", "torch", _fla_chunk, devices=("cuda",),
                     requires=("fla",), origin="peer", features=FLA_FEATURES, case_check=_fla_case,
                     description="fla-core chunk_simple_gla with g_gamma (no reverse, no GQA)"),
+        KernelEntry("lightning/fla-fused-chunk", "lightning", "torch", _fla_fused_chunk, devices=("cuda",),
+                    requires=("fla",), origin="peer", features=FLA_FEATURES,
+                    description="fla-core fused_chunk_simple_gla with g_gamma, one kernel (no reverse, no GQA)"),
+        KernelEntry("lightning/fla-lightning", "lightning", "torch", _fla_lightning, devices=("cuda",),
+                    requires=("fla",), origin="peer", features=FLA_FEATURES, case_check=_fla_lightning_case,
+                    description="fla-core chunk_lightning_attn, its own layer decay (decay 'lightning' only)"),
+        KernelEntry("gla/fla-chunk", "gla", "torch", _fla_gla(False), devices=("cuda",),
+                    requires=("fla",), origin="peer", features=FLA_FEATURES,
+                    description="fla-core chunk_gla (no reverse, no GQA)"),
+        KernelEntry("gla/fla-fused-recurrent", "gla", "torch", _fla_gla(True), devices=("cuda",),
+                    requires=("fla",), origin="peer", features=FLA_FEATURES | {"reverse"},
+                    description="fla-core fused_recurrent_gla, gk = g (no GQA)"),
         KernelEntry("lightning/opennlplab", "lightning", "torch", _opennlplab, devices=("cuda",),
                     requires=("lightning_attn",), origin="peer", fixed_scale=OFFICIAL_SCALE,
                     final_state=False, features=frozenset({"dv", "any_dim"}),

@@ -457,10 +457,113 @@ def test_flash_attn_prefers_fa3_and_takes_its_tuple(fresh):
 
 def test_every_peer_is_registered_with_a_reason_when_unavailable():
     listed = {i["name"]: i for i in json.loads(invoke("list", "--json", "--device", "cpu").output)}
-    for name in ("lightning/fla-chunk", "lightning/opennlplab", "lightning/ejkernel", "gla/ejkernel",
+    for name in ("lightning/fla-chunk", "lightning/fla-fused-chunk", "lightning/fla-lightning", "gla/fla-chunk",
+                 "gla/fla-fused-recurrent", "lightning/opennlplab", "lightning/ejkernel", "gla/ejkernel",
                  "softmax/flash-attn"):
         item = listed[name]
         assert item["origin"] == "peer"
         assert item["available"] == (item["reason"] is None)
     for name in ("lightning/fla-chunk", "lightning/opennlplab", "softmax/flash-attn"):
         assert not listed[name]["available"]  # GPU only (and not installed here)
+
+
+# ---- fla: GLA and the other Lightning entry points ----------------------------------------------
+
+def make_fla_gla(sign: float = 1.0):
+    """fla-core 0.6.0's chunk_gla and fused_recurrent_gla: [B,T,H,K], natural-log gates g / gk."""
+    import torch
+
+    from lattnbench.kernels.naive.torch_ref import recurrent_naive
+
+    def _run(q, k, v, g, scale, initial_state, output_final_state, reverse, cu_seqlens):
+        assert q.shape == k.shape == g.shape and g.dtype == torch.float32
+        if initial_state is not None:
+            assert initial_state.dtype == torch.float32
+        if cu_seqlens is not None:
+            assert cu_seqlens.dtype == torch.long
+        cu = None if cu_seqlens is None else cu_seqlens.tolist()
+        o, ht = recurrent_naive(q.float(), k.float(), v.float(), g=sign * g, scale=scale,
+                                initial_state=initial_state, reverse=reverse, cu_seqlens=cu)
+        return o.to(q.dtype), (ht if output_final_state else None)
+
+    def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, state_v_first=False,
+                  cu_seqlens=None, cu_seqlens_cpu=None):
+        if cu_seqlens is not None:
+            assert cu_seqlens_cpu is not None and cu_seqlens_cpu.device.type == "cpu"
+        return _run(q, k, v, g, scale, initial_state, output_final_state, False, cu_seqlens)
+
+    def fused_recurrent_gla(q, k, v, gk=None, gv=None, scale=None, initial_state=None, output_final_state=False,
+                            reverse=False, state_v_first=False, cu_seqlens=None, **kwargs):
+        assert gv is None and not kwargs
+        return _run(q, k, v, gk, scale, initial_state, output_final_state, reverse, cu_seqlens)
+    return chunk_gla, fused_recurrent_gla
+
+
+def make_fla_lightning_entry_points():
+    """fused_chunk_simple_gla (g_gamma) and chunk_lightning_attn (its own layer decay)."""
+    import torch
+
+    from lattnbench.kernels.naive.torch_ref import lightning_naive
+
+    def fused_chunk_simple_gla(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None,
+                               output_final_state=False, cu_seqlens=None):
+        assert g is None and g_gamma is not None and q.shape == k.shape
+        cu = None if cu_seqlens is None else cu_seqlens.tolist()
+        o, ht = lightning_naive(q.float(), k.float(), v.float(), g_gamma, scale, initial_state, False, cu)
+        return o.to(q.dtype), (ht if output_final_state else None)
+
+    def chunk_lightning_attn(q, k, v, layer_idx, num_layers, scale=None, initial_state=None,
+                             output_final_state=False, cu_seqlens=None, **kwargs):
+        h = q.shape[2]
+        g_gamma = -(8 / h * (1 - layer_idx / num_layers)) * torch.arange(h, dtype=torch.float)
+        return fused_chunk_simple_gla(q, k, v, g_gamma=g_gamma, scale=scale, initial_state=initial_state,
+                                      output_final_state=output_final_state, cu_seqlens=cu_seqlens)
+    return fused_chunk_simple_gla, chunk_lightning_attn
+
+
+GLA_CASES = [Case(2, 40, 3, 3, 16, 24, "fp32", "random", initial_state=True),
+             Case(1, 30, 2, 2, 16, 16, "fp32", "random", varlen=(12, 1, 17), initial_state=True)]
+
+
+@pytest.mark.parametrize("kernel", ["gla/fla-chunk", "gla/fla-fused-recurrent"])
+@pytest.mark.parametrize("case", GLA_CASES, ids=lambda c: c.label())
+def test_fla_gla_adapters_pass_with_faithful_fakes(fresh, kernel, case):
+    chunk, fused = make_fla_gla()
+    fake_package(fresh, "fla.ops.gla", chunk_gla=chunk, fused_recurrent_gla=fused)
+    assert_all_ok(check(on_cpu(kernel), case, "cpu"), LIN + ["dh0", "dg"])
+
+
+def test_fla_gla_fake_with_the_wrong_gate_sign_fails(fresh):
+    chunk, fused = make_fla_gla(sign=-1.0)
+    fake_package(fresh, "fla.ops.gla", chunk_gla=chunk, fused_recurrent_gla=fused)
+    rows = check(on_cpu("gla/fla-chunk"), GLA_CASES[0], "cpu")
+    assert statuses(rows)["o"] == "fail" and statuses(rows)["dg"] == "fail"
+
+
+def test_fla_gla_declares_what_it_lacks(fresh):
+    chunk, fused = make_fla_gla()
+    fake_package(fresh, "fla.ops.gla", chunk_gla=chunk, fused_recurrent_gla=fused)
+    rev = GLA_CASES[0].with_(reverse=True)
+    assert all(r["status"] == "unsupported" and "no reverse" in r["reason"]
+               for r in check(on_cpu("gla/fla-chunk"), rev, "cpu"))
+    assert_all_ok(check(on_cpu("gla/fla-fused-recurrent"), rev, "cpu"), LIN + ["dh0", "dg"])
+    gqa = GLA_CASES[0].with_(heads=4, kv_heads=2)
+    for kernel in ("gla/fla-chunk", "gla/fla-fused-recurrent"):
+        assert all(r["status"] == "unsupported" and "no gqa" in r["reason"]
+                   for r in check(on_cpu(kernel), gqa, "cpu"))
+
+
+def test_fla_fused_chunk_and_lightning_pass_with_faithful_fakes(fresh):
+    fused_chunk, lightning = make_fla_lightning_entry_points()
+    fake_package(fresh, "fla.ops.simple_gla", fused_chunk_simple_gla=fused_chunk)
+    fake_package(fresh, "fla.ops.lightning_attn", chunk_lightning_attn=lightning)
+    case = Case(2, 50, 4, 4, 16, 24, "fp32", "lightning", initial_state=True)
+    assert_all_ok(check(on_cpu("lightning/fla-fused-chunk"), case.with_(decay="alibi"), "cpu"), LIN + ["dh0"])
+    assert_all_ok(check(on_cpu("lightning/fla-lightning"), case, "cpu"), LIN + ["dh0"])
+
+
+def test_fla_lightning_runs_only_its_own_decay(fresh):
+    _, lightning = make_fla_lightning_entry_points()
+    fake_package(fresh, "fla.ops.lightning_attn", chunk_lightning_attn=lightning)
+    rows = check(on_cpu("lightning/fla-lightning"), Case(2, 50, 4, 4, 16, 16, "fp32", "alibi"), "cpu")
+    assert rows and all(r["status"] == "unsupported" and "decay" in r["reason"] for r in rows)

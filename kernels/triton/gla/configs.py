@@ -1,0 +1,50 @@
+"""Launch configs of the GLA Triton kernels: the autotune lists, their key, the interpreter's and
+jax-triton's fixed configs, and the bound that picks the intra-chunk path.
+
+A config is (BT, BS, num_warps, num_stages): BT the chunk length, BS the width of the slice of
+the split dimension one program owns (E for the forward and the dv pass, D for the dq/dk/dg
+pass). Why these, and what the GPU must still show: docs/design/gla-triton.md.
+"""
+from __future__ import annotations
+
+import os
+
+import triton
+
+from ..lightning.configs import cdiv, pow2, shape_bucket  # noqa: F401 — the same host arithmetic
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+# The state slice [D, BS] (forward, dv) or [BS, E] (dq/dk) is fp32 in registers beside the
+# chunk's q, k, g tiles: at D = E = 128 the 4-warp configs spill kilobytes (ptxas for sm_90),
+# 8 warps keep the spill to a few hundred bytes, so the lists lean on 8 warps.
+FWD_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (32, 64, 8, 2), (64, 64, 8, 1), (32, 64, 4, 2)]
+BWD_K_CONFIGS = [(64, 32, 8, 1), (64, 32, 8, 2), (32, 32, 4, 2), (32, 32, 8, 2)]
+BWD_V_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (32, 64, 8, 2), (32, 64, 4, 2)]
+# The interpreter cannot autotune ("0 active drivers"): small chunks, so that tests cross chunks.
+INTERP_CONFIG = (16, 16, 4, 1)
+# jax-triton launches the plain kernels with one fixed config per pass.
+JAX_FWD_CONFIG = (64, 64, 8, 2)
+JAX_BWD_K_CONFIG = (64, 32, 8, 1)
+JAX_BWD_V_CONFIG = (64, 64, 8, 2)
+
+# The fast intra-chunk products factor exp(B_t − B_s) = exp(B_t − m)·exp(m − B_s) about the
+# middle m of the chunk's cumulative log-gate range, so each factor is at most exp(spread / 2).
+# Up to this spread (per key channel, fp32 range e^88 with headroom for a dot's sum) the factors
+# cannot overflow; a chunk with a wider spread takes the exact token-by-token path.
+SAFE_SPREAD = 120.0
+
+
+def autotune_configs(table) -> list[triton.Config]:
+    if INTERPRET:
+        table = [INTERP_CONFIG]
+    return [triton.Config({"BT": bt, "BS": bs}, num_warps=w, num_stages=s) for bt, bs, w, s in table]
+
+
+def prune_configs(configs, named_args, **kwargs):
+    """Configs whose slice is no wider than the split dimension needs (the rest duplicate one)."""
+    allargs = {**named_args, **kwargs}
+    if "SPLIT" not in allargs:
+        return configs
+    keep = [c for c in configs if c.kwargs["BS"] <= pow2(allargs["SPLIT"])]
+    return keep or configs[:1]

@@ -1,0 +1,362 @@
+"""Triton kernels of Gated Linear Attention (chunked, fused: the state never leaves the chip).
+
+Recurrence per (sequence, query head), fp32 state ``S ∈ R^{D×E}``:
+``S_t = diag(exp(g_t))·S_{t−1} + k_t v_tᵀ``, ``o_t = scale·S_tᵀ q_t``, g ≤ 0 per key channel.
+
+Inside a chunk of BT tokens, with ``B`` the inclusive cumulative sum of g in processing order
+(relative to the chunk start, so ``B ≤ 0`` and falling) and ``Bl`` the chunk's total:
+  o_t    = scale·[(q_t⊙e^{B_t})ᵀ S_in + Σ_{s≤t} (Σ_d q_td k_sd e^{B_td − B_sd}) v_s]
+  S_out  = diag(e^{Bl})·S_in + Σ_s (k_s⊙e^{Bl − B_s}) v_sᵀ
+Every inter-chunk factor is ≤ 1. The intra-chunk products factor e^{B_t − B_s} about the middle
+of the chunk's B range (``_gated_scores``, ``_gated_apply``), each factor ≤ e^{spread/2}; a chunk
+whose spread exceeds SAFE_SPREAD takes the exact token-by-token path instead.
+
+Three kernels, one launch each:
+  gla_fwd_kernel     o (and S_T); programs own an E-slice, state [D, BS]
+  gla_bwd_qk_kernel  dq (forward sweep, state S rows), then dk, dg and dh0 (backward sweep, state
+                     dS rows); programs own a D-slice (GLA's state rows evolve independently),
+                     state [BS, E]; dg_t = Σ_{t'≥t} (q⊙dq − k⊙dk)_{t'} + rowsum(dS_T ⊙ S_T)
+  gla_bwd_v_kernel   dv (backward sweep); programs own an E-slice, state dS [D, BS]
+The backward recomputes every state it needs; nothing per chunk is stored.
+
+Tensors are contiguous ``[B, T, heads, dim]`` (q, g, do, o, dq, dg with H heads; k, v with HKV);
+kernels take inputs, then scalars, then outputs (jax-triton appends outputs last), so the same
+kernels launch from torch and from jax-triton. Absent optional tensors are any placeholder
+pointer; constexpr flags keep them untouched.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .configs import BWD_K_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs, prune_configs
+
+
+@triton.jit
+def _sequence(cu_ptr, i_nh, T, H, IS_VARLEN: tl.constexpr):
+    """(sequence, query head, first row, length) of the program row i_nh = n·H + h."""
+    i_n = i_nh // H
+    i_h = i_nh % H
+    if IS_VARLEN:
+        bos = tl.load(cu_ptr + i_n).to(tl.int64)
+        eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    else:
+        bos = i_n.to(tl.int64) * T
+        eos = bos + T
+    return i_n, i_h, bos, (eos - bos).to(tl.int32)
+
+
+@triton.jit
+def _order(BT: tl.constexpr, BACK: tl.constexpr):
+    """Row offsets of a chunk (ascending addresses) and each row's position p in processing order."""
+    o_t = tl.arange(0, BT)
+    if BACK:
+        p = BT - 1 - o_t
+    else:
+        p = o_t
+    return o_t, p
+
+
+@triton.jit
+def _chunk_rows(seq_len, i_c, o_t, p, BT: tl.constexpr, BACK: tl.constexpr):
+    """Rows (ascending addresses) of the chunk at processing index i_c, and which are valid; walking
+    backwards (BACK) a last, partial chunk starts below row 0."""
+    ps = i_c * BT
+    if BACK:
+        start = seq_len - ps - BT
+    else:
+        start = ps
+    return start + o_t, p < seq_len - ps
+
+
+@triton.jit
+def _load(base, rows, row_stride, lanes, valid, m_lanes):
+    """A [rows, lanes] tile, zero outside the valid rows and lanes."""
+    return tl.load(base + rows[:, None] * row_stride + lanes[None, :], mask=valid[:, None] & m_lanes[None, :],
+                   other=0.0)
+
+
+@triton.jit
+def _store(base, rows, row_stride, lanes, valid, m_lanes, x):
+    tl.store(base + rows[:, None] * row_stride + lanes[None, :], x.to(base.dtype.element_ty),
+             mask=valid[:, None] & m_lanes[None, :])
+
+
+@triton.jit
+def _log_gates(g, BACK: tl.constexpr):
+    """(B, Bl): inclusive cumulative log gate of each row in processing order, and the chunk total.
+    Invalid rows hold g = 0, so they neither add to Bl nor change B."""
+    return tl.cumsum(g, 0, reverse=BACK), tl.sum(g, 0)
+
+
+@triton.jit
+def _gcast(x, GATE_BF16: tl.constexpr):
+    """Dot operand carrying a gate factor up to e^{SAFE_SPREAD/2}: bf16 keeps fp32's range; fp16
+    would overflow, so fp16 and fp32 inputs keep such operands in fp32."""
+    if GATE_BF16:
+        return x.to(tl.bfloat16)
+    else:
+        return x.to(tl.float32)
+
+
+@triton.jit
+def _middle(B):
+    """(middle of each channel's B range, largest range over the channels)."""
+    top = tl.max(B, 0)
+    bottom = tl.min(B, 0)
+    return 0.5 * (top + bottom), tl.max(top - bottom, 0)
+
+
+@triton.jit
+def _row(x, o_t, j):
+    """Row j of a [BT, n] tile, in fp32."""
+    return tl.sum(tl.where((o_t == j)[:, None], x.to(tl.float32), 0.0), 0)
+
+
+@triton.jit
+def _gated_scores(a, b, B, p, o_t, GATE_BF16: tl.constexpr, DOT_PREC: tl.constexpr,
+                  SAFE_SPREAD: tl.constexpr, BT: tl.constexpr):
+    """M[t, s] = Σ_d a_td b_sd e^{B_td − B_sd} for p_s ≤ p_t, else 0 (fp32)."""
+    keep = p[None, :] <= p[:, None]
+    mid, spread = _middle(B)
+    if spread <= SAFE_SPREAD:
+        ae = _gcast(a * tl.exp(B - mid[None, :]), GATE_BF16)
+        be = _gcast(b * tl.exp(mid[None, :] - B), GATE_BF16)
+        M = tl.dot(ae, tl.trans(be), input_precision=DOT_PREC)
+    else:  # exact: one key row at a time, every exponent ≤ 0 where kept
+        M = tl.zeros([BT, BT], dtype=tl.float32)
+        af = a.to(tl.float32)
+        for j in range(BT):
+            b_j = _row(b, o_t, j)
+            B_j = _row(B, o_t, j)
+            p_j = tl.sum(tl.where(o_t == j, p, 0), 0)
+            w = tl.exp(tl.where((p >= p_j)[:, None], B - B_j[None, :], float("-inf")))
+            col = tl.sum(af * b_j[None, :] * w, 1)
+            M = tl.where((o_t == j)[None, :], col[:, None], M)
+    return tl.where(keep, M, 0.0)
+
+
+@triton.jit
+def _gated_apply(W, x, B, p, o_t, SIGN: tl.constexpr, GATE_BF16: tl.constexpr, DOT_PREC: tl.constexpr,
+                 SAFE_SPREAD: tl.constexpr, BT: tl.constexpr, BX: tl.constexpr):
+    """Y[u, d] = Σ_w W_uw x_wd e^{SIGN·(B_ud − B_wd)} for a W already zero outside
+    SIGN·(p_u − p_w) ≥ 0 (fp32)."""
+    mid, spread = _middle(B)
+    if spread <= SAFE_SPREAD:
+        xe = _gcast(x * tl.exp(SIGN * (mid[None, :] - B)), GATE_BF16)
+        Y = tl.dot(_gcast(W, GATE_BF16), xe, input_precision=DOT_PREC) * tl.exp(SIGN * (B - mid[None, :]))
+    else:  # exact: one row w at a time, every exponent ≤ 0 where W may be nonzero
+        Y = tl.zeros([BT, BX], dtype=tl.float32)
+        for j in range(BT):
+            x_j = _row(x, o_t, j)
+            B_j = _row(B, o_t, j)
+            p_j = tl.sum(tl.where(o_t == j, p, 0), 0)
+            W_j = tl.sum(tl.where((o_t == j)[None, :], W, 0.0), 1)
+            e = tl.where((SIGN * (p - p_j) >= 0)[:, None], SIGN * (B - B_j[None, :]), float("-inf"))
+            Y += W_j[:, None] * x_j[None, :] * tl.exp(e)
+    return Y
+
+
+@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
+def gla_fwd_kernel(
+    q, k, v, g, h0, cu,
+    T, H, HKV, scale, SHAPE_BUCKET,
+    o, ht,
+    KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_SPREAD: tl.constexpr,
+    BT: tl.constexpr, BS: tl.constexpr,
+):
+    """o (and S_T into ht) from q, g [B, T, H, D], k [B, T, HKV, D], v [B, T, HKV, E]; grid
+    (cdiv(E, BS), N·H). BK is D padded to a power of two; SPLIT (= E) and SHAPE_BUCKET only steer
+    autotuning."""
+    i_v = tl.program_id(0)
+    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_hk = i_h // (H // HKV)
+    o_t, p = _order(BT, REVERSE)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BS + tl.arange(0, BS)
+    m_k = o_k < KD
+    m_v = o_v < VD
+    q_base = q + bos * (H * KD) + i_h * KD
+    g_base = g + bos * (H * KD) + i_h * KD
+    k_base = k + bos * (HKV * KD) + i_hk * KD
+    v_base = v + bos * (HKV * VD) + i_hk * VD
+    o_base = o + bos * (H * VD) + i_h * VD
+    s_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD) + o_k[:, None] * VD + o_v[None, :]
+    m_s = m_k[:, None] & m_v[None, :]
+    if HAS_H0:
+        S = tl.load(h0 + s_off, mask=m_s, other=0.0).to(tl.float32)
+    else:
+        S = tl.zeros([BK, BS], dtype=tl.float32)
+    dt = q.dtype.element_ty
+    for i_c in range(0, tl.cdiv(seq_len, BT)):
+        rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
+        bq = _load(q_base, rows, H * KD, o_k, valid, m_k)
+        bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
+        bv = _load(v_base, rows, HKV * VD, o_v, valid, m_v)
+        bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        B, Bl = _log_gates(bg, REVERSE)
+        # carried state, decayed to each row: (q⊙e^B)·S, every factor ≤ 1
+        acc = tl.dot((bq * tl.exp(B)).to(dt), S.to(dt), input_precision=DOT_PREC)
+        A = _gated_scores(bq, bk, B, p, o_t, GATE_BF16, DOT_PREC, SAFE_SPREAD, BT)
+        acc = tl.dot(A.to(dt), bv, acc, input_precision=DOT_PREC) * scale
+        _store(o_base, rows, H * VD, o_v, valid, m_v, acc)
+        kd = (bk * tl.exp(Bl[None, :] - B)).to(dt)
+        S = tl.dot(tl.trans(kd), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+    if STORE_HT:
+        tl.store(ht + s_off, S, mask=m_s)
+
+
+@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
+def gla_bwd_qk_kernel(
+    q, k, v, g, do, h0, dht, cu,
+    T, H, HKV, scale, SHAPE_BUCKET,
+    dq, dk, dg, dh0,
+    KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_SPREAD: tl.constexpr,
+    BT: tl.constexpr, BS: tl.constexpr,
+):
+    """dq, dk (per query head), dg and dh0 for one D-slice of BS key channels; grid
+    (cdiv(D, BS), N·H). BV is E padded to a power of two. The forward sweep rebuilds S (its rows
+    of this slice) and writes dq; the backward sweep carries dS, writes dk, then dg from the dq it
+    wrote, and dh0 at the end."""
+    i_kb = tl.program_id(0)
+    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_hk = i_h // (H // HKV)
+    o_t, p = _order(BT, REVERSE)
+    o_k = i_kb * BS + tl.arange(0, BS)
+    o_e = tl.arange(0, BV)
+    m_k = o_k < KD
+    m_e = o_e < VD
+    q_base = q + bos * (H * KD) + i_h * KD
+    g_base = g + bos * (H * KD) + i_h * KD
+    k_base = k + bos * (HKV * KD) + i_hk * KD
+    v_base = v + bos * (HKV * VD) + i_hk * VD
+    do_base = do + bos * (H * VD) + i_h * VD
+    dq_base = dq + bos * (H * KD) + i_h * KD
+    dk_base = dk + bos * (H * KD) + i_h * KD
+    dg_base = dg + bos * (H * KD) + i_h * KD
+    s_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD) + o_k[:, None] * VD + o_e[None, :]
+    m_s = m_k[:, None] & m_e[None, :]
+    dt = q.dtype.element_ty
+    n_chunks = tl.cdiv(seq_len, BT)
+    keep = p[None, :] <= p[:, None]  # [t, s]: s at or before t
+
+    # forward sweep: dq_t = scale·S_t do_t
+    if HAS_H0:
+        S = tl.load(h0 + s_off, mask=m_s, other=0.0).to(tl.float32)
+    else:
+        S = tl.zeros([BS, BV], dtype=tl.float32)
+    for i_c in range(0, n_chunks):
+        rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
+        bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
+        bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
+        bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
+        B, Bl = _log_gates(bg, REVERSE)
+        acc = tl.dot(bdo, tl.trans(S.to(dt)), input_precision=DOT_PREC) * tl.exp(B)
+        W = tl.where(keep, tl.dot(bdo, tl.trans(bv), input_precision=DOT_PREC), 0.0)
+        acc += _gated_apply(W, bk, B, p, o_t, 1.0, GATE_BF16, DOT_PREC, SAFE_SPREAD, BT, BS)
+        _store(dq_base, rows, H * KD, o_k, valid, m_k, acc * scale)
+        kd = (bk * tl.exp(Bl[None, :] - B)).to(dt)
+        S = tl.dot(tl.trans(kd), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+    # S is now S_T: the final state's own share of dg, rowsum(dS_T ⊙ S_T), reaches every token
+    if HAS_DHT:
+        X = tl.load(dht + s_off, mask=m_s, other=0.0).to(tl.float32)
+        carry = tl.sum(X * S, 1)
+    else:
+        X = tl.zeros([BS, BV], dtype=tl.float32)
+        carry = tl.zeros([BS], dtype=tl.float32)
+    tl.debug_barrier()  # the backward sweep reads the dq that other threads of this program wrote
+
+    # backward sweep: dS_s carried as X (the state's gradient entering the chunk from its future)
+    keep_t = p[None, :] >= p[:, None]  # [s, t]: t at or after s
+    for i_r in range(0, n_chunks):
+        i_c = n_chunks - 1 - i_r
+        rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
+        bq = _load(q_base, rows, H * KD, o_k, valid, m_k)
+        bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
+        bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
+        bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
+        B, Bl = _log_gates(bg, REVERSE)
+        acc = tl.dot(bv, tl.trans(X.to(dt)), input_precision=DOT_PREC) * tl.exp(Bl[None, :] - B)
+        W = tl.where(keep_t, tl.dot(bv, tl.trans(bdo), input_precision=DOT_PREC), 0.0)
+        acc += _gated_apply(W, bq, B, p, o_t, -1.0, GATE_BF16, DOT_PREC, SAFE_SPREAD, BT, BS) * scale
+        _store(dk_base, rows, H * KD, o_k, valid, m_k, acc)
+        bdq = _load(dq_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        dG = bq.to(tl.float32) * bdq - bk.to(tl.float32) * acc
+        # dg_t = Σ_{t' ≥ t} dG_t' (in processing order) + what the later chunks and S_T gave
+        _store(dg_base, rows, H * KD, o_k, valid, m_k, tl.cumsum(dG, 0, reverse=not REVERSE) + carry[None, :])
+        carry += tl.sum(dG, 0)
+        qd = (bq * tl.exp(B) * scale).to(dt)
+        X = tl.dot(tl.trans(qd), bdo, X * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+    if HAS_H0:
+        tl.store(dh0 + s_off, X, mask=m_s)
+
+
+@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
+def gla_bwd_v_kernel(
+    q, k, g, do, dht, cu,
+    T, H, HKV, scale, SHAPE_BUCKET,
+    dv,
+    KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_SPREAD: tl.constexpr,
+    BT: tl.constexpr, BS: tl.constexpr,
+):
+    """dv (per query head) for one E-slice, backward sweep with dS [D, BS]; grid (cdiv(E, BS), N·H).
+    dv_s = dS_sᵀ k_s = Σ_{t≥s} A_ts·scale·do_t + (dS carried)ᵀ(k_s⊙e^{Bl − B_s})."""
+    i_v = tl.program_id(0)
+    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_hk = i_h // (H // HKV)
+    o_t, p = _order(BT, REVERSE)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BS + tl.arange(0, BS)
+    m_k = o_k < KD
+    m_v = o_v < VD
+    q_base = q + bos * (H * KD) + i_h * KD
+    g_base = g + bos * (H * KD) + i_h * KD
+    k_base = k + bos * (HKV * KD) + i_hk * KD
+    do_base = do + bos * (H * VD) + i_h * VD
+    dv_base = dv + bos * (H * VD) + i_h * VD
+    s_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD) + o_k[:, None] * VD + o_v[None, :]
+    m_s = m_k[:, None] & m_v[None, :]
+    if HAS_DHT:
+        X = tl.load(dht + s_off, mask=m_s, other=0.0).to(tl.float32)
+    else:
+        X = tl.zeros([BK, BS], dtype=tl.float32)
+    dt = q.dtype.element_ty
+    n_chunks = tl.cdiv(seq_len, BT)
+    for i_r in range(0, n_chunks):
+        i_c = n_chunks - 1 - i_r
+        rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
+        bq = _load(q_base, rows, H * KD, o_k, valid, m_k)
+        bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
+        bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        bdo = _load(do_base, rows, H * VD, o_v, valid, m_v)
+        B, Bl = _log_gates(bg, REVERSE)
+        kd = (bk * tl.exp(Bl[None, :] - B)).to(dt)
+        acc = tl.dot(kd, X.to(dt), input_precision=DOT_PREC)
+        A = _gated_scores(bq, bk, B, p, o_t, GATE_BF16, DOT_PREC, SAFE_SPREAD, BT) * scale
+        acc = tl.dot(tl.trans(A).to(dt), bdo, acc, input_precision=DOT_PREC)
+        _store(dv_base, rows, H * VD, o_v, valid, m_v, acc)
+        qd = (bq * tl.exp(B) * scale).to(dt)
+        X = tl.dot(tl.trans(qd), bdo, X * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+
+
+# Autotuned launchers on a GPU; under the interpreter autotune cannot run ("0 active drivers"),
+# so the launchers run the plain kernels with configs.INTERP_CONFIG.
+_KEY = ["KD", "VD", "SHAPE_BUCKET"]
+if INTERPRET:
+    gla_fwd = gla_bwd_qk = gla_bwd_v = None
+else:
+    _prune = {"early_config_prune": prune_configs}
+    gla_fwd = triton.autotune(configs=autotune_configs(FWD_CONFIGS), key=_KEY,
+                              prune_configs_by=_prune)(gla_fwd_kernel)
+    gla_bwd_qk = triton.autotune(configs=autotune_configs(BWD_K_CONFIGS), key=_KEY,
+                                 prune_configs_by=_prune)(gla_bwd_qk_kernel)
+    gla_bwd_v = triton.autotune(configs=autotune_configs(BWD_V_CONFIGS), key=_KEY,
+                                prune_configs_by=_prune)(gla_bwd_v_kernel)

@@ -1,0 +1,148 @@
+"""torch entry points of the Triton GLA kernels (autograd included, dg too)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..lightning.launch import Launcher
+from ..lightning.ops import validate as validate_qkv
+from . import configs as _cfg
+from . import kernels as _k
+
+Tensor = torch.Tensor
+
+# fixed launch config under the interpreter (autotune cannot run there); tests may change it
+_INTERP_META = dict(zip(("BT", "BS", "num_warps", "num_stages"), _cfg.INTERP_CONFIG))
+
+
+def _empty(*shape, dtype, device) -> Tensor:
+    """Allocation of every buffer the kernels fully write (tests patch it to NaN-fill)."""
+    return torch.empty(*shape, dtype=dtype, device=device)
+
+
+def _dot_prec(dtype: torch.dtype) -> str:
+    # fp32 inputs need IEEE fp32 dots (TF32 misses the fp32 tolerance); fp16 gate operands are
+    # fp32 (tf32 has fp16's mantissa and fp32's range); bf16 ignores it
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _flags(q: Tensor) -> dict:
+    return dict(DOT_PREC=_dot_prec(q.dtype), GATE_BF16=q.dtype == torch.bfloat16, SAFE_SPREAD=_cfg.SAFE_SPREAD)
+
+
+def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor | None,
+             cu_seqlens) -> tuple[int, list[int] | None]:
+    """The contract's shapes (q, k, v, initial_state, cu_seqlens as for Lightning) and g
+    [B, T, H, D] per query head, a float tensor on q's device. Raises ValueError."""
+    n, cu = validate_qkv(q, k, v, initial_state, cu_seqlens)
+    if not isinstance(g, torch.Tensor):
+        raise ValueError(f"g must be a torch.Tensor, got {type(g).__name__}")
+    if tuple(g.shape) != tuple(q.shape):
+        raise ValueError(f"g must be [B, T, H, D] = {tuple(q.shape)} (per query head), got {tuple(g.shape)}")
+    if not g.is_floating_point() or g.dtype == torch.float64:
+        raise ValueError(f"g must be float32, float16 or bfloat16, got {g.dtype}")
+    if g.device != q.device:
+        raise ValueError("g must be on q's device")
+    return n, cu
+
+
+_FWD = Launcher(_k, "gla_fwd", "gla_fwd_kernel", _INTERP_META)
+_BWD_QK = Launcher(_k, "gla_bwd_qk", "gla_bwd_qk_kernel", _INTERP_META)
+_BWD_V = Launcher(_k, "gla_bwd_v", "gla_bwd_v_kernel", _INTERP_META)
+
+
+def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
+    """Forward launch on contiguous inputs (g fp32); returns (o, final state or None)."""
+    b, t, h, d = q.shape
+    hkv, e = k.shape[2], v.shape[3]
+    o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
+    ht = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
+    grid = lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h)  # noqa: E731
+    args = (q, k, v, g, h0 if h0 is not None else g, cu if cu is not None else g,
+            t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o)
+    kw = dict(KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None,
+              STORE_HT=store_ht, IS_VARLEN=cu is not None, **_flags(q))
+    _FWD(grid, args, kw)
+    return o, ht
+
+
+def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
+    """The two backward launches: dq, dk, dg, dh0 (D-slices); dv (E-slices). GQA sums dk, dv over
+    each kv head's query heads (per query head in fp32 first)."""
+    b, t, h, d = q.shape
+    hkv, e = k.shape[2], v.shape[3]
+    grp = h // hkv
+    gdt = q.dtype if grp == 1 else torch.float32
+    dq = _empty(*q.shape, dtype=q.dtype, device=q.device)
+    dk = _empty(b, t, h, d, dtype=gdt, device=q.device)
+    dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
+    dg = _empty(*q.shape, dtype=torch.float32, device=q.device)
+    dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
+    ph = g  # placeholder pointer for absent tensors
+    common = (t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h))
+    flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=dht is not None, IS_VARLEN=cu is not None,
+                 **_flags(q))
+    cu_arg = cu if cu is not None else ph
+    dht_arg = dht if dht is not None else ph
+    _BWD_QK(lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),
+            (q, k, v, g, do, h0 if h0 is not None else ph, dht_arg, cu_arg) + common
+            + (dq, dk, dg, dh0 if dh0 is not None else ph),
+            dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None))
+    _BWD_V(lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h),
+           (q, k, g, do, dht_arg, cu_arg) + common + (dv,),
+           dict(flags, BK=_cfg.pow2(d), SPLIT=e))
+    if grp > 1:
+        dk = dk.view(b, t, hkv, grp, d).sum(3).to(q.dtype)
+        dv = dv.view(b, t, hkv, grp, e).sum(3).to(q.dtype)
+    return dq, dk, dv, dg, dh0
+
+
+class GLAFunction(torch.autograd.Function):
+    """Autograd of the fused chunked GLA kernels; inputs contiguous, g and h0 fp32 (or h0 None)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, scale, h0, reverse, cu, store_ht, n):
+        o, ht = gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n)
+        ctx.save_for_backward(q, k, v, g, h0, cu)
+        ctx.scale, ctx.reverse, ctx.n = scale, reverse, n
+        ctx.set_materialize_grads(False)  # an unused S_T arrives as None (HAS_DHT=False)
+        return o, ht
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        q, k, v, g, h0, cu = ctx.saved_tensors
+        if do is None:
+            do = torch.zeros(*q.shape[:3], v.shape[3], dtype=q.dtype, device=q.device)
+        do = do.to(q.dtype).contiguous()
+        if dht is not None:
+            dht = dht.float().contiguous()
+        dq, dk, dv, dg, dh0 = gla_bwd(q, k, v, g, do, ctx.scale, h0, dht, ctx.reverse, cu, ctx.n)
+        return dq, dk, dv, dg, None, dh0, None, None, None, None
+
+
+def gla_triton(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float | None = None,
+    initial_state: Tensor | None = None, output_final_state: bool = True, reverse: bool = False,
+    cu_seqlens=None,
+) -> tuple[Tensor, Tensor | None]:
+    """Gated Linear Attention, fused chunked Triton kernels; layout [B, T, H, D].
+
+    ``S_t = diag(exp(g_t))·S_{t−1} + k_t v_tᵀ``, ``o_t = scale·S_tᵀ q_t``, g [B, T, H, D] ≤ 0 per
+    query head (log gates). Returns ``(o, S_T)``: o in the input dtype, S_T fp32 [N, H, D, E]
+    (None unless ``output_final_state``). Differentiable in q, k, v, g, initial_state and S_T.
+    """
+    n, cu = validate(q, k, v, g, initial_state, cu_seqlens)
+    b, t, h, d = q.shape
+    scale = d**-0.5 if scale is None else float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    h0 = None if initial_state is None else initial_state.to(device=q.device, dtype=torch.float32).contiguous()
+    gf = g.to(torch.float32).contiguous()
+    if t == 0:
+        e = v.shape[3]
+        ht = h0.clone() if h0 is not None else torch.zeros(n, h, d, e, device=q.device)
+        return q.new_zeros(b, 0, h, e), (ht if output_final_state else None)
+    cu_t = None if cu is None else torch.tensor(cu, dtype=torch.int32, device=q.device)
+    return GLAFunction.apply(q.contiguous(), k.contiguous(), v.contiguous(), gf, scale, h0, bool(reverse),
+                             cu_t, bool(output_final_state), n)

@@ -1,0 +1,55 @@
+"""The jobs of the bundled GLA Triton kernels: every default autotune config of the forward and of
+the two backward launches, at the seed shape (D = E = 128, bf16) with the default call's flags
+(no initial state, final state returned and its gradient given, forward direction, no varlen)."""
+from __future__ import annotations
+
+from lattnbench.static.triton_aot import Job
+
+D = E = 128
+SEED_SHAPE = f"D=E={D} bf16"
+MODULE = "lattnbench.kernels.triton.gla.kernels"
+_BF, _F32 = "*bf16", "*fp32"
+_SCALARS = dict(T="i32", H="i32", HKV="i32", scale="fp32", SHAPE_BUCKET="i32")
+
+
+def _flags() -> dict:
+    from lattnbench.kernels.triton.gla.configs import SAFE_SPREAD
+
+    return dict(KD=D, VD=E, REVERSE=False, IS_VARLEN=False, DOT_PREC="tf32", GATE_BF16=True,
+                SAFE_SPREAD=SAFE_SPREAD)
+
+
+def config_label(bt: int, bs: int, warps: int, stages: int) -> str:
+    return f"BT={bt} BS={bs} w{warps} s{stages}"
+
+
+def _job(kernel: str, function: str, types: dict, constexprs: dict, bt: int, bs: int, w: int, s: int) -> Job:
+    return Job(kernel=kernel, config=config_label(bt, bs, w, s), module=MODULE, function=function, types=types,
+               constexprs=dict(_flags(), **constexprs, BT=bt, BS=bs), num_warps=w, num_stages=s,
+               aligned=("T", "H", "HKV"), shape=SEED_SHAPE)
+
+
+def fwd_job(bt: int, bs: int, w: int, s: int) -> Job:
+    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, h0=_F32, cu=_F32, o=_BF, ht=_F32, **_SCALARS)
+    return _job("gla/triton:fwd", "gla_fwd_kernel", types, dict(BK=D, SPLIT=E, HAS_H0=False, STORE_HT=True),
+                bt, bs, w, s)
+
+
+def bwd_qk_job(bt: int, bs: int, w: int, s: int) -> Job:
+    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, h0=_F32, dht=_F32, cu=_F32, dq=_BF, dk=_BF, dg=_F32,
+                 dh0=_F32, **_SCALARS)
+    return _job("gla/triton:bwd-dqdkdg", "gla_bwd_qk_kernel", types,
+                dict(BV=E, SPLIT=D, HAS_H0=False, HAS_DHT=True), bt, bs, w, s)
+
+
+def bwd_v_job(bt: int, bs: int, w: int, s: int) -> Job:
+    types = dict(q=_BF, k=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, dv=_BF, **_SCALARS)
+    return _job("gla/triton:bwd-dv", "gla_bwd_v_kernel", types, dict(BK=D, SPLIT=E, HAS_DHT=True), bt, bs, w, s)
+
+
+def default_jobs() -> list[Job]:
+    """Every default autotune config of the forward and the two backward launches."""
+    from lattnbench.kernels.triton.gla import configs as C
+
+    return ([fwd_job(*c) for c in C.FWD_CONFIGS] + [bwd_qk_job(*c) for c in C.BWD_K_CONFIGS]
+            + [bwd_v_job(*c) for c in C.BWD_V_CONFIGS])
