@@ -139,21 +139,25 @@ def _gqa_sum(dq, dk, dv, dh0, grp, dtype):
 
 
 class LightningAttnFunction(torch.autograd.Function):
-    """Autograd of the fused chunked kernels; inputs contiguous, h0 fp32 or None."""
+    """Autograd of the fused chunked kernels; inputs contiguous, h0 fp32 or None. ``rest`` is
+    (g, scale, reverse, cu, store_ht, n), none of them differentiable: one argument instead of six,
+    as apply's own host time grows with its argument count."""
 
     @staticmethod
-    def forward(ctx, q, k, v, g, scale, h0, reverse, cu, store_ht, n):
+    def forward(ctx, q, k, v, h0, rest):
+        g, scale, reverse, cu, store_ht, n = rest
         align = _alignment(q, k, v, g, h0, cu)
         o, ht = lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, align)
-        ctx.save_for_backward(q, k, v, g, h0, cu)
-        ctx.scale, ctx.reverse, ctx.n, ctx.align = scale, reverse, n, align
+        ctx.save_for_backward(q, k, v, h0)
+        ctx.rest, ctx.align = rest, align
         # an unused S_T then arrives as None (HAS_DHT=False), not as a materialised zero tensor
         ctx.set_materialize_grads(False)
         return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, h0, cu = ctx.saved_tensors
+        q, k, v, h0 = ctx.saved_tensors
+        g, scale, reverse, cu, _, n = ctx.rest
         # this runs on autograd's device thread, where every torch call that releases the GIL
         # costs several µs more than on the main thread: make as few as possible
         if do is None:
@@ -165,8 +169,8 @@ class LightningAttnFunction(torch.autograd.Function):
         if dht is not None and (dht.dtype != torch.float32 or not dht.is_contiguous()):
             dht = dht.float().contiguous()
         align = (ctx.align, _alignment(do, dht))
-        dq, dk, dv, dh0 = lightning_bwd(q, k, v, do, g, ctx.scale, h0, dht, ctx.reverse, cu, ctx.n, align)
-        return dq, dk, dv, None, None, dh0, None, None, None, None
+        dq, dk, dv, dh0 = lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, align)
+        return dq, dk, dv, dh0, None
 
 
 def lightning_attn_triton(
@@ -206,7 +210,7 @@ def lightning_attn_triton(
         return o, (ht if store_ht else None)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
                                     or (h0 is not None and h0.requires_grad)):
-        return LightningAttnFunction.apply(q, k, v, g, scale, h0, reverse, cu, store_ht, n)
+        return LightningAttnFunction.apply(q, k, v, h0, (g, scale, reverse, cu, store_ht, n))
     return lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n)
 
 
