@@ -33,6 +33,25 @@ def _lightning_triton() -> Callable:
     return fn
 
 
+#: torch.compile specializes per shape and grad mode; a sweep in one worker makes more graphs than
+#: Dynamo's default limit of 8, past which it would run the function eagerly without a word
+COMPILE_RECOMPILE_LIMIT = 256
+
+
+def _lightning_triton_compiled(mode: str | None) -> Callable[[], Callable]:
+    """``lightning/triton`` under ``torch.compile(fullgraph=True, dynamic=False)``: Dynamo traces the
+    checks, the kernels are one custom op per direction (``lattnbench::lightning_fwd`` / ``_bwd``)."""
+    def loader() -> Callable:
+        import torch._dynamo
+
+        config = torch._dynamo.config
+        for knob in ("recompile_limit", "cache_size_limit"):
+            if hasattr(config, knob):
+                setattr(config, knob, max(getattr(config, knob), COMPILE_RECOMPILE_LIMIT))
+        return torch.compile(_lightning_triton(), fullgraph=True, dynamic=False, mode=mode)
+    return loader
+
+
 def _jax_lightning(impl: str) -> Callable[[], Callable]:
     def loader() -> Callable:
         from lattnbench.kernels.jax import recurrent
@@ -143,6 +162,12 @@ def entries() -> list[KernelEntry]:
         KernelEntry("lightning/triton", "lightning", "torch", _lightning_triton, requires=("triton",),
                     interpreted_on_cpu=True,
                     description="bundled fused chunked Triton kernel (Lightning Attention-2), own backward"),
+        KernelEntry("lightning/triton-compile", "lightning", "torch", _lightning_triton_compiled(None),
+                    requires=("triton",), devices=("cuda",), timed_by_default=(),
+                    description="lightning/triton under torch.compile(fullgraph=True): custom ops, no graph break"),
+        KernelEntry("lightning/triton-compile-cg", "lightning", "torch", _lightning_triton_compiled("reduce-overhead"),
+                    requires=("triton",), devices=("cuda",), timed_by_default=(),
+                    description="lightning/triton under torch.compile(mode='reduce-overhead'): Inductor's CUDA graphs"),
         KernelEntry("lightning/jax-triton", "lightning", "jax", _jax_lightning("triton"), devices=("cuda",),
                     requires=("jax_triton", "triton"),
                     features=LINEAR_FEATURES - {"varlen"},

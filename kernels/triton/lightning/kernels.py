@@ -38,8 +38,9 @@ def _sequence(cu_ptr, g_ptr, i_nh, T, H, IS_VARLEN: tl.constexpr):
     i_n = i_nh // H
     i_h = i_nh % H
     if IS_VARLEN:
-        bos = tl.load(cu_ptr + i_n).to(tl.int64)
-        eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+        # clamped to [0, T]: offsets are not checked on the host when they live on the device
+        bos = tl.minimum(tl.maximum(tl.load(cu_ptr + i_n).to(tl.int64), 0), T)
+        eos = tl.minimum(tl.maximum(tl.load(cu_ptr + i_n + 1).to(tl.int64), bos), T)
     else:
         bos = i_n.to(tl.int64) * T
         eos = bos + T

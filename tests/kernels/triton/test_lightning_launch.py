@@ -1,6 +1,7 @@
 """The lean launch path (kernels/triton/lightning/launch.py), with stand-ins for Triton's autotuned
 kernel and compiled kernel: the compiled kernel must get exactly the arguments Triton's binder
-would, and any change Triton specializes on must miss the cache."""
+would, a new launch key must go through the autotuner, and ops' launch keys must change with
+everything Triton specializes on."""
 from __future__ import annotations
 
 import inspect
@@ -77,13 +78,22 @@ KW = {"KD": 64, "FLAG": True}
 GRID = lambda meta: (128 // meta["BV"], 6)  # noqa: E731
 
 
+def spec_of(kw, asked=None):
+    def spec():
+        if asked is not None:
+            asked.append(1)
+        return GRID, dict(kw)
+    return spec
+
+
 def test_second_call_goes_to_the_compiled_kernel_with_bound_arguments(monkeypatch):
     monkeypatch.delenv("LIGHTNING_TRITON_FAST_LAUNCH", raising=False)
     launch, mod, log, meta = make()
-    first, second = args_for(), args_for()
-    launch(GRID, first, KW)
-    launch(GRID, second, KW)
+    first, second, asked = args_for(), args_for(), []
+    launch("key", first, spec_of(KW, asked))
+    launch("key", second, spec_of(KW, asked))
     assert [e[0] for e in log] == ["autotuned", "compiled"] and launch.fast_launches == 1
+    assert len(asked) == 1  # a known key builds no grid and no keywords
     bound = inspect.signature(kernel_fn).bind(*second, **KW, **meta)
     bound.apply_defaults()
     _, grid, passed, stream = log[1]
@@ -93,33 +103,23 @@ def test_second_call_goes_to_the_compiled_kernel_with_bound_arguments(monkeypatc
     assert all(a is b or a == b for a, b in zip(passed, bound.arguments.values()))
 
 
-@pytest.mark.parametrize("change", ["T not divisible by 16", "T equal to 1", "dtype", "misaligned",
-                                    "constexpr", "tuning key", "int64 T"])
-def test_a_new_specialization_misses_the_cache(change, monkeypatch):
+def test_a_new_key_goes_through_the_autotuner(monkeypatch):
     monkeypatch.delenv("LIGHTNING_TRITON_FAST_LAUNCH", raising=False)
     launch, mod, log, meta = make()
-    kw = dict(KW)
-    launch(GRID, args_for(), kw)
-    other = {"T not divisible by 16": lambda: args_for(t=70), "T equal to 1": lambda: args_for(t=1),
-             "dtype": lambda: args_for(dtype=torch.float16), "misaligned": lambda: args_for(offset=1),
-             "constexpr": lambda: args_for(), "tuning key": lambda: args_for(), "int64 T": lambda: args_for()}[change]()
-    if change == "constexpr":
-        kw["FLAG"] = False
-    if change == "tuning key":
-        other = other[:6] + (3,) + other[7:]
-    if change == "int64 T":
-        other = other[:3] + (2**31 + 16,) + other[4:]
-    launch(GRID, other, kw)
+    launch(("a", 1), args_for(), spec_of(KW))
+    launch(("a", 2), args_for(t=70), spec_of({**KW, "FLAG": False}))
     assert [e[0] for e in log] == ["autotuned", "autotuned"]
-    launch(GRID, other, kw)
+    assert log[1][3] == {**KW, "FLAG": False}
+    launch(("a", 2), args_for(t=70), spec_of(KW))
     assert log[-1][0] == "compiled"
+    assert mod.plain.warmups == 2
 
 
 def test_env_var_turns_the_fast_path_off(monkeypatch):
     monkeypatch.setenv("LIGHTNING_TRITON_FAST_LAUNCH", "0")
     launch, mod, log, _ = make()
     for _ in range(3):
-        launch(GRID, args_for(), KW)
+        launch("key", args_for(), spec_of(KW))
     assert [e[0] for e in log] == ["autotuned"] * 3 and mod.plain.warmups == 0
 
 
@@ -127,26 +127,23 @@ def test_unknown_triton_falls_back_once(monkeypatch):
     monkeypatch.delenv("LIGHTNING_TRITON_FAST_LAUNCH", raising=False)
     launch, mod, log, _ = make(fail=True)
     for _ in range(3):
-        launch(GRID, args_for(), KW)
+        launch("key", args_for(), spec_of(KW))
     assert [e[0] for e in log] == ["autotuned"] * 3 and mod.plain.warmups == 1
 
 
 def test_interpreter_runs_the_plain_kernel_with_the_fixed_config():
     launch, mod, log, _ = make(interp=True)
-    launch(GRID, args_for(), KW)
+    launch("key", args_for(), spec_of(KW))
     kind, grid, _, kw = log[0]
     assert kind == "plain" and grid == (4, 6) and kw == {**KW, "BT": 32, "BV": 32}
 
 
-def test_caller_vouched_alignment_and_stream(monkeypatch):
-    """aligned=True skips the per-tensor alignment in the key (a separate cache entry from the
-    checked one); the stream reaches the compiled kernel."""
+def test_stream_reaches_the_compiled_kernel(monkeypatch):
     monkeypatch.delenv("LIGHTNING_TRITON_FAST_LAUNCH", raising=False)
     launch, mod, log, _ = make()
-    launch(GRID, args_for(), KW, aligned=True)
-    launch(GRID, args_for(), KW, aligned=True, stream=1234)
-    launch(GRID, args_for(), KW)  # unchecked call: its own key, so Triton's path once more
-    assert [e[0] for e in log] == ["autotuned", "compiled", "autotuned"]
+    launch("key", args_for(), spec_of(KW), stream=1234)
+    launch("key", args_for(), spec_of(KW), stream=1234)
+    assert [e[0] for e in log] == ["autotuned", "compiled"]
     assert log[1][3] == 1234
 
 
@@ -159,5 +156,41 @@ def test_runner_without_stream_keyword_is_retried_once(monkeypatch):
             return lambda *args: self.log.append(("compiled", grid, args, None))
     mod.plain.warmup = lambda *a, grid, **kw: OldCompiled(log)
     for _ in range(3):
-        launch(GRID, args_for(), KW, aligned=True, stream=99)
+        launch("key", args_for(), spec_of(KW), stream=99)
     assert [e[0] for e in log] == ["autotuned", "compiled", "compiled"] and not launch.stream_kw
+
+
+# ---- ops' launch keys: whatever Triton specializes on must change them ---------------------------
+
+def _fwd_keys(monkeypatch, **change):
+    """The forward launch key of a small call, and of the same call with one thing changed."""
+    from lattnbench.kernels.triton.lightning import lightning_attn_triton
+    from lattnbench.kernels.triton.lightning import ops as tl_ops
+
+    keys = []
+    monkeypatch.setattr(type(tl_ops._FWD_LAUNCH), "__call__", lambda self, key, args, spec, stream=None: keys.append(key))
+
+    def call(t=64, dtype=torch.float32, offset=0, h0=False, reverse=False, cu=None, final=True, hkv=2):
+        q = torch.randn(t * 32 + 1, dtype=dtype)[offset:offset + t * 32].view(1, t, 2, 16)
+        k = torch.randn(1, t, hkv, 16, dtype=dtype)
+        v = torch.randn(1, t, hkv, 16, dtype=dtype)
+        s0 = torch.randn(1 if cu is None else len(cu) - 1, 2, 16, 16) if h0 else None
+        lightning_attn_triton(q, k, v, initial_state=s0, reverse=reverse, cu_seqlens=cu, output_final_state=final)
+
+    call()
+    call(**change)
+    return keys
+
+
+@pytest.mark.parametrize("change", [
+    dict(t=65), dict(t=1), dict(dtype=torch.float16), dict(offset=1), dict(h0=True), dict(reverse=True),
+    dict(cu=torch.tensor([0, 30, 64])), dict(cu=torch.tensor([0, 30, 64], dtype=torch.int32)),
+    dict(final=False), dict(hkv=1)])
+def test_ops_launch_key_follows_every_specialization(change, monkeypatch):
+    first, second = _fwd_keys(monkeypatch, **change)
+    assert first != second
+
+
+def test_ops_launch_key_of_the_same_call_repeats(monkeypatch):
+    first, second = _fwd_keys(monkeypatch)
+    assert first == second

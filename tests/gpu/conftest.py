@@ -1,0 +1,13 @@
+"""tests/gpu/: tests that need a CUDA GPU (CUDA graphs, Inductor's GPU code). Every test here is
+marked ``gpu`` and skipped where no GPU is visible; on the GPU machine run ``pytest tests/gpu``."""
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "tests/gpu/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.gpu)
+            if not torch.cuda.is_available():
+                item.add_marker(skip)
