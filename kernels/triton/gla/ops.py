@@ -5,8 +5,9 @@ import math
 
 import torch
 
+from ..lightning import checks
 from ..lightning.launch import Launcher
-from ..lightning.ops import validate as validate_qkv
+from ..lightning.ops import _alignment, _raw_stream
 from . import configs as _cfg
 from . import kernels as _k
 
@@ -32,10 +33,10 @@ def _flags(q: Tensor) -> dict:
 
 
 def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor | None,
-             cu_seqlens) -> tuple[int, list[int] | None]:
+             cu_seqlens) -> int:
     """The contract's shapes (q, k, v, initial_state, cu_seqlens as for Lightning) and g
-    [B, T, H, D] per query head, a float tensor on q's device. Raises ValueError."""
-    n, cu = validate_qkv(q, k, v, initial_state, cu_seqlens)
+    [B, T, H, D] per query head, a float tensor on q's device; returns N. Raises ValueError."""
+    n, _, _ = checks.validate(q, k, v, initial_state, cu_seqlens)
     if not isinstance(g, torch.Tensor):
         raise ValueError(f"g must be a torch.Tensor, got {type(g).__name__}")
     if tuple(g.shape) != tuple(q.shape):
@@ -44,7 +45,7 @@ def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor |
         raise ValueError(f"g must be float32, float16 or bfloat16, got {g.dtype}")
     if g.device != q.device:
         raise ValueError("g must be on q's device")
-    return n, cu
+    return n
 
 
 _FWD = Launcher(_k, "gla_fwd", "gla_fwd_kernel", _INTERP_META)
@@ -63,7 +64,9 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
             t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o)
     kw = dict(KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None,
               STORE_HT=store_ht, IS_VARLEN=cu is not None, **_flags(q))
-    _FWD(grid, args, kw)
+    key = ("fwd", q.shape, k.shape, v.shape, q.dtype, q.device, n, store_ht, h0 is not None, cu is not None,
+           bool(reverse), _alignment(q, k, v, g, h0, cu))
+    _FWD(key, args, lambda: (grid, kw), _raw_stream(q))
     return o, ht
 
 
@@ -85,13 +88,16 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
                  **_flags(q))
     cu_arg = cu if cu is not None else ph
     dht_arg = dht if dht is not None else ph
-    _BWD_QK(lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),
-            (q, k, v, g, do, h0 if h0 is not None else ph, dht_arg, cu_arg) + common
+    key = ("bwd", q.shape, k.shape, v.shape, q.dtype, q.device, n, h0 is not None, dht is not None,
+           cu is not None, bool(reverse), _alignment(q, k, v, g, do, h0, dht, cu))
+    stream = _raw_stream(q)
+    _BWD_QK(key, (q, k, v, g, do, h0 if h0 is not None else ph, dht_arg, cu_arg) + common
             + (dq, dk, dg, dh0 if dh0 is not None else ph),
-            dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None))
-    _BWD_V(lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h),
-           (q, k, g, do, dht_arg, cu_arg) + common + (dv,),
-           dict(flags, BK=_cfg.pow2(d), SPLIT=e))
+            lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),
+                     dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None)), stream)
+    _BWD_V(key, (q, k, g, do, dht_arg, cu_arg) + common + (dv,),
+           lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h), dict(flags, BK=_cfg.pow2(d), SPLIT=e)),
+           stream)
     if grp > 1:
         dk = dk.view(b, t, hkv, grp, d).sum(3).to(q.dtype)
         dv = dv.view(b, t, hkv, grp, e).sum(3).to(q.dtype)
@@ -132,7 +138,7 @@ def gla_triton(
     query head (log gates). Returns ``(o, S_T)``: o in the input dtype, S_T fp32 [N, H, D, E]
     (None unless ``output_final_state``). Differentiable in q, k, v, g, initial_state and S_T.
     """
-    n, cu = validate(q, k, v, g, initial_state, cu_seqlens)
+    n = validate(q, k, v, g, initial_state, cu_seqlens)
     b, t, h, d = q.shape
     scale = d**-0.5 if scale is None else float(scale)
     if not math.isfinite(scale):
@@ -143,6 +149,6 @@ def gla_triton(
         e = v.shape[3]
         ht = h0.clone() if h0 is not None else torch.zeros(n, h, d, e, device=q.device)
         return q.new_zeros(b, 0, h, e), (ht if output_final_state else None)
-    cu_t = None if cu is None else torch.tensor(cu, dtype=torch.int32, device=q.device)
+    cu_t = None if cu_seqlens is None else checks.cu_tensor(cu_seqlens, t, q.device)
     return GLAFunction.apply(q.contiguous(), k.contiguous(), v.contiguous(), gf, scale, h0, bool(reverse),
                              cu_t, bool(output_final_state), n)
