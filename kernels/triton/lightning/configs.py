@@ -40,6 +40,10 @@ FWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 4, 1), (64, 128, 8, 3, 2), (64
 BWD_CONFIGS_T = [(64, 128, 8, 3, 1), (64, 128, 8, 3, 2), (64, 64, 4, 2, 1), (64, 128, 8, 3, 3)]
 # The interpreter cannot autotune ("0 active drivers"): one small row-wise config (tests set TR).
 INTERP_CONFIG = (32, 32, 4, 1)
+# fp32 inputs take IEEE dots, which Triton lowers to unrolled FMA loops: one config of the big
+# tables compiles in 15-40 s for sm_90 and a first fp32 call would try them all (minutes, for a
+# check that times nothing). The small row-wise config compiles in about 4 s per kernel.
+FP32_CONFIG = (32, 32, 4, 1, 0)
 # jax-triton launches the plain kernels (it refuses autotuned kernels whose key lacks a scalar
 # argument): the transposed pass with all of E per program for head dims up to 128; wider padded
 # head dims take the row-wise config (a [BV, 256] fp32 state does not fit the transposed pass's
@@ -80,7 +84,24 @@ def autotune_configs(table, table_t=()) -> list[triton.Config]:
     if INTERPRET:
         table, table_t = [INTERP_CONFIG], ()
     rows = [(bt, bv, w, s, 0) for bt, bv, w, s in table] + list(table_t)
-    return [triton.Config({"BT": bt, "BV": bv, "TR": tr}, num_warps=w, num_stages=s) for bt, bv, w, s, tr in rows]
+    configs = [triton.Config({"BT": bt, "BV": bv, "TR": tr}, num_warps=w, num_stages=s) for bt, bv, w, s, tr in rows]
+    if not INTERPRET:
+        bt, bv, w, s, tr = FP32_CONFIG
+        fp32 = triton.Config({"BT": bt, "BV": bv, "TR": tr}, num_warps=w, num_stages=s)
+        _FP32_ONLY.add(id(fp32))
+        _KEEP.append(fp32)
+        configs.append(fp32)
+    return configs
+
+
+# the fp32 configs of the autotune lists, by identity (a config carries no tag a kernel would not
+# receive as an argument); _KEEP holds them so no id is reused
+_FP32_ONLY: set[int] = set()
+_KEEP: list = []
+
+
+def _fp32_only(config) -> bool:
+    return id(config) in _FP32_ONLY
 
 
 def descriptors_pay(allargs) -> bool:
@@ -99,6 +120,9 @@ def prune_configs(configs, named_args, **kwargs):
     The constexprs arrive in kwargs (Triton 3.6) or in named_args, depending on the version.
     """
     allargs = {**named_args, **kwargs}
+    if allargs.get("DOT_PREC") == "ieee":
+        return [c for c in configs if _fp32_only(c)] or configs[:1]
+    configs = [c for c in configs if not _fp32_only(c)]
     if "VD" not in allargs or "KD" not in allargs:
         return configs
     split = allargs["KD"] if allargs.get("ROLE", 2) in (0, 1) else allargs["VD"]  # dq, dk split D

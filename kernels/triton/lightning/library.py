@@ -79,3 +79,6 @@ def _backward(ctx, do, dht):
 
 
 lightning_fwd_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+ops.COMPILED_FWD = lightning_fwd_op

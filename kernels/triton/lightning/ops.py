@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from collections.abc import Callable
+
 import torch
 
 from . import checks
@@ -173,6 +175,11 @@ class LightningAttnFunction(torch.autograd.Function):
         return dq, dk, dv, dh0, None
 
 
+# the custom op torch.compile traces instead of the launches; ``library`` sets it when it registers
+# the ops (the package imports it), so this module does not import its own importer
+COMPILED_FWD: Callable | None = None
+
+
 def lightning_attn_triton(
     q: Tensor, k: Tensor, v: Tensor, gamma=None, scale: float | None = None,
     initial_state: Tensor | None = None, output_final_state: bool = True, reverse: bool = False,
@@ -204,9 +211,9 @@ def lightning_attn_triton(
         return o, (ht if store_ht else None)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     if torch.compiler.is_compiling():
-        from .library import lightning_fwd_op
-
-        o, ht = lightning_fwd_op(q, k, v, g, h0, cu, scale, reverse, store_ht)
+        if COMPILED_FWD is None:
+            raise RuntimeError("lightning custom ops are not registered: import lattnbench.kernels.triton.lightning")
+        o, ht = COMPILED_FWD(q, k, v, g, h0, cu, scale, reverse, store_ht)
         return o, (ht if store_ht else None)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
                                     or (h0 is not None and h0.requires_grad)):

@@ -26,9 +26,26 @@ def _key(c):
 def test_autotune_lists_carry_the_orientation(gpu_lists, table, table_t):
     """Row-wise (TR 0) and transposed (TR 1-3) configs, each once."""
     cfgs = C.autotune_configs(table, table_t)
-    got = [_key(c) for c in cfgs]
+    got = [_key(c) for c in cfgs if not C._fp32_only(c)]
     assert sorted(got) == sorted([(*c, 0) for c in table] + list(table_t))
     assert {tr for *_, tr in got} == {0, 1, 2, 3}
+    assert [_key(c) for c in cfgs if C._fp32_only(c)] == [C.FP32_CONFIG]
+
+
+@pytest.mark.parametrize("table,table_t", [(C.FWD_CONFIGS, C.FWD_CONFIGS_T), (C.BWD_CONFIGS, C.BWD_CONFIGS_T)])
+def test_fp32_launches_take_only_the_fp32_config_and_others_never(gpu_lists, table, table_t):
+    """IEEE-dot (fp32) launches compile one small config instead of tuning the whole list; the
+    16-bit launches never see it."""
+    cfgs = C.autotune_configs(table, table_t)
+    for args in ({"KD": 128, "VD": 128, "ROLE": 2, "SHAPE_BUCKET": 2}, {"KD": 48, "VD": 96, "SHAPE_BUCKET": 0}):
+        fp32 = C.prune_configs(cfgs, {**args, "DOT_PREC": "ieee"})
+        assert [_key(c) for c in fp32] == [C.FP32_CONFIG]
+        half = C.prune_configs(cfgs, {**args, "DOT_PREC": "tf32"})
+        assert half and not any(C._fp32_only(c) for c in half)
+    # the fp32 config is recognised by identity: an equal config made elsewhere is not it
+    bt, bv, w, st, tr = C.FP32_CONFIG
+    import triton
+    assert not C._fp32_only(triton.Config({"BT": bt, "BV": bv, "TR": tr}, num_warps=w, num_stages=st))
 
 
 def test_interpreter_gets_the_fixed_config(monkeypatch):
@@ -47,7 +64,8 @@ def test_prune_keeps_bv_within_the_split_dimension(gpu_lists, monkeypatch):
     assert any(c.kwargs["TR"] and c.kwargs["BV"] == 128 for c in dq)
     fwd = C.autotune_configs(C.FWD_CONFIGS, C.FWD_CONFIGS_T)
     assert all(c.kwargs["BV"] <= 64 for c in C.prune_configs(fwd, {"KD": 128, "VD": 64}))
-    assert C.prune_configs(cfgs, {"SHAPE_BUCKET": 2}) == cfgs  # no head dims known: nothing pruned
+    # no head dims known: nothing pruned but the fp32 config
+    assert C.prune_configs(cfgs, {"SHAPE_BUCKET": 2}) == [c for c in cfgs if not C._fp32_only(c)]
 
 
 def test_prune_drops_descriptor_configs_when_short_unaligned_or_unavailable(gpu_lists, monkeypatch):
