@@ -79,6 +79,8 @@ class AllGatherScan:
         self.group = group
 
     def _gather(self, packed: Tensor, world: int) -> list[Tensor]:
+        if world == 1:
+            return [packed]
         parts = [torch.empty_like(packed) for _ in range(world)]
         STATS.run(lambda: dist.all_gather(parts, packed, group=self.group), _nbytes(packed), packed.device)
         return parts
@@ -109,6 +111,8 @@ class AllGatherScan:
         raise AssertionError("this rank is not in the scan order")
 
     def all_reduce(self, x: Tensor) -> Tensor:
+        if not dist.is_initialized() or dist.get_world_size(self.group) == 1:
+            return x
         STATS.run(lambda: dist.all_reduce(x, group=self.group), _nbytes(x), x.device)
         return x
 
@@ -136,8 +140,8 @@ class RingScan(AllGatherScan):
         out = a.view(1, -1, 1, 1) * into + b
         if not last:
             self._send(out, plan, +1)
-        if not need_total:
-            return into, None
+        if not need_total or plan.world == 1:
+            return into, (out if need_total else None)
         total = out.clone()  # the last rank's carry-out, broadcast to every rank
         root = plan.order[-1] if self.group is None else dist.get_global_rank(self.group, plan.order[-1])
         STATS.run(lambda: dist.broadcast(total, root, group=self.group), _nbytes(total) if last else 0, b.device)

@@ -160,7 +160,7 @@ def lightning_attn_sp(
         if not isinstance(x, torch.Tensor) or x.dim() != 4:
             raise ValueError(f"{name} must be a [B, T, H, D] torch.Tensor")
     b, t, h, d = q.shape
-    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    world, rank = (dist.get_world_size(group), dist.get_rank(group)) if dist.is_initialized() else (1, 0)
     if cu_seqlens is None:
         plan = ShardPlan(rank, world, 0, t, bool(reverse), (rank == (world - 1 if reverse else 0),),
                          (rank == (0 if reverse else world - 1),))
