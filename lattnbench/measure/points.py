@@ -102,6 +102,13 @@ def classify(exc: BaseException, entry: KernelEntry) -> tuple[str, str]:
     return ("oom", one_line(exc)) if oom else ("error", one_line(exc))
 
 
+def rank_share(case: Case) -> Case:
+    """The part of ``case`` one rank holds (the largest shard), as a world-size-1 case."""
+    if case.world_size == 1:
+        return case
+    return case.with_(seqlen=-(-case.seqlen // case.world_size), varlen=None, world_size=1)
+
+
 def point_gate(entry: KernelEntry, case: Case, device: str) -> tuple[str, str] | None:
     """(status, reason) when the kernel cannot run the case here (unavailable / unsupported), else None."""
     reason = entry.available(device)
@@ -163,7 +170,8 @@ class Sweeper:
             from lattnbench.measure.memory_estimate import free_bytes, too_big
 
             free = free_bytes(self.device)
-            big = {m: r for m in modes if (r := too_big(entry, case, m, self.device, free)) is not None}
+            mine = rank_share(case)  # each GPU holds its shard only
+            big = {m: r for m in modes if (r := too_big(entry, mine, m, self.device, free)) is not None}
             if not big:
                 return None
             rows = self._rows(entry, case, list(big), metric, "oom", big)

@@ -294,6 +294,17 @@ class WorkerJob:
             except ProcessLookupError:
                 pass
 
+    def _devices_short(self) -> str | None:
+        """Why this machine cannot give each rank a GPU of its own, or None."""
+        if self.job.world_size == 1 or self.runner.cfg.device != "cuda":
+            return None
+        from lattnbench.measure.points import cuda_devices
+
+        found = cuda_devices()
+        if found >= self.job.world_size:
+            return None
+        return f"world size {self.job.world_size} needs as many GPUs; {found} visible"
+
     def _died(self, rc: int) -> str:
         """How the worker (or, at a world size above 1, the rank that failed first) ended, with its last log line."""
         how = _describe(rc)
@@ -315,6 +326,11 @@ class WorkerJob:
     def run(self) -> None:
         runner, todo = self.runner, list(self.job.tasks)
         timeout = runner.cfg.point_timeout
+        short = self._devices_short()
+        if short:
+            for task in todo:
+                runner.record_failure(task, "unsupported", short)
+            return
         try:
             while todo:
                 listed, finished, in_flight, timed_out = self._one_worker(todo, timeout)
