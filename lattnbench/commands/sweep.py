@@ -154,7 +154,10 @@ def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg: Registry,
             isolate: str, point_timeout: float, repeat: int, plugins: list[str] | None, resume: bool) -> None:
     """Run the tasks under a progress display; Ctrl-C / SIGTERM exit 130 / 143 after saving."""
     from lattnbench.runner.loop import Hooks, Interrupted, RunConfig, Runner
+    from lattnbench.runner.ranks import under_torchrun
 
+    if under_torchrun():  # this process is rank 0 of the launcher's ranks: every point runs here
+        isolate, point_timeout = "none", 0.0
     cfg = RunConfig(device=device, isolate=isolate, point_timeout=point_timeout, repeat=repeat,
                     plugins=tuple(plugins or ()), needs_ceilings=device == "cuda")
     runner = Runner(tasks, writer, reg, cfg, resume=resume)
