@@ -8,7 +8,9 @@ ranks always enter the same collectives in the same order, whatever the timers d
 
 Ranks find each other through the torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR, MASTER_PORT); NCCL on a GPU, gloo on a CPU. A collective that waits longer than
-LATTNBENCH_RANK_TIMEOUT_S (default 300) ends the process, so a hung rank cannot hang a run.
+LATTNBENCH_RANK_TIMEOUT_S (default 300) ends the process, so a hung rank cannot hang a run, and
+so does any failure inside a call made on every rank (the others may be waiting in a collective
+for this one): the runner then records the point with the rank that failed first.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import torch.distributed as dist
 
 from lattnbench.adapters.base import FP32_TENSORS
 from lattnbench.adapters.torch_problem import DTYPES, TorchProblem
-from lattnbench.errors import Unsupported
+from lattnbench.errors import PEER_LOST_EXIT, Unsupported
 from lattnbench.measure.inputs import SCALED, numpy_inputs, shapes
 from lattnbench.registry.entry import KernelEntry
 from lattnbench.spec import Case
@@ -82,7 +84,7 @@ def _gather(value) -> list | None:
 
 def _fatal(why: str) -> None:
     print(f"rank {rank()}: {why}", file=sys.stderr, flush=True)
-    os._exit(3)
+    os._exit(PEER_LOST_EXIT)
 
 
 def stop_followers() -> None:
@@ -110,10 +112,12 @@ def follow(registry, device: str) -> None:
                 print(f"rank {rank()}: building {kernel} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
         _, method, args = message
+        if problem is None:
+            _fatal(f"rank 0 made a call ({method}) on a problem this rank could not build")
         try:
             getattr(problem, method)(*args)
-        except Exception as exc:  # noqa: BLE001 - the leader's collectives would wait forever
-            _fatal(f"{method} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+        except Unsupported:  # rank 0 records it; nothing waits on this rank
+            continue
 
 
 def _announced(method):
@@ -126,6 +130,12 @@ def _announced(method):
         outer, self._inside = self._inside, True
         try:
             return method(self, *args)
+        except Unsupported:  # raised alike on every rank before any collective
+            raise
+        except Exception as exc:  # noqa: BLE001 - the other ranks may be inside a collective now
+            if world_size() > 1:
+                _fatal(f"{method.__name__} failed: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
+            raise
         finally:
             self._inside = outer
     return call
@@ -239,8 +249,8 @@ class ShardedTorchProblem(TorchProblem):
             self.comm[mode] = every
 
     def row_fields(self, mode: str, metric: str) -> dict:
-        """Per-rank length, time in collectives and bytes sent per step (speed), per-rank peaks (memory)."""
-        fields: dict = {"seqlen_per_rank": self.hi - self.lo}
+        """Time in collectives and bytes sent per step (speed), per-rank peaks (memory)."""
+        fields: dict = {}
         if metric == "peak_mb" and "peak_mb_ranks" in self.comm:
             fields["peak_mb_ranks"] = self.comm["peak_mb_ranks"]
         if metric == "time_ms":

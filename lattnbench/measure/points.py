@@ -73,6 +73,7 @@ def base_row(entry: KernelEntry, case: Case, device: str, mode: str, metric: str
            "device": device, **case.fields(), "mode": mode, "metric": metric}
     if entry.sequence_parallel:  # every row of a sequence-parallel kernel says how it was split
         row["world_size"] = case.world_size
+        row["seqlen_per_rank"] = -(-case.seqlen // case.world_size)  # the largest shard
     return row
 
 

@@ -90,7 +90,10 @@ class RankGroup:
         codes = [p.poll() for p in self.procs]
         bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
         if bad:
-            self.failed_rank, code = bad[0]
+            from lattnbench.errors import PEER_LOST_EXIT
+
+            causes = [(r, c) for r, c in bad if c != PEER_LOST_EXIT] or bad
+            self.failed_rank, code = causes[0]
             self._kill_all()
             self.returncode = code
         elif all(c == 0 for c in codes):
