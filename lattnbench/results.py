@@ -23,7 +23,9 @@ REQUIRED = ("kernel", "family", "framework", "device", "batch", "seqlen", "heads
             "dim_qk", "dim_v", "dtype", "mode", "metric", "status")
 #: the fields that identify a point (a row without its measured values)
 KEY_FIELDS = ("kernel", "device", "batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v",
-              "dtype", "mode", "metric", "tensor", "varlen", "initial_state", "reverse", "decay", "exec", "check", "input_scale")
+              "dtype", "mode", "metric", "tensor", "varlen", "initial_state", "reverse", "decay", "exec", "check", "input_scale", "world_size")
+#: a key field a row may lack, and the value that means (rows written before the field existed)
+KEY_DEFAULTS = {"world_size": 1}
 
 
 #: the timers a speed row carries (lattnbench.measure.timing); ``device`` is the tables' one
@@ -49,7 +51,7 @@ class ResultsError(ValueError):
 
 def row_key(row: dict) -> tuple:
     """Hashable identity of a point, for --resume, gate and de-duplication."""
-    return tuple(json.dumps(row.get(f), sort_keys=True) for f in KEY_FIELDS)
+    return tuple(json.dumps(row.get(f, KEY_DEFAULTS.get(f)), sort_keys=True) for f in KEY_FIELDS)
 
 
 def _clean(value: Any) -> Any:

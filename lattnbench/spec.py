@@ -109,6 +109,7 @@ class Case:
     initial_state: bool = False
     reverse: bool = False
     input_scale: float = 1.0  # q, k, v drawn ~N(0, scale²): magnitude stress
+    world_size: int = 1       # ranks (or mesh devices) the sequence is split over
 
     def __post_init__(self) -> None:
         for name in ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v"):
@@ -120,6 +121,8 @@ class Case:
             raise SpecError(f"unknown dtype {self.dtype!r}: choose from {', '.join(DTYPES)}")
         if self.decay not in DECAYS:
             raise SpecError(f"unknown decay {self.decay!r}: choose from {', '.join(DECAYS)}")
+        if not isinstance(self.world_size, int) or self.world_size < 1:
+            raise SpecError(f"world size must be a positive integer, got {self.world_size!r}")
         if not self.input_scale > 0:
             raise SpecError(f"input scale must be positive, got {self.input_scale}")
         if self.varlen is not None:
@@ -141,7 +144,8 @@ class Case:
         kv = f"/{self.kv_heads}" if self.kv_heads != self.heads else ""
         dims = f"D{self.dim_qk}" if self.dim_qk == self.dim_v else f"D{self.dim_qk}E{self.dim_v}"
         extra = "".join([" varlen" if self.varlen else "", " h0" if self.initial_state else "",
-                         " rev" if self.reverse else "", f" x{self.input_scale:g}" if self.input_scale != 1 else ""])
+                         " rev" if self.reverse else "", f" x{self.input_scale:g}" if self.input_scale != 1 else "",
+                         f" P{self.world_size}" if self.world_size != 1 else ""])
         return f"B{self.batch} T{self.seqlen} H{self.heads}{kv} {dims} {self.dtype}{extra}"
 
     def fields(self) -> dict:
@@ -150,6 +154,8 @@ class Case:
         d["varlen"] = list(self.varlen) if self.varlen else None
         if self.input_scale == 1:  # the common case keeps the row's identity it always had
             del d["input_scale"]
+        if self.world_size == 1:
+            del d["world_size"]
         return d
 
     def with_(self, **kw) -> "Case":
@@ -184,3 +190,8 @@ def expand(ns: Sequence[int], batches: Sequence[int], heads: Sequence[int], kv_h
                                 out.extend(Case(b, t, h, hk, d, e, dt, decay, None, h0, reverse, input_scale)
                                            for t in ns)
     return out
+
+
+def with_world_sizes(cases: Sequence[Case], world_sizes: Sequence[int]) -> list[Case]:
+    """Every case at every world size, world size outermost (the points of one size share their ranks)."""
+    return [c.with_(world_size=w) for w in world_sizes for c in cases]

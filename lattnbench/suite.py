@@ -10,7 +10,8 @@
     n = "512..32768"
     batch = 4
     heads = 32
-    dim = 128                             # also: kv_heads, dim_v, dtype = "bf16,fp16", decay
+    dim = 128                             # also: kv_heads, dim_v, dtype = "bf16,fp16", decay,
+                                          # world_size = "1,2,4" (ranks the sequence is split over)
 
     [speed]                               # each section present is one measurement
     modes = ["fwd", "bwd"]
@@ -33,10 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, expand, parse_choices, parse_range
+from lattnbench.spec import (DECAYS, DTYPES, MODES, Case, SpecError, expand, parse_choices, parse_range,
+                             with_world_sizes)
 
 AXIS_KEYS = ("n", "batch", "heads", "kv_heads", "dim", "dim_v", "dtype", "decay", "initial_state",
-             "reverse", "varlen", "input_scale")
+             "reverse", "varlen", "input_scale", "world_size")
 TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device", "axes", "speed", "memory",
             "check-grad", "check-rows")
 SECTION_KEYS = {"speed": ("modes", "budget", "kernels", "axes"),
@@ -133,7 +135,9 @@ def cases_from_axes(axes: dict, where: str) -> list[Case]:
         for x in varlen:
             _typed(x, (int,), _where(where, "axes.varlen"), "a list of positive integers")
     scale = _typed(axes.get("input_scale", 1.0), (int, float), _where(where, "axes.input_scale"), "a positive number")
-    return expand(ns, bs, hs, kvs, ds, dvs, dts, decay, h0s, reverse, varlen or None, float(scale))
+    worlds = _range(axes.get("world_size", 1), _where(where, "axes.world_size"))
+    return with_world_sizes(expand(ns, bs, hs, kvs, ds, dvs, dts, decay, h0s, reverse, varlen or None, float(scale)),
+                            worlds)
 
 
 def parse(doc: dict, where: str, default_name: str) -> Suite:

@@ -20,6 +20,9 @@ class Problem:
     ``fwdbwd``, ``bwd_callable``, ``sync`` and ``peak_mb``.
     """
 
+    #: the graph timer may capture and replay the calls (not so where other processes take part)
+    graph_timer = True
+
     def __init__(self, entry: KernelEntry, case: Case, device: str, seed: int = 0) -> None:
         self.entry, self.case, self.family = entry, case, entry.family
         self.device_name, self.seed = device, seed
@@ -36,6 +39,10 @@ class Problem:
             raise ValueError("a packed varlen case has no batch rows")
         sliced = {n: x[b:b + 1] for n, x in self.inputs().items()}
         return type(self)(self.entry, self.case.with_(batch=1), self.device_name, self.seed, tensors=sliced)
+
+    def row_fields(self, mode: str, metric: str) -> dict:
+        """Fields a measured row of this problem carries besides the timers' (sequence parallel: comm)."""
+        return {}
 
     def differentiable(self, present) -> list[str]:
         return [n for n in DIFFERENTIABLE if n in present]

@@ -41,6 +41,8 @@ class JaxProblem(Problem):
             raise Unsupported("fp64 in JAX needs JAX_ENABLE_X64=1")
         super().__init__(entry, case, device, seed)
         self.arrays = tensors if tensors is not None else self._build(arrays, seed)
+        if entry.sequence_parallel:
+            self.arrays = _split_over_devices(self.arrays, case)
         self.diff = self.differentiable(self.arrays)
         self._f = self._closure()
         self._fwd = jax.jit(self._f)
@@ -137,6 +139,20 @@ class JaxProblem(Problem):
             raise Unsupported("this JAX backend gives no memory analysis")
         peak = stats.temp_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
         return peak / 2**20, "xla.memory_analysis(temp+output)"
+
+
+def _split_over_devices(arrays: dict, case: Case) -> dict:
+    """A sequence-parallel kernel's inputs, placed once where its shard_map wants them: [B, T, ...]
+    tensors split along T over the mesh axis, the states replicated."""
+    from lattnbench.kernels.parallel.jax_sp import sequence_mesh, shardings
+
+    found = len(jax.devices())
+    if found != case.world_size:
+        raise Unsupported(f"world size {case.world_size} needs as many JAX devices; this process sees {found}")
+    if case.seqlen % case.world_size:
+        raise Unsupported(f"T={case.seqlen} must be a multiple of the {case.world_size} devices")
+    split, whole = shardings(sequence_mesh(case.world_size))
+    return {n: jax.device_put(x, split if n in ("q", "k", "v", "do", "g") else whole) for n, x in arrays.items()}
 
 
 def is_oom(exc: BaseException) -> bool:

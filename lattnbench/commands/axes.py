@@ -1,12 +1,13 @@
 """The sweep axes shared by ``speed``, ``memory`` and ``check-grad``: options, defaults, parsing."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 
-from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, expand, parse_choices, parse_range
+from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, expand, parse_choices, parse_range, with_world_sizes
 
 RANGE_HELP = "range grammar: 512..32768 (doubling), 512..4096:x2, 1000..4000:+1000, 512,1000,4096"
 
@@ -39,6 +40,10 @@ ISOLATE = Annotated[str, typer.Option(
 REPEAT = Annotated[int, typer.Option(
     "--repeat", min=1, max=100, help="Run the speed sweep R times, rotating the kernel order each run; rows "
     "report the median of the run medians and the spread across runs.")]
+WORLD_SIZE = Annotated[str | None, typer.Option(
+    "--world-size", "-P", help="Split each sequence over N ranks (range grammar: 1,2,4); only sequence-parallel "
+    "kernels (lightning/triton-sp, -sp-ring, jax-sp) run above 1. The tool starts the ranks itself; under "
+    "torchrun it is the launcher's WORLD_SIZE. See docs/sequence-parallel.md.", show_default=False)]
 POINT_TIMEOUT = Annotated[str, typer.Option(
     "--point-timeout", metavar="SECONDS",
     help="Give up on a point (a hung kernel) after this many seconds: it is recorded as 'timeout' and the "
@@ -81,8 +86,8 @@ CHECK_CPU = Defaults(n="64,100", batch="2", heads="4", dim="32", dtype="fp32")
 
 def cases(defaults: Defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay: str,
           initial_state: tuple[bool, ...] = (False,), reverse: bool = False,
-          varlen: str | None = None, input_scale: float = 1.0) -> list[Case]:
-    """Every case of the sweep, shape-major then n; raises SpecError on bad input."""
+          varlen: str | None = None, input_scale: float = 1.0, world_size: str | None = None) -> list[Case]:
+    """Every case of the sweep, world size outermost, then shape, then n; raises SpecError on bad input."""
     pick = lambda given, default: default if given is None else given  # noqa: E731 - "" is an error
     ns = parse_range(pick(n, defaults.n), "--n")
     bs = parse_range(pick(batch, defaults.batch), "--batch")
@@ -92,7 +97,20 @@ def cases(defaults: Defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, deca
     kvs = None if kv_heads is None else parse_range(kv_heads, "--kv-heads")
     dts = parse_choices(pick(dtype, defaults.dtype), DTYPES, "dtype")
     lengths = parse_lengths(varlen) if varlen else None
-    return expand(ns, bs, hs, kvs, ds, dvs, dts, decay, initial_state, reverse, lengths, input_scale)
+    return with_world_sizes(expand(ns, bs, hs, kvs, ds, dvs, dts, decay, initial_state, reverse, lengths, input_scale),
+                            world_sizes(world_size))
+
+
+def world_sizes(text: str | None) -> list[int]:
+    """``--world-size``: under torchrun the launcher's WORLD_SIZE (a different value is an error)."""
+    from lattnbench.runner.ranks import under_torchrun
+
+    if under_torchrun():
+        launched = int(os.environ["WORLD_SIZE"])
+        if text is not None and parse_range(text, "--world-size") != [launched]:
+            raise SpecError(f"--world-size {text} under torchrun, which started {launched} ranks")
+        return [launched]
+    return parse_range(text or "1", "--world-size")
 
 
 def parse_lengths(text: str) -> list[int]:

@@ -32,6 +32,7 @@ def register(app: typer.Typer) -> None:
                                         "the first and last batch rows against themselves computed alone "
                                         "(no reference needed: sizes past 2^31 elements, offset overflow)."),
         resume: axes.RESUME = False, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
+        world_size: axes.WORLD_SIZE = None,
     ) -> None:
         """Error ratios of o, final state, dq, dk, dv, dh0 (and dg) against the fp64 reference.
 
@@ -42,7 +43,8 @@ def register(app: typer.Typer) -> None:
         (the Triton kernel in the interpreter). Exit 1 when anything fails.
         """
         from lattnbench.commands.common import die
-        from lattnbench.commands.sweep import execute, finish, guarded, open_writer, pick_kernels, resolve_isolation, setup
+        from lattnbench.commands.sweep import (execute, finish, guarded, open_writer, pick_kernels, resolve_isolation,
+                                               runs_at, setup)
         from lattnbench.commands.tables import check_tables
         from lattnbench.env import collect
         from lattnbench.runner.plan import Task
@@ -56,11 +58,12 @@ def register(app: typer.Typer) -> None:
             die(f"bad --initial-state {initial_state!r}: choose off, on or both")
         cases = guarded(lambda: axes.cases(defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay,
                                            initial_state=h0, reverse=reverse, varlen=varlen,
-                                           input_scale=input_scale))
-        chosen = guarded(lambda: pick_kernels(reg, kernels, dev, plugins=kernel, timing=False))
+                                           input_scale=input_scale, world_size=world_size))
+        parallel = any(c.world_size > 1 for c in cases)
+        chosen = guarded(lambda: pick_kernels(reg, kernels, dev, plugins=kernel, timing=False, parallel=parallel))
         kind = "check-rows" if batch_rows else "check-grad"
         tasks = [Task(kind, e.name, c, seed=seed) for c in cases for e in chosen
-                 if not (e.family == "softmax" and c.initial_state)]  # softmax has no state
+                 if not (e.family == "softmax" and c.initial_state) and runs_at(e, c)]  # softmax has no state
         writer = open_writer(out, "check-grad", collect(), resume=resume)
         execute("check-grad", tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s, repeat=1,
                 plugins=kernel, resume=resume)

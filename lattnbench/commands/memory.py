@@ -22,6 +22,7 @@ def register(app: typer.Typer) -> None:
         device: axes.DEVICE = "auto", out: axes.OUT = None, json_: axes.JSON = False,
         decay: axes.DECAY = "alibi", resume: axes.RESUME = False, isolate: axes.ISOLATE = "auto",
         point_timeout: axes.POINT_TIMEOUT = "0",
+        world_size: axes.WORLD_SIZE = None,
     ) -> None:
         """Peak memory above the live inputs, in MB, for fwd (no autograd graph) and fwd+bwd.
 
@@ -33,4 +34,4 @@ def register(app: typer.Typer) -> None:
         from lattnbench.commands.sweep import sweep_command
 
         sweep_command("memory", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
-             json_, decay, resume, 0.0, 1, isolate, point_timeout)
+             json_, decay, resume, 0.0, 1, isolate, point_timeout, world_size)

@@ -50,7 +50,8 @@ def register(app: typer.Typer) -> None:
         process and the gradient checks run after all timing. Exit 1 when a point fails or errors.
         """
         from lattnbench.commands.common import die
-        from lattnbench.commands.sweep import execute, finish, open_writer, pick_kernels, resolve_isolation, results_root, setup
+        from lattnbench.commands.sweep import (execute, finish, open_writer, pick_kernels, resolve_isolation,
+                                               results_root, runs_at, setup)
         from lattnbench.commands.tables import check_tables, memory_tables, speed_tables
         from lattnbench.env import collect, machine_name
         from lattnbench.runner.plan import Task
@@ -80,6 +81,8 @@ def register(app: typer.Typer) -> None:
                     chosen = pick_kernels(reg, m.kernels or None, dev, plugins=kernel,
                                           timing=m.kind not in ("check-grad", "check-rows"))
                     for entry in [*chosen, *with_plugins(reg, chosen, kernel)]:
+                        if not runs_at(entry, case):  # a single-GPU kernel beside the sequence-parallel ones
+                            continue
                         if m.kind in ("check-grad", "check-rows"):
                             if not (entry.family == "softmax" and case.initial_state):
                                 tasks.append(Task(m.kind, entry.name, case, seed=m.seed))

@@ -21,7 +21,7 @@ from lattnbench.spec import SpecError
 
 #: what makes a point (a progress step) besides kernel, metric and run: a row without its mode and tensor
 POINT_FIELDS = ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v", "dtype", "decay", "varlen",
-                "initial_state", "reverse", "input_scale", "check")
+                "initial_state", "reverse", "input_scale", "check", "world_size")
 
 #: where runs write when --out is not given (outside any checkout, so a run never dirties one)
 RESULTS_ENV = "LATTNBENCH_RESULTS_DIR"
@@ -37,12 +37,13 @@ def results_root() -> Path:
 
 
 def pick_kernels(reg: Registry, patterns: list[str] | None, device: str, families=None,
-                 plugins: list[str] | None = None, timing: bool = True) -> list[KernelEntry]:
+                 plugins: list[str] | None = None, timing: bool = True, parallel: bool = False) -> list[KernelEntry]:
     """Named kernels, or the defaults of ``families`` (plus the plugins given with ``--kernel``).
 
     Defaults: for timing, the bundled kernels timed by default on the device; for check-grad
-    (``timing`` False) every available bundled kernel that is not a reference. Peers and plugins
-    run when named; a glob leaves peers out and says so.
+    (``timing`` False) every available bundled kernel that is not a reference. With ``parallel``
+    (a world size above 1 asked for) the defaults are the sequence-parallel kernels instead. Peers
+    and plugins run when named; a glob leaves peers out and says so.
     """
     if patterns:
         chosen = reg.select(patterns)
@@ -51,19 +52,28 @@ def pick_kernels(reg: Registry, patterns: list[str] | None, device: str, familie
             err.print(f"[dim]note: the glob leaves out the peers {', '.join(left)}; name them to run them[/]",
                       highlight=False, soft_wrap=True)
         return chosen
-    chosen = [e for e in reg if default_kernel(e, device, timing) and (families is None or e.family in families)]
+    chosen = [e for e in reg if default_kernel(e, device, timing, parallel)
+              and (families is None or e.family in families)]
     if plugins:
         chosen += [e for e in reg if e.origin == "plugin" and e.loader.spec in plugins]
     return chosen
 
 
-def default_kernel(entry: KernelEntry, device: str, timing: bool = True) -> bool:
-    """Runs when no ``--kernels`` is given: bundled, not a reference, available; for timing also
-    timed by default on ``device`` and, on a CPU, not interpreted."""
+def default_kernel(entry: KernelEntry, device: str, timing: bool = True, parallel: bool = False) -> bool:
+    """Runs when no ``--kernels`` is given: bundled, not a reference, available, sequence parallel
+    exactly when ``parallel``; for timing also timed by default on ``device`` (every sequence-parallel
+    one when ``parallel``) and, on a CPU, not interpreted."""
     if entry.reference or entry.origin != "bundled" or entry.available(device) is not None:
         return False
-    return not timing or (device in entry.timed_by_default
+    if entry.sequence_parallel != parallel:
+        return False
+    return not timing or ((parallel or device in entry.timed_by_default)
                           and not (device == "cpu" and entry.interpreted_on_cpu))
+
+
+def runs_at(entry: KernelEntry, case) -> bool:
+    """Only sequence-parallel kernels have points above world size 1."""
+    return case.world_size == 1 or entry.sequence_parallel
 
 
 def open_writer(path: str | Path | None, name: str, env: dict, resume: bool) -> ResultsWriter:
@@ -135,14 +145,19 @@ class Progress:
                   highlight=False, soft_wrap=True)
 
     def note(self, text: str) -> None:
-        err.print(f"[yellow]{text}[/]", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        err.print(f"[yellow]{escape(text)}[/]", highlight=False, soft_wrap=True)
 
 
 def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg: Registry, device: str, *,
             isolate: str, point_timeout: float, repeat: int, plugins: list[str] | None, resume: bool) -> None:
     """Run the tasks under a progress display; Ctrl-C / SIGTERM exit 130 / 143 after saving."""
     from lattnbench.runner.loop import Hooks, Interrupted, RunConfig, Runner
+    from lattnbench.runner.ranks import under_torchrun
 
+    if under_torchrun():  # this process is rank 0 of the launcher's ranks: every point runs here
+        isolate, point_timeout = "none", 0.0
     cfg = RunConfig(device=device, isolate=isolate, point_timeout=point_timeout, repeat=repeat,
                     plugins=tuple(plugins or ()), needs_ceilings=device == "cuda")
     runner = Runner(tasks, writer, reg, cfg, resume=resume)
@@ -155,8 +170,20 @@ def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg: Registry,
         try:
             runner.run()
         except Interrupted as exc:
+            _release_followers()
             err.print("[yellow]interrupted: every finished point is saved; --resume continues[/]")
             raise typer.Exit(128 + int(exc.signum)) from None
+    _release_followers()
+
+
+def _release_followers() -> None:
+    """Under torchrun: tell the other ranks that rank 0 is done."""
+    from lattnbench.runner.ranks import under_torchrun
+
+    if under_torchrun():
+        from lattnbench.adapters import sharded
+
+        sharded.stop_followers()
 
 
 def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], list]) -> None:
@@ -184,15 +211,28 @@ def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], 
 
 
 def setup(device: str, plugins: list[str] | None):
-    """Resolve the device and the registry; usage errors exit 2 with one line."""
+    """Resolve the device and the registry; usage errors exit 2 with one line.
+
+    Under torchrun every rank runs the command: rank 0 goes on as usual, the others follow its
+    calls on their shards and leave quietly (no tables, no results file).
+    """
     from lattnbench.measure.points import resolve_device
     from lattnbench.registry import registry_with
+    from lattnbench.runner.ranks import under_torchrun
 
     try:
         dev = resolve_device(device)
         reg = registry_with(plugins or [])
     except (Unsupported, SpecError) as exc:
         die(str(exc))
+    if under_torchrun():
+        from lattnbench.adapters import sharded
+
+        sharded.join(dev)
+        if sharded.rank() > 0:
+            sharded.follow(reg, dev)
+            sharded.leave()
+            raise typer.Exit(EXIT_OK)
     return dev, reg
 
 
@@ -216,7 +256,7 @@ def guarded(fn: Callable[[], object]):
 
 
 def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, plugins, mode, device, out,
-                  as_json, decay, resume, budget, repeat, isolate, point_timeout) -> None:
+                  as_json, decay, resume, budget, repeat, isolate, point_timeout, world_size=None) -> None:
     """speed and memory: the same sweep axes, one task per (case, kernel)."""
     from lattnbench.commands import axes
     from lattnbench.commands.tables import memory_tables, speed_tables
@@ -227,12 +267,14 @@ def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels
     dev, reg = setup(device, plugins)
     where = resolve_isolation(isolate, dev)
     defaults = axes.GPU_DEFAULTS if dev == "cuda" else axes.CPU_DEFAULTS
-    cases = guarded(lambda: axes.cases(defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay))
-    chosen = guarded(lambda: pick_kernels(reg, kernels, dev, ("lightning", "softmax"), plugins))
+    cases = guarded(lambda: axes.cases(defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay,
+                                       world_size=world_size))
+    parallel = any(c.world_size > 1 for c in cases)
+    chosen = guarded(lambda: pick_kernels(reg, kernels, dev, ("lightning", "softmax"), plugins, parallel=parallel))
     want = guarded(lambda: axes.modes(mode))
     if command == "memory":
         want = [m for m in want if m != "bwd"] or ["fwd"]
-    tasks = [Task(command, e.name, c, tuple(want), budget) for c in cases for e in chosen]
+    tasks = [Task(command, e.name, c, tuple(want), budget) for c in cases for e in chosen if runs_at(e, c)]
     writer = open_writer(out, command, collect(), resume)
     execute(command, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s,
             repeat=repeat if command == "speed" else 1, plugins=plugins, resume=resume)

@@ -96,6 +96,12 @@ def _shape(row: dict, flags: bool = True) -> str:
     return f"B{row['batch']} H{row['heads']}{kv} {dims} {row['dtype']}{extra}"
 
 
+def _column(row: dict) -> str:
+    """A table column: the kernel, and the world size it ran at when above 1."""
+    world = row.get("world_size") or 1
+    return row["kernel"] if world == 1 else f"{row['kernel']} P{world}"
+
+
 def _kernel_header(name: str) -> str:
     return name.replace("/", "/\n", 1)
 
@@ -153,10 +159,10 @@ def value_tables(rows: list[dict], metric: str, unit: str, title: str, timer: st
             groups[(r["mode"], _shape(r))].append(r)
     tables: list[Table] = []
     for (mode, shape), rs in groups.items():
-        kernels = list(dict.fromkeys(r["kernel"] for r in rs))
+        kernels = list(dict.fromkeys(_column(r) for r in rs))
         by_n: dict[int, dict[str, dict]] = defaultdict(dict)
         for r in rs:
-            by_n[r["seqlen"]][r["kernel"]] = r
+            by_n[r["seqlen"]][_column(r)] = r
         what = f"{timer} timer, {unit}, median" if speed else unit
         head = f"{title} · {mode} · {shape} · {what}"
         notes = legend(rs, timer) if speed else []
@@ -224,6 +230,8 @@ def _case_label(row: dict) -> str:
     run = " eager" if row.get("exec") == "eager" else ""
     check = f" {row['check']}" if row.get("check") else ""
     scale = f" x{row['input_scale']:g}" if row.get("input_scale") not in (None, 1) else ""
+    if (row.get("world_size") or 1) > 1:
+        scale += f" P{row['world_size']}"
     return f"T{row['seqlen']}" + "".join(flags) + scale + run + check
 
 

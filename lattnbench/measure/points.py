@@ -59,6 +59,9 @@ def resolve_device(device: str) -> str:
 def make_problem(entry: KernelEntry, case: Case, device: str, seed: int = 0, arrays=None):
     """The framework adapter's problem object for one kernel and case (imports lazily)."""
     if entry.framework == "torch":
+        if entry.sequence_parallel:
+            from lattnbench.adapters.sharded import ShardedTorchProblem
+            return ShardedTorchProblem(entry, case, device, seed, arrays)
         from lattnbench.adapters.torch_problem import TorchProblem
         return TorchProblem(entry, case, device, seed, arrays)
     from lattnbench.adapters.jax_problem import JaxProblem
@@ -66,8 +69,12 @@ def make_problem(entry: KernelEntry, case: Case, device: str, seed: int = 0, arr
 
 
 def base_row(entry: KernelEntry, case: Case, device: str, mode: str, metric: str) -> dict:
-    return {"kernel": entry.name, "family": entry.family, "framework": entry.framework,
-            "device": device, **case.fields(), "mode": mode, "metric": metric}
+    row = {"kernel": entry.name, "family": entry.family, "framework": entry.framework,
+           "device": device, **case.fields(), "mode": mode, "metric": metric}
+    if entry.sequence_parallel:  # every row of a sequence-parallel kernel says how it was split
+        row["world_size"] = case.world_size
+        row["seqlen_per_rank"] = -(-case.seqlen // case.world_size)  # the largest shard
+    return row
 
 
 def one_line(exc: BaseException) -> str:
@@ -94,6 +101,13 @@ def classify(exc: BaseException, entry: KernelEntry) -> tuple[str, str]:
         from lattnbench.adapters.jax_problem import is_oom
         oom = is_oom(exc)
     return ("oom", one_line(exc)) if oom else ("error", one_line(exc))
+
+
+def rank_share(case: Case) -> Case:
+    """The part of ``case`` one rank holds (the largest shard), as a world-size-1 case."""
+    if case.world_size == 1:
+        return case
+    return case.with_(seqlen=-(-case.seqlen // case.world_size), varlen=None, world_size=1)
 
 
 def point_gate(entry: KernelEntry, case: Case, device: str) -> tuple[str, str] | None:
@@ -157,7 +171,8 @@ class Sweeper:
             from lattnbench.measure.memory_estimate import free_bytes, too_big
 
             free = free_bytes(self.device)
-            big = {m: r for m in modes if (r := too_big(entry, case, m, self.device, free)) is not None}
+            mine = rank_share(case)  # each GPU holds its shard only
+            big = {m: r for m in modes if (r := too_big(entry, mine, m, self.device, free)) is not None}
             if not big:
                 return None
             rows = self._rows(entry, case, list(big), metric, "oom", big)
@@ -218,13 +233,14 @@ class Sweeper:
                 failed[mode] = ("fail", "NaN/Inf in the output")
             except Exception as exc:  # noqa: BLE001
                 failed[mode] = classify(exc, entry)
-        if not interpreted:
+        if not interpreted and problem.graph_timer:
             self._graph_timers(timed, backend)
         for mode in modes:
             row = base_row(entry, case, self.device, mode, "time_ms")
             if mode in timed:
                 _, pt, before, after = timed[mode]
                 row.update(timing_fields(pt, run, before, after), interpreted=interpreted, status="ok", reason=None)
+                row.update(problem.row_fields(mode, "time_ms"))
                 floor = floor_ms(case, entry.family, mode, self.ceilings)
                 if floor is not None:
                     row["floor_ms"] = floor
@@ -281,7 +297,7 @@ class Sweeper:
                 problem = make_problem(entry, case, self.device)
                 peak, method = problem.peak_mb(mode)
                 row.update(median=peak, p20=peak, p80=peak, samples=1, memory_method=method,
-                           status="ok", reason=None)
+                           status="ok", reason=None, **problem.row_fields(mode, "peak_mb"))
             except Exception as exc:  # noqa: BLE001
                 status, reason = classify(exc, entry)
                 row.update(status=status, reason=reason)

@@ -52,6 +52,27 @@ def _lightning_triton_compiled(mode: str | None) -> Callable[[], Callable]:
     return loader
 
 
+def _lightning_sp(comm: str) -> Callable[[], Callable]:
+    """This rank's shard through the sequence-parallel step over the default process group."""
+    def loader() -> Callable:
+        from lattnbench.kernels.parallel.lightning_sp import lightning_attn_sp
+
+        def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+            return lightning_attn_sp(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens, comm=comm)
+        return fn
+    return loader
+
+
+def _lightning_jax_sp() -> Callable:
+    from lattnbench.kernels.parallel.jax_sp import lightning_attn_shard_map
+
+    def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+        if cu_seqlens is not None:
+            raise ValueError("lightning/jax-sp takes no packed varlen (one SPMD program per shard layout)")
+        return lightning_attn_shard_map(q, k, v, gamma, scale, initial_state, reverse)
+    return fn
+
+
 def _jax_lightning(impl: str) -> Callable[[], Callable]:
     def loader() -> Callable:
         from lattnbench.kernels.jax import recurrent
@@ -172,6 +193,16 @@ def entries() -> list[KernelEntry]:
                     requires=("jax_triton", "triton"),
                     features=LINEAR_FEATURES - {"varlen"},
                     description="the bundled Triton kernel called from JAX through jax-triton, custom VJP"),
+        KernelEntry("lightning/triton-sp", "lightning", "torch", _lightning_sp("allgather"), requires=("triton",),
+                    interpreted_on_cpu=True, sequence_parallel=True, timed_by_default=(),
+                    description="the Triton kernel sequence parallel over torch.distributed: one all-gather "
+                                "of the states (LASP-2)"),
+        KernelEntry("lightning/triton-sp-ring", "lightning", "torch", _lightning_sp("ring"), requires=("triton",),
+                    interpreted_on_cpu=True, sequence_parallel=True, timed_by_default=(),
+                    description="the same with the state passed rank to rank by send/recv (LASP-1 ring)"),
+        KernelEntry("lightning/jax-sp", "lightning", "jax", _lightning_jax_sp, sequence_parallel=True,
+                    timed_by_default=(), features=LINEAR_FEATURES - {"varlen"},
+                    description="shard_map over a mesh axis: all-gather of the states, local chunked kernel"),
         KernelEntry("lightning/jax-chunked", "lightning", "jax", _jax_lightning("chunked"),
                     timed_by_default=("cpu",),
                     description="block-parallel Lightning-2 form in pure JAX/XLA"),

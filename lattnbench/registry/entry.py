@@ -38,6 +38,7 @@ class KernelEntry:
     fixed_scale: float | None = None  # kernels without a scale argument (the reference uses it too)
     final_state: bool = True          # returns S_T (softmax kernels never do)
     timed_by_default: tuple[str, ...] = ("cpu", "cuda")  # devices where a plain speed / memory run includes it
+    sequence_parallel: bool = False   # takes its rank's shard of the sequence (world size >= 1)
 
     def available(self, device: str) -> str | None:
         """None when the kernel can run on ``device``, else why not (package missing, no GPU)."""
@@ -71,6 +72,10 @@ class KernelEntry:
             if scores > self.max_scores:
                 return (f"quadratic kernel: {case.seqlen}² scores per head exceed its limit "
                         "(the chunked reference takes over for long sequences)")
+        if case.world_size > 1 and not self.sequence_parallel:
+            return f"not sequence parallel: runs at world size 1, not {case.world_size}"
+        if self.sequence_parallel and case.seqlen < case.world_size:
+            return f"{case.seqlen} tokens cannot give each of {case.world_size} ranks a token"
         if self.case_check is not None:
             return self.case_check(case)
         return None

@@ -24,6 +24,8 @@ PLUGIN_ATTRIBUTES = {
     "lattnbench_scale": "a fixed scale for kernels without a scale argument (the reference uses it too)",
     "lattnbench_final_state": "False when it returns (o, None) (default True)",
     "lattnbench_description": "one line for `lattnbench list` (default the docstring's first line)",
+    "lattnbench_sequence_parallel": "True when it takes this rank's shard of the sequence and runs at "
+                                    "--world-size N (default False)",
 }
 _DEVICES = ("cpu", "cuda")
 _SOFTMAX_FEATURES = frozenset({"gqa", "dv", "any_dim"})
@@ -99,13 +101,16 @@ def load_plugin(spec: str, default_name: str | None = None) -> KernelEntry:
     final_state = getattr(fn, "lattnbench_final_state", family != "softmax")
     if not isinstance(final_state, bool):
         raise SpecError(f"plugin {spec!r}: lattnbench_final_state must be True or False")
+    parallel = getattr(fn, "lattnbench_sequence_parallel", False)
+    if not isinstance(parallel, bool):
+        raise SpecError(f"plugin {spec!r}: lattnbench_sequence_parallel must be True or False")
     doc = (fn.__doc__ or "").strip()
     description = getattr(fn, "lattnbench_description", doc.splitlines()[0] if doc else f"plugin {spec}")
     return KernelEntry(
         name=name, family=family, framework=framework, loader=_PluginLoader(fn, f"{module_name}:{attr}"),
         devices=devices, dtypes=dtypes, features=features, case_check=supports,
         fixed_scale=None if scale is None else float(scale), final_state=final_state,
-        description=str(description), origin="plugin",
+        description=str(description), origin="plugin", sequence_parallel=parallel,
     )
 
 

@@ -70,6 +70,8 @@ class Job:
     tasks: list[Task]
     worker: bool
     forget_tuning: bool = False
+    world_size: int = 1  # ranks or mesh devices the job's points split the sequence over
+    ranks: int = 1       # processes that run the job (world_size for torch, 1 for JAX)
 
 
 @dataclass
@@ -160,7 +162,10 @@ class Runner:
         self.order = [list(dict.fromkeys(t.kernel for t in run if t.times)) for run in runs]
         if resume:
             runs = [pending(run, writer, cfg.device, registry) for run in runs]
-        self.jobs = make_jobs(runs, cfg.isolate, cfg.point_timeout)
+        from lattnbench.runner.ranks import split_jobs, under_torchrun
+
+        self.jobs = split_jobs(make_jobs(runs, cfg.isolate, cfg.point_timeout),
+                               lambda name: registry[name].framework, in_workers=not under_torchrun())
         self.total = sum(len(j.tasks) for j in self.jobs)
 
     @property
@@ -263,14 +268,23 @@ class WorkerJob:
         job_path, rows_path, beat_path = (self.dir / f"{p}-{n}.{x}" for p, x in
                                           (("job", "json"), ("rows", "jsonl"), ("beat", "json")))
         job_path.write_text(json.dumps({
-            "device": self.runner.cfg.device, "plugins": list(self.runner.cfg.plugins),
+            "device": self.runner.cfg.device, "plugins": list(self.runner.cfg.plugins), "ranks": self.job.ranks,
             "ceilings": self.runner.ceilings, "forget_tuning": self.job.forget_tuning,
             "rows": str(rows_path), "heartbeat": str(beat_path), "tasks": [t.to_json() for t in listed]}))
         rows_path.touch()
-        log = open(self.dir / f"log-{n}.txt", "w")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen([sys.executable, "-m", "lattnbench.runner.worker", str(job_path)],
-                                     env=self._env(), stdout=log, stderr=log, start_new_session=True)
-        log.close()
+        cmd = [sys.executable, "-m", "lattnbench.runner.worker", str(job_path)]
+        if self.job.world_size > 1:
+            from lattnbench.runner.ranks import RankGroup, device_env
+
+            env = {**self._env(), **device_env(self.job.world_size, self.job.ranks, self.runner.cfg.device)}
+            logs = [open(self.dir / f"log-{n}{'' if r == 0 else f'-rank{r}'}.txt", "w")  # noqa: SIM115
+                    for r in range(self.job.ranks)]
+            self.proc = RankGroup(cmd, env, self.job.ranks, logs)
+        else:
+            logs = [open(self.dir / f"log-{n}.txt", "w")]  # noqa: SIM115 - closed with the process
+            self.proc = subprocess.Popen(cmd, env=self._env(), stdout=logs[0], stderr=logs[0], start_new_session=True)
+        for log in logs:
+            log.close()
         return rows_path, beat_path, listed
 
     def _kill(self, sig: int = signal.SIGKILL) -> None:
@@ -280,8 +294,30 @@ class WorkerJob:
             except ProcessLookupError:
                 pass
 
-    def _log_tail(self) -> str:
-        logs = sorted(self.dir.glob("log-*.txt"), key=lambda p: p.stat().st_mtime)
+    def _devices_short(self) -> str | None:
+        """Why this machine cannot give each rank a GPU of its own, or None."""
+        if self.job.world_size == 1 or self.runner.cfg.device != "cuda":
+            return None
+        from lattnbench.measure.points import cuda_devices
+
+        found = cuda_devices()
+        if found >= self.job.world_size:
+            return None
+        return f"world size {self.job.world_size} needs as many GPUs; {found} visible"
+
+    def _died(self, rc: int) -> str:
+        """How the worker (or, at a world size above 1, the rank that failed first) ended, with its last log line."""
+        how = _describe(rc)
+        describe = getattr(self.proc, "describe", None)
+        if describe is None:
+            return how
+        tail = self._log_tail(self.proc.failed_rank)
+        return describe(how) + (f": {tail}" if tail else "")
+
+    def _log_tail(self, rank: int | None = None) -> str:
+        pattern = "log-*.txt" if not rank else f"log-*-rank{rank}.txt"
+        logs = sorted((p for p in self.dir.glob(pattern) if rank or "-rank" not in p.name),
+                      key=lambda p: p.stat().st_mtime)
         if not logs:
             return ""
         lines = [ln.strip() for ln in logs[-1].read_text(errors="replace").splitlines() if ln.strip()]
@@ -290,6 +326,11 @@ class WorkerJob:
     def run(self) -> None:
         runner, todo = self.runner, list(self.job.tasks)
         timeout = runner.cfg.point_timeout
+        short = self._devices_short()
+        if short:
+            for task in todo:
+                runner.record_failure(task, "unsupported", short)
+            return
         try:
             while todo:
                 listed, finished, in_flight, timed_out = self._one_worker(todo, timeout)
@@ -306,8 +347,8 @@ class WorkerJob:
                     raise Interrupted(signal.SIGINT)
                 elif stuck is not None:
                     task = listed[stuck]
-                    runner.record_failure(task, "error", f"the process died ({_describe(rc)}) while running this point")
-                    what = f"crash: the worker died ({_describe(rc)}) running {task.label()}"
+                    runner.record_failure(task, "error", f"the process died ({self._died(rc)}) while running this point")
+                    what = f"crash: the worker died ({self._died(rc)}) running {task.label()}"
                 else:  # died before its first point or between points: no point to blame
                     tail = self._log_tail()
                     why = f"the worker process ended ({_describe(rc)}) outside any point{': ' + tail if tail else ''}"

@@ -53,14 +53,32 @@ def _machine(device: str) -> dict:
 
 
 def run_job(job: dict) -> None:
-    from lattnbench.measure.points import execute
-    from lattnbench.runner.plan import Task
+    """The job's tasks in order; at a world size above 1, as rank 0 of its ranks or as a follower."""
     from lattnbench.registry import registry_with
 
     device = job["device"]
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     registry = registry_with(job.get("plugins") or [])
+    if int(job.get("ranks", 1)) > 1:
+        from lattnbench.adapters import sharded
+
+        sharded.join(device)
+        if sharded.rank() > 0:  # rank 0 measures and writes; the others make its calls on their shards
+            sharded.follow(registry, device)
+            return
+        try:
+            _run_tasks(job, registry, device)
+        finally:
+            sharded.stop_followers()
+        return
+    _run_tasks(job, registry, device)
+
+
+def _run_tasks(job: dict, registry, device: str) -> None:
+    from lattnbench.measure.points import execute
+    from lattnbench.runner.plan import Task
+
     ceilings = job.get("ceilings") or {}
     beat, timed = Path(job["heartbeat"]), 0
     remember = bool(job.get("forget_tuning")) and tuning.store_enabled()

@@ -186,7 +186,7 @@ REFERENCE_PREFERENCE = ("softmax/sdpa-flash", "softmax/flash-attn", "softmax/sdp
                         "softmax/naive-torch")
 #: fields that make a shape group (every field of a point but kernel, seqlen, mode, metric)
 SHAPE_FIELDS = ("device", "batch", "heads", "kv_heads", "dim_qk", "dim_v", "dtype", "decay",
-                "varlen", "initial_state", "reverse", "input_scale")
+                "varlen", "initial_state", "reverse", "input_scale", "world_size")
 DASH = "—"
 
 
@@ -264,7 +264,8 @@ def shape_label(row: dict, seqlen: bool = False) -> str:
     extra = "".join([f" decay={row['decay']}" if row.get("decay") else "",
                      " varlen" if row.get("varlen") else "",
                      " h0" if row.get("initial_state") else "", " rev" if row.get("reverse") else "",
-                     f" x{row['input_scale']:g}" if row.get("input_scale") not in (None, 1) else ""])
+                     f" x{row['input_scale']:g}" if row.get("input_scale") not in (None, 1) else "",
+                     f" P{row['world_size']}" if (row.get("world_size") or 1) > 1 else ""])
     return f"B{row['batch']}{t} H{row['heads']}{kv} {dims} {row['dtype']}{extra}"
 
 

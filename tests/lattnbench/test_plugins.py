@@ -200,12 +200,14 @@ def test_every_attribute_is_honoured(monkeypatch, tmp_path):
     described.lattnbench_scale = 1.0
     described.lattnbench_final_state = False
     described.lattnbench_description = "described in full"
+    described.lattnbench_sequence_parallel = True  # at world size 1 its shard is the whole sequence
     assert {a for a in dir(described) if a.startswith("lattnbench_")} | {"lattnbench_family", "lattnbench_framework"} \
         == set(PLUGIN_ATTRIBUTES)
     mod = _module(monkeypatch, described=described)
     e = load_plugin(f"{mod}:described")
     assert (e.name, e.devices, e.dtypes, e.features) == ("mine/described", ("cpu",), ("fp32",), frozenset())
     assert e.fixed_scale == 1.0 and not e.final_state and e.description == "described in full"
+    assert e.sequence_parallel
 
     out = tmp_path / "cg.json"
     res = invoke("check-grad", "--kernel", f"{mod}:described", "-k", "mine/described", "--device", "cpu",

@@ -1,0 +1,56 @@
+"""--world-size: the tool starts the ranks itself (gloo on the CPU), rank 0 writes the rows.
+
+One run of the real CLI at world size 2 serves every check (each start of ranks imports torch
+in two processes): the Triton kernel (interpreter) on packed sequences that cross the shard
+boundary, backwards, with h0, against the fp64 reference; then a kernel whose rank 1 dies and
+one whose rank 1 hangs. The failures become rows with their reasons, and the finished point stays.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from lattnbench.registry import default_registry
+from lattnbench.results import row_key
+from lattnbench.spec import Case
+
+HERE = Path(__file__).parent
+BOOT = [sys.executable, "-c", "import sys; sys.argv[0] = 'lattnbench'; from lattnbench.cli import main; main()"]
+
+
+def test_world_size_2_checks_kernels_and_survives_a_rank_that_dies_or_hangs(tmp_path):
+    out = tmp_path / "sp.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(
+        [*BOOT, "check-grad", "--world-size", "2", "--kernel", "sp_faults:dies_on_rank1",
+         "--kernel", "sp_faults:hangs_on_rank1",
+         "-k", "lightning/triton-sp,plugin/dies_on_rank1,plugin/hangs_on_rank1",
+         "--varlen", "7,10,5", "--heads", "2", "--kv-heads", "1", "--dim", "16", "--reverse",
+         "--initial-state", "on", "--point-timeout", "6", "--device", "cpu", "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-3000:]  # the failed points make the run fail
+    rows = json.loads(out.read_text())["rows"]
+    by_kernel = {k: [r for r in rows if r["kernel"] == k]
+                 for k in ("lightning/triton-sp", "plugin/dies_on_rank1", "plugin/hangs_on_rank1")}
+    good = by_kernel["lightning/triton-sp"]
+    assert {r["tensor"] for r in good} == {"o", "final_state", "dq", "dk", "dv", "dh0"}
+    assert all(r["status"] == "ok" and r["median"] <= r["tol"] and r["world_size"] == 2 for r in good), good
+    died = by_kernel["plugin/dies_on_rank1"]
+    assert died and all(r["status"] == "error" and "rank 1 of 2 ended (exit status 7)" in r["reason"] for r in died)
+    hung = by_kernel["plugin/hangs_on_rank1"]
+    assert hung and all(r["status"] == "timeout" for r in hung)
+    assert "crash" in done.stderr and "timeout" in done.stderr
+
+
+def test_world_size_is_part_of_a_points_identity_and_old_rows_are_world_size_1():
+    one, two = Case(1, 64, 2, 2, 16, 16, "fp32"), Case(1, 64, 2, 2, 16, 16, "fp32", world_size=2)
+    assert "world_size" not in one.fields() and two.fields()["world_size"] == 2
+    old = {"kernel": "lightning/triton", "seqlen": 64, "metric": "time_ms"}  # written before world_size existed
+    assert row_key(old) == row_key({**old, "world_size": 1}) != row_key({**old, "world_size": 2})
+    reg = default_registry()
+    assert "not sequence parallel" in reg["lightning/triton"].supports(two, "cpu")
+    assert reg["lightning/triton-sp"].supports(two, "cpu") is None
+    assert "cannot give each" in reg["lightning/triton-sp"].supports(two.with_(seqlen=1, world_size=2), "cpu")
