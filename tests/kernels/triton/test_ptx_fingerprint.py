@@ -21,7 +21,7 @@ def test_list_covers_every_default_config_in_every_role():
     got = {tuple(line.split()[:6]) for line in out.splitlines() if "/interp" not in line}
 
     def want(name, table, table_t):
-        rows = [(*c, 0) for c in table] + list(table_t)
+        rows = [(*c, 0) for c in table] + list(table_t) + [C.FP32_CONFIG]
         return {(name, f"BT={bt}", f"BV={bv}", f"TR={tr}", f"w{w}", f"s{s}") for bt, bv, w, s, tr in rows}
 
     expected = want("fwd", C.FWD_CONFIGS, C.FWD_CONFIGS_T)
