@@ -32,8 +32,8 @@ def static(
 ) -> None:
     """Compile every bundled kernel without running it and record what the compilers made of it.
 
-    Triton: each default autotune config of the Lightning forward and backward roles, compiled
-    ahead of time for sm_90 at D=E=128 bf16 (no GPU needed): registers, spilled bytes, shared
+    Triton: each default autotune config of the Lightning and GLA forward and backward launches,
+    compiled ahead of time for sm_90 at D=E=128 bf16 (no GPU needed): registers, spilled bytes, shared
     memory, PTX instructions in all and in the chunk loop, mma/wgmma count. JAX: XLA's cost and
     memory analyses on the CPU backend, fwd and fwd+bwd, at small fixed shapes. Every row names
     its compiler versions.
@@ -49,8 +49,8 @@ def static(
     tri, xl = [], []
     if only in ("all", "triton"):
         try:
-            from lattnbench.static.lightning_jobs import default_jobs
-            tri = default_jobs()
+            from lattnbench.static import gla_jobs, lightning_jobs
+            tri = lightning_jobs.default_jobs() + gla_jobs.default_jobs()
         except ImportError as exc:
             die(f"the Triton kernels cannot be compiled here: {exc}")
     if only in ("all", "jax"):
