@@ -102,26 +102,46 @@ def _num(v: float) -> str:
     return f"{v / 1e3:.3g}k" if v >= 1e4 else f"{v:g}"
 
 
-def _table(doc: dict) -> None:
-    """One table per compiler family (Triton, XLA); one line per kernel and config or shape and mode."""
-    from rich.table import Table
+#: ungated metrics a narrow terminal drops first, then the mma count (wgmma stays)
+DROPPABLE = ("ptx_instructions", "output_bytes", "mma")
+
+
+def static_tables(doc: dict, width: int) -> list:
+    """One table per compiler family (Triton, XLA); one line per kernel and config or shape and
+    mode. The widest layout that fits ``width`` columns; the JSON keeps every metric."""
+    from lattnbench.commands.tables import _table as make_table, fit
 
     groups: dict[tuple, dict] = {}
     for r in doc["rows"]:
         groups.setdefault((r["kernel"], r["config"], r["shape"], r["mode"]), {})[r["metric"]] = r["value"]
-    for title, is_triton in (("lightning/triton, sm_90 AOT, D=E=128 bf16", True), ("XLA, CPU backend", False)):
+    tables = []
+    for title, is_triton in (("Triton, sm_90 AOT, D=E=128 bf16", True), ("XLA, CPU backend", False)):
         mine = {k: v for k, v in groups.items() if ("registers" in v) is is_triton}
         if not mine:
             continue
-        metrics = [m for m in HEADERS if any(m in v for v in mine.values())]
-        table = Table(title=title, title_justify="left")
-        for col in ("kernel", "config" if is_triton else "shape") + (() if is_triton else ("mode",)):
-            table.add_column(col, no_wrap=True)
-        for m in metrics:
-            table.add_column(HEADERS[m], justify="right", no_wrap=True)
-        for (kernel, config, shape, mode), vals in mine.items():
-            lead = (kernel.split(":")[-1], config) if is_triton else (kernel, shape.removesuffix(" fp32"), mode)
-            table.add_row(*lead, *(_num(vals[m]) if m in vals else "" for m in metrics))
+        every = [m for m in HEADERS if any(m in v for v in mine.values())]
+
+        def layout(metrics: list[str], gap: int, title=title, is_triton=is_triton, mine=mine):
+            def make():
+                table = make_table(title, gap)
+                for col in ("kernel", "config") if is_triton else ("kernel", "shape", "mode"):
+                    table.add_column(col, no_wrap=True)
+                for m in metrics:
+                    table.add_column(HEADERS[m], justify="right", no_wrap=True)
+                for (kernel, config, shape, mode), vals in mine.items():
+                    lead = (kernel, config) if is_triton else (kernel, shape.removesuffix(" fp32"), mode)
+                    table.add_row(*lead, *(_num(vals[m]) if m in vals else "" for m in metrics))
+                return table
+            return make
+
+        shorter = [[m for m in every if m not in DROPPABLE[:i]] for i in range(len(DROPPABLE) + 1)]
+        table = fit([layout(ms, gap) for ms in shorter for gap in (2, 1)], width)
+        tables.append(table if table is not None else layout(shorter[-1], 1)())
+    return tables
+
+
+def _table(doc: dict) -> None:
+    for table in static_tables(doc, out.width):
         out.print(table)
 
 

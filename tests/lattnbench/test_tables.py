@@ -248,3 +248,24 @@ def test_check_table_of_unavailable_and_eager_rows_fits_80_columns():
     text = "".join(render(t) for t in check_tables(rows, width=80))
     assert_fits(text)
     assert "n/a" in text and "eager" in text and "≠" in text and "not installed" in text
+
+
+def test_static_tables_fit_80_columns_and_keep_the_gated_metrics():
+    import random
+
+    from lattnbench.commands.static import HEADERS, static_tables
+
+    rng = random.Random()
+    rows = []
+    for kernel, config in (("gla/triton:bwd-dqdkdg", "BT=64 BS=32 w8 s2"), ("lightning/triton:bwd-dq", "BT=64 BV=128 TR=3 w8 s4")):
+        for metric in ("registers", "spilled_bytes", "shared_bytes", "ptx_instructions", "loop_instructions", "mma", "wgmma"):
+            rows.append(dict(kernel=kernel, config=config, shape="D=E=128 bf16", mode="compile", metric=metric,
+                             value=rng.randrange(1, 300_000)))
+    for metric in ("flops", "bytes_accessed", "temp_bytes", "output_bytes"):
+        rows.append(dict(kernel="lightning/jax-recurrent", config="default", shape="B1 T1024 H2 D64 fp32",
+                         mode="fwdbwd", metric=metric, value=rng.randrange(10**6, 10**9)))
+    text = "".join(render(t) for t in static_tables({"rows": rows}, 80))
+    assert_fits(text)
+    for gated in ("registers", "spilled_bytes", "shared_bytes", "loop_instructions", "wgmma", "flops", "temp_bytes"):
+        assert HEADERS[gated] in text
+    assert "gla/triton:bwd-dqdkdg" in text and "BT=64 BV=128 TR=3 w8 s4" in text
