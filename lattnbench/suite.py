@@ -6,6 +6,9 @@
     reference = "softmax/sdpa-flash"      # kernel that ratios and the gate compare against
     threshold = "10%"                     # the gate's default threshold against this suite's runs
 
+    [env]                                 # environment knobs the run sets (and records), e.g.
+    LIGHTNING_TRITON_AUTOTUNE = "0"       # one config per launch, for correctness sweeps
+
     [axes]                                # range grammar strings or integers
     n = "512..32768"
     batch = 4
@@ -39,8 +42,10 @@ from lattnbench.spec import (DECAYS, DTYPES, MODES, Case, SpecError, expand, par
 
 AXIS_KEYS = ("n", "batch", "heads", "kv_heads", "dim", "dim_v", "dtype", "decay", "initial_state",
              "reverse", "varlen", "input_scale", "world_size")
-TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device", "axes", "speed", "memory",
-            "check-grad", "check-rows")
+TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device", "axes", "env", "speed",
+            "memory", "check-grad", "check-rows")
+#: the knobs a suite may set: the kernels' and compilers' own (lattnbench.env.KNOB_PREFIXES)
+ENV_PREFIXES = ("LIGHTNING_TRITON_", "TRITON_", "FLA_", "JAX_", "XLA_")
 SECTION_KEYS = {"speed": ("modes", "budget", "kernels", "axes"),
                 "memory": ("modes", "kernels", "axes"),
                 "check-grad": ("kernels", "axes", "seed"),
@@ -69,6 +74,7 @@ class Suite:
     measurements: list[Measurement]
     threshold: str | None = None
     path: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def _where(path: str, key: str) -> str:
@@ -152,6 +158,11 @@ def parse(doc: dict, where: str, default_name: str) -> Suite:
     threshold = doc.get("threshold")
     if threshold is not None:
         _typed(threshold, (str,), _where(where, "threshold"), "a percentage such as '10%'")
+    env = _typed(doc.get("env", {}), (dict,), _where(where, "env"), "a table of strings")
+    for key, value in env.items():
+        if not isinstance(value, str) or not key.startswith(ENV_PREFIXES):
+            raise SpecError(f"{_where(where, 'env')}: {key} = {value!r}: give a string value to a knob "
+                            f"starting with {', '.join(ENV_PREFIXES)}")
     top_kernels = _str_list(doc.get("kernels", []), _where(where, "kernels"))
     top_axes = _typed(doc.get("axes", {}), (dict,), _where(where, "axes"), "a table")
     measurements = []
@@ -162,7 +173,7 @@ def parse(doc: dict, where: str, default_name: str) -> Suite:
             measurements.append(_measurement(kind, sec, label, where, top_axes, top_kernels))
     if not measurements:
         raise SpecError(f"{where}: nothing to measure (add a [speed], [memory] or [check-grad] section)")
-    return Suite(name, description, reference, device, measurements, threshold=threshold)
+    return Suite(name, description, reference, device, measurements, threshold=threshold, env=dict(env))
 
 
 def _measurement(kind: str, sec: Any, label: str, where: str, top_axes: dict, top_kernels: list[str]) -> Measurement:

@@ -1,6 +1,7 @@
 """``lattnbench run SUITE``: run a suite file in one go into one results file (+ CSV)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -63,6 +64,8 @@ def register(app: typer.Typer) -> None:
             spec = load_suite(suite)
         except SpecError as exc:
             die(str(exc))
+        # before any kernel module is imported here or in a worker: knobs are read at import
+        os.environ.update(spec.env)
         kinds = {m.kind for m in spec.measurements}
         if only is not None:
             wanted = {x.strip() for x in only.split(",") if x.strip()}

@@ -181,6 +181,20 @@ def test_a_plugin_given_to_run_joins_the_suites_measurements_of_its_family(plugi
     assert sorted(r["kernel"] for r in rows) == ["lightning/naive-torch", "plugin/faithful", "softmax/naive-torch"]
 
 
+def test_a_suites_env_knobs_are_set_for_the_run_and_recorded(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAX_LATTNBENCH_TEST_KNOB", "before")  # restored when the test ends
+    suite = tmp_path / "s.toml"
+    suite.write_text('name = "knob"\ndevice = "cpu"\nkernels = ["lightning/naive-torch"]\n'
+                     '[env]\nJAX_LATTNBENCH_TEST_KNOB = "set-by-suite"\n'
+                     '[axes]\nn = 16\nheads = 2\ndim = 8\n[speed]\nmodes = ["fwd"]\nbudget = 0.01\n')
+    res = invoke("run", suite, "--out", tmp_path / "o")
+    assert res.exit_code == 0, res.output
+    assert load(tmp_path / "o" / "knob.json")["env"]["knobs"]["JAX_LATTNBENCH_TEST_KNOB"] == "set-by-suite"
+    suite.write_text(suite.read_text().replace("JAX_LATTNBENCH_TEST_KNOB", "HOME"))
+    res = invoke("run", suite, "--out", tmp_path / "o2")
+    assert res.exit_code == 2 and "HOME" in res.output and "knob" in res.output
+
+
 def test_bad_isolation_is_a_usage_error(tmp_path):
     res = invoke("speed", "--isolate", "process", "--out", tmp_path / "x.json")
     assert res.exit_code == 2 and "--isolate" in res.output

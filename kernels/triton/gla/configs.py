@@ -11,7 +11,7 @@ import os
 
 import triton
 
-from ..lightning.configs import cdiv, pow2, shape_bucket  # noqa: F401 — the same host arithmetic
+from ..lightning.configs import AUTOTUNE, cdiv, pow2, shape_bucket  # noqa: F401 — the same host arithmetic
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -36,8 +36,12 @@ SAFE_SPREAD = 120.0
 
 
 def autotune_configs(table) -> list[triton.Config]:
+    """The autotune list; the interpreter's one config, or the first when autotuning is off
+    (``LIGHTNING_TRITON_AUTOTUNE=0``, the Lightning kernels' knob)."""
     if INTERPRET:
         table = [INTERP_CONFIG]
+    elif not AUTOTUNE:
+        table = table[:1]
     return [triton.Config({"BT": bt, "BS": bs}, num_warps=w, num_stages=s) for bt, bs, w, s in table]
 
 

@@ -79,10 +79,18 @@ def long_sequence(bucket: int) -> bool:
     return bucket % 3 == 2
 
 
+# LIGHTNING_TRITON_AUTOTUNE=0 (read at import): each launch compiles the first config of its list
+# instead of tuning them all, for correctness sweeps over many shapes and flags, where every new
+# combination would otherwise compile and time the whole list. Timings made so are not tuned.
+AUTOTUNE = os.environ.get("LIGHTNING_TRITON_AUTOTUNE", "1").strip() != "0"
+
+
 def autotune_configs(table, table_t=()) -> list[triton.Config]:
     """Autotune configs of the row-wise table (TR 0) and the transposed one (TR from the tuple)."""
     if INTERPRET:
         table, table_t = [INTERP_CONFIG], ()
+    elif not AUTOTUNE:
+        table, table_t = table[:1], ()
     rows = [(bt, bv, w, s, 0) for bt, bv, w, s in table] + list(table_t)
     configs = [triton.Config({"BT": bt, "BV": bv, "TR": tr}, num_warps=w, num_stages=s) for bt, bv, w, s, tr in rows]
     if not INTERPRET:

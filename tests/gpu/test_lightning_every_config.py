@@ -1,0 +1,73 @@
+"""Every autotune config of lightning/triton, forced one at a time, against the fp64 reference.
+
+Autotuning picks one config per shape, so a config that is never the fastest at the shapes a
+check-grad run uses would never be checked; the option-matrix suite runs with one config per
+launch (``LIGHTNING_TRITON_AUTOTUNE=0``). Here each config of the forward list and of the
+backward list is the only one, in bf16 at the seed's head dims, with an initial state and at a
+length past one descriptor-config bucket (T > 4096, where the TR 3 configs may run).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lattnbench.kernels.decay import alibi_decay
+from lattnbench.kernels.naive.torch_ref import lightning_naive
+from lattnbench.kernels.triton.lightning import kernels as K
+from lattnbench.kernels.triton.lightning import lightning_attn_triton
+from lattnbench.kernels.triton.lightning.configs import FP32_CONFIG
+from lattnbench.kernels.triton.lightning.launch import forget_tuning
+from lattnbench.measure.tolerance import TOLERANCE, err_ratio
+
+pytestmark = pytest.mark.gpu
+
+B, T, H, D, E = 1, 4160, 2, 128, 128
+
+
+def _labels(tuner) -> list[str]:
+    return [f"{c.kwargs['BT']}-{c.kwargs['BV']}-TR{c.kwargs['TR']}-w{c.num_warps}-s{c.num_stages}"
+            for c in tuner.configs] if tuner is not None else []
+
+
+def _cases():
+    for name in ("lightning_fwd", "lightning_bwd"):
+        tuner = getattr(K, name)
+        for i, label in enumerate(_labels(tuner)):
+            c = tuner.configs[i]
+            key = (c.kwargs["BT"], c.kwargs["BV"], c.num_warps, c.num_stages, c.kwargs["TR"])
+            if key != FP32_CONFIG:  # the fp32 config takes only IEEE-dot (fp32) launches
+                yield pytest.param(name, i, id=f"{name}-{label}")
+
+
+@pytest.fixture(scope="module")
+def problem():
+    g = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ())))
+
+    def rnd(*shape):
+        return torch.randn(*shape, generator=g, device="cuda")
+
+    x = dict(q=rnd(B, T, H, D), k=rnd(B, T, H, D), v=rnd(B, T, H, E), h0=rnd(B, H, D, E),
+             do=rnd(B, T, H, E), ds=rnd(B, H, D, E))
+    x = {k: (v.bfloat16().float() if k in ("q", "k", "v", "do") else v) for k, v in x.items()}
+    gamma = torch.from_numpy(alibi_decay(H)).cuda()
+    leaves = [x[k].double().requires_grad_() for k in ("q", "k", "v", "h0")]
+    o, s = lightning_naive(*leaves[:3], gamma.double(), D**-0.5, leaves[3])
+    grads = torch.autograd.grad((o * x["do"].double()).sum() + (s * x["ds"].double()).sum(), leaves)
+    return x, gamma, (o.detach(), s.detach(), *grads)
+
+
+@pytest.mark.parametrize("name, index", list(_cases()))
+def test_a_forced_config_agrees_with_fp64(problem, monkeypatch, name, index):
+    tuner = getattr(K, name)
+    monkeypatch.setattr(tuner, "configs", [tuner.configs[index]])
+    tuner.cache.clear()
+    forget_tuning()
+    x, gamma, ref = problem
+    leaves = [x[k].bfloat16().requires_grad_() for k in ("q", "k", "v")] + [x["h0"].clone().requires_grad_()]
+    o, s = lightning_attn_triton(*leaves[:3], gamma=gamma, initial_state=leaves[3], output_final_state=True)
+    grads = torch.autograd.grad((o.float() * x["do"]).sum() + (s * x["ds"]).sum(), leaves)
+    got = dict(zip(("o", "final_state", "dq", "dk", "dv", "dh0"), (o, s, *grads)))
+    errors = {k: err_ratio(v, r) for (k, v), r in zip(got.items(), ref)}
+    assert all(e <= TOLERANCE["bf16"] for e in errors.values()), errors
+    tuner.cache.clear()
+    forget_tuning()
