@@ -33,6 +33,26 @@ def _lightning_triton() -> Callable:
     return fn
 
 
+def _lightning_gluon() -> Callable:
+    from lattnbench.kernels.gluon.lightning import lightning_attn_gluon
+
+    def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+        return lightning_attn_gluon(q, k, v, gamma=gamma, scale=scale, initial_state=initial_state,
+                                    output_final_state=True, reverse=reverse, cu_seqlens=cu_seqlens)
+    return fn
+
+
+def _gluon_device(device: str) -> str | None:
+    """Why ``lightning/gluon`` cannot run on ``device`` (no Gluon, not an sm_90 GPU), or None."""
+    import torch
+
+    from lattnbench.kernels.gluon.lightning import device_reason
+
+    if device == "cuda" and not torch.cuda.is_available():
+        return "no CUDA device visible"
+    return device_reason(torch.device(device))
+
+
 #: torch.compile specializes per shape and grad mode; a sweep in one worker makes more graphs than
 #: Dynamo's default limit of 8, past which it would run the function eagerly without a word
 COMPILE_RECOMPILE_LIMIT = 256
@@ -183,6 +203,11 @@ def entries() -> list[KernelEntry]:
         KernelEntry("lightning/triton", "lightning", "torch", _lightning_triton, requires=("triton",),
                     interpreted_on_cpu=True,
                     description="bundled fused chunked Triton kernel (Lightning Attention-2), own backward"),
+        KernelEntry("lightning/gluon", "lightning", "torch", _lightning_gluon, requires=("triton", "torch"),
+                    devices=("cuda",), dtypes=half, device_check=_gluon_device, timed_by_default=(),
+                    description="Gluon sm_90 forward (TMA ring, async wgmma, a load warp, a state warpgroup, "
+                                "an output warpgroup); backward: the Triton kernel's. fp32 is refused; packed "
+                                "varlen and D or E other than 64/128 run the Triton kernel whole"),
         KernelEntry("lightning/triton-compile", "lightning", "torch", _lightning_triton_compiled(None),
                     requires=("triton",), devices=("cuda",), timed_by_default=(),
                     description="lightning/triton under torch.compile(fullgraph=True): custom ops, no graph break"),

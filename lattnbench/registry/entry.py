@@ -39,6 +39,7 @@ class KernelEntry:
     final_state: bool = True          # returns S_T (softmax kernels never do)
     timed_by_default: tuple[str, ...] = ("cpu", "cuda")  # devices where a plain speed / memory run includes it
     sequence_parallel: bool = False   # takes its rank's shard of the sequence (world size >= 1)
+    device_check: Callable[[str], str | None] | None = None  # a further need of the device (e.g. sm_90)
 
     def available(self, device: str) -> str | None:
         """None when the kernel can run on ``device``, else why not (package missing, no GPU)."""
@@ -47,6 +48,8 @@ class KernelEntry:
                 return f"package {module.split('.')[0]!r} is not installed"
         if device not in self.devices:
             return f"runs on {'/'.join(self.devices)} only, not {device}"
+        if self.device_check is not None:
+            return self.device_check(device)
         return None
 
     def supports(self, case: Case, device: str) -> str | None:

@@ -1,0 +1,54 @@
+"""What this Triton's Gluon offers, probed once at import: whether the Hopper pieces the kernel
+uses exist, and how ``gl.warp_specialize`` is called.
+
+``gl.warp_specialize`` changed its signature in late 2025. The older form is
+``warp_specialize(default_args, default_fn, worker_args, worker_fns, worker_num_warps,
+worker_num_regs)``; the newer one (Triton 3.6 on the GPU image, 3.9 here) takes one list of
+``(fn, args)`` pairs, the default partition first, then the workers' warps and registers.
+The kernel branches on ``WS_LIST_FORM`` (a constexpr) and writes both calls.
+"""
+from __future__ import annotations
+
+import inspect
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                                  warpgroup_mma, warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    IMPORT_ERROR: str | None = None
+except Exception as exc:  # noqa: BLE001 — no Triton, or one without Gluon's Hopper API
+    gluon = gl = fence_async_shared = mbarrier = tma = warpgroup_mma = warpgroup_mma_wait = None
+    TensorDescriptor = None
+    IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
+
+
+def _list_form() -> bool:
+    """Whether gl.warp_specialize takes the list of (fn, args) pairs (True) or the older split
+    arguments (False)."""
+    params = list(inspect.signature(gl.warp_specialize).parameters)
+    return params[0] == "functions_and_args"
+
+
+def _tma_copies():
+    """(global→shared, shared→global) TMA copies: ``async_copy_global_to_shared`` /
+    ``async_copy_shared_to_global`` up to 3.6, renamed ``async_load`` / ``async_store`` later
+    (where the old names remain only to raise)."""
+    if hasattr(tma, "async_load"):
+        return tma.async_load, tma.async_store
+    return tma.async_copy_global_to_shared, tma.async_copy_shared_to_global
+
+
+tma_load, tma_store = _tma_copies() if IMPORT_ERROR is None else (None, None)
+LIST_FORM: bool = IMPORT_ERROR is None and _list_form()
+# the same as a constexpr the kernels read as a global
+WS_LIST_FORM = gl.constexpr(LIST_FORM) if gl is not None else LIST_FORM
+
+
+def unavailable_reason() -> str | None:
+    """None when the Gluon kernel can be compiled here, else why not (one line)."""
+    if IMPORT_ERROR is not None:
+        return f"Triton's Gluon Hopper API is not importable ({IMPORT_ERROR})"
+    return None
+

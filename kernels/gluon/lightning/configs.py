@@ -1,0 +1,51 @@
+"""Launch configuration of the Gluon Lightning forward, and the host rule of which calls it takes.
+
+One program owns one (sequence, head) and a BV-wide slice of the E value columns; it walks the
+sequence in chunks of BT tokens. Its warps form three partitions (see ``kernels``): the default
+one (4 warps, the output), a TMA load warp, and a state warpgroup (4 warps). Registers are set per
+partition: the kernel launches at ``MAXNREG`` per thread over 12 warps (the load warp is rounded
+up to a warpgroup), and the load warp gives most of its share to the two compute warpgroups.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BT = 64               # chunk length: the M of every wgmma of the output partition
+HEAD_DIMS = (64, 128)  # D and E the kernel takes (TMA boxes and wgmma shapes are fixed per value)
+DTYPES = ("bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One launch: BV (value columns per program), ring depths, warps and registers."""
+
+    bv: int
+    load_stages: int = 2   # q/k/v chunk slots in the TMA ring
+    state_stages: int = 2  # bf16 state buffers between the state and the output partitions
+    out_stages: int = 2    # output tiles in flight to TMA stores
+    num_warps: int = 4     # the default (output) partition
+    worker_warps: tuple[int, int] = (1, 4)      # load, state
+    worker_regs: tuple[int, int] = (24, 240)    # load, state: registers per thread after setmaxnreg
+    maxnreg: int = 168     # per thread at launch: 168 x 384 threads fits the 64 K register file
+
+
+def config_for(e: int) -> Config:
+    """The forward's config for value head dim E: all of E per program (q and k read once per
+    head) up to 128 columns."""
+    return Config(bv=min(e, 128))
+
+
+def fallback_reason(dtype_name: str, d: int, e: int, varlen: bool) -> str | None:
+    """None when the Gluon forward takes the call, else why the Triton kernel does instead.
+
+    The rule: bf16 / fp16, D and E each 64 or 128, no packed varlen. fp32 has no bf16/fp16
+    wgmma path; other head dims would need other TMA boxes and wgmma shapes; varlen would need a
+    descriptor per sequence (a device-side descriptor), and the Triton kernel handles it at no loss.
+    """
+    if dtype_name not in DTYPES:
+        return f"dtype {dtype_name} (the Gluon forward is bf16 / fp16 only)"
+    if d not in HEAD_DIMS or e not in HEAD_DIMS:
+        return f"head dims D={d}, E={e} (the Gluon forward takes D, E in {HEAD_DIMS})"
+    if varlen:
+        return "packed varlen (cu_seqlens)"
+    return None

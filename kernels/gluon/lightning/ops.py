@@ -1,0 +1,128 @@
+"""torch entry point of the Gluon Lightning forward; the backward is the Triton kernel's.
+
+``lightning_attn_gluon`` has the contract and options of ``lightning_attn_triton``. It runs the
+Gluon forward where ``gluon_path`` says it can (a CUDA sm_90 device, Gluon importable, bf16 /
+fp16, D and E in {64, 128}, no varlen); every other call goes to the Triton kernel whole, so the
+function is correct everywhere and fast where the Gluon kernel applies. The backward of a Gluon
+forward is the Triton kernel's three backward passes (``LightningAttnFunction.backward``): the
+forward saves the same tensors the Triton forward saves.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...triton.lightning import checks
+from ...triton.lightning import ops as triton_ops
+from . import compat
+from . import configs as _cfg
+
+Tensor = torch.Tensor
+
+
+def device_reason(device: torch.device) -> str | None:
+    """None when the Gluon forward can run on ``device``, else why not (one line)."""
+    reason = compat.unavailable_reason()
+    if reason is not None:
+        return reason
+    if device.type != "cuda":
+        return f"the Gluon forward needs a CUDA sm_90 GPU, not {device.type}"
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) != (9, 0):
+        return f"the Gluon forward is written for sm_90 (Hopper), not sm_{major}{minor}"
+    return None
+
+
+def gluon_path(q: Tensor, v: Tensor, cu_seqlens=None) -> str | None:
+    """None when a call with these inputs takes the Gluon forward, else why the Triton kernel runs
+    it instead: the device (``device_reason``), then the options (``configs.fallback_reason``)."""
+    reason = _cfg.fallback_reason(str(q.dtype).removeprefix("torch."), q.shape[3], v.shape[3],
+                                  cu_seqlens is not None)
+    return reason if reason is not None else device_reason(q.device)
+
+
+def _empty(*shape, dtype, device) -> Tensor:
+    """Allocation of every buffer the kernel fully writes (tests patch it to NaN-fill)."""
+    return torch.empty(*shape, dtype=dtype, device=device)
+
+
+def _descriptor(x: Tensor, width: int, cfg_bt: int):
+    """A TMA descriptor over ``x`` [B, T, heads, dim] viewed as [B, T, heads·dim], box
+    [1, BT, width]: rows outside [0, T) read as zeros and are not written."""
+    b, t, heads, dim = x.shape
+    block = [1, cfg_bt, width]
+    elem = compat.gl.bfloat16 if x.dtype == torch.bfloat16 else compat.gl.float16
+    layout = compat.gl.NVMMASharedLayout.get_default_for(block, elem)
+    return compat.TensorDescriptor(x, [b, t, heads * dim], [t * heads * dim, heads * dim, 1], block, layout)
+
+
+def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tensor | None, reverse: bool,
+              store_ht: bool) -> tuple[Tensor, Tensor | None]:
+    """The Gluon forward on contiguous inputs the Gluon path takes; returns (o, S_T or None)."""
+    from . import kernels as _k
+
+    b, t, h, d = q.shape
+    hkv, e = k.shape[2], v.shape[3]
+    cfg = _cfg.config_for(e)
+    o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
+    ht = _empty(b, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
+    elem = compat.gl.bfloat16 if q.dtype == torch.bfloat16 else compat.gl.float16
+    grid = (e // cfg.bv, b * h)
+    _k.lightning_fwd_kernel[grid](
+        _descriptor(q, d, _cfg.BT), _descriptor(k, d, _cfg.BT), _descriptor(v, cfg.bv, _cfg.BT),
+        _descriptor(o, cfg.bv, _cfg.BT),
+        h0 if h0 is not None else g, ht if ht is not None else g, g,
+        t, h, hkv, scale,
+        E=e, S_LAYOUT=compat.gl.NVMMASharedLayout.get_default_for([d, cfg.bv], elem), REVERSE=bool(reverse),
+        HAS_H0=h0 is not None, STORE_HT=bool(store_ht), NBUF=cfg.load_stages, NS=cfg.state_stages,
+        NO=cfg.out_stages, LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1],
+        LOAD_REGS=cfg.worker_regs[0], STATE_REGS=cfg.worker_regs[1],
+        num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
+    return o, ht
+
+
+class GluonForwardFunction(triton_ops.LightningAttnFunction):
+    """The Gluon forward with the Triton kernel's backward (inherited): the forward saves what
+    that backward reads (q, k, v, h0, the non-differentiable rest, the inputs' alignment)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, h0, rest):
+        g, scale, reverse, cu, store_ht, n = rest
+        o, ht = gluon_fwd(q, k, v, g, scale, h0, reverse, store_ht)
+        ctx.save_for_backward(q, k, v, h0)
+        ctx.rest, ctx.align = rest, triton_ops._alignment(q, k, v, g, h0, cu)
+        ctx.set_materialize_grads(False)
+        return o, ht
+
+
+def lightning_attn_gluon(
+    q: Tensor, k: Tensor, v: Tensor, gamma=None, scale: float | None = None,
+    initial_state: Tensor | None = None, output_final_state: bool = True, reverse: bool = False,
+    cu_seqlens=None,
+) -> tuple[Tensor, Tensor | None]:
+    """Lightning Attention with the Gluon sm_90 forward; layout [B, T, H, D]; returns (o, S_T).
+
+    Same contract as ``lightning_attn_triton``. Calls ``gluon_path`` refuses run the Triton kernel
+    instead (fp32, D or E not 64 / 128, varlen, no sm_90, no Gluon); gradients always come from the
+    Triton kernel's backward.
+    """
+    n, _, _ = checks.validate(q, k, v, initial_state, cu_seqlens)
+    if gluon_path(q, v, cu_seqlens) is not None or q.shape[1] == 0 or torch.compiler.is_compiling():
+        return triton_ops.lightning_attn_triton(q, k, v, gamma=gamma, scale=scale, initial_state=initial_state,
+                                                output_final_state=output_final_state, reverse=reverse,
+                                                cu_seqlens=cu_seqlens)
+    b, t, h, d = q.shape
+    scale = d**-0.5 if scale is None else float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    g = checks.gamma_tensor(gamma, h, q.device)
+    h0 = initial_state
+    if h0 is not None and (h0.dtype != torch.float32 or h0.device != q.device or not h0.is_contiguous()):
+        h0 = h0.to(device=q.device, dtype=torch.float32).contiguous()
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    store_ht = bool(output_final_state)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
+                                    or (h0 is not None and h0.requires_grad)):
+        return GluonForwardFunction.apply(q, k, v, h0, (g, scale, bool(reverse), None, store_ht, n))
+    return gluon_fwd(q, k, v, g, scale, h0, bool(reverse), store_ht)

@@ -1,0 +1,77 @@
+"""Ahead-of-time sm_90 compile of the Gluon Lightning forward, and what its binary shows.
+
+Gluon kernels compile through ``GluonASTSource`` (``triton.experimental.gluon._runtime``) on the
+same ``triton.compile`` path as ``@triton.jit`` kernels (``triton_aot._compile``). Their tensor
+descriptor arguments are typed ``tensordesc<bf16[1,64,128],NVMMASharedLayout(...)>``: the block
+and the shared layout are part of the signature. The launch's ``maxnreg`` is a compile option,
+as the warp-specialized register split is computed from it.
+
+Compile in a process where no Triton kernel has run under TRITON_INTERPRET=1: the interpreter
+patches Triton's language objects, and a compile after it fails (the CPU test uses a subprocess).
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from lattnbench.static import ptx as ptxmod
+from lattnbench.static.triton_aot import _compile, _parse_ptxas_log
+
+MODULE = "lattnbench.kernels.gluon.lightning.kernels"
+
+
+def _desc_type(block: list[int], dtype: str):
+    from lattnbench.kernels.gluon.lightning.compat import gl
+
+    elem = gl.bfloat16 if dtype == "bf16" else gl.float16
+    layout = gl.NVMMASharedLayout.get_default_for(block, elem)
+    return f"tensordesc<{dtype}[{','.join(map(str, block))}],{layout!r}>"
+
+
+def forward_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool = False, has_h0: bool = True,
+                   store_ht: bool = True):
+    """(GluonASTSource, launch options) of the forward at the config ``configs.config_for(e)``."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from lattnbench.kernels.gluon.lightning import configs as C
+    from lattnbench.kernels.gluon.lightning import kernels as K
+    from lattnbench.kernels.gluon.lightning.compat import gl
+
+    cfg = C.config_for(e)
+    elem = gl.bfloat16 if dtype == "bf16" else gl.float16
+    types = dict(q_desc=_desc_type([1, C.BT, d], dtype), k_desc=_desc_type([1, C.BT, d], dtype),
+                 v_desc=_desc_type([1, C.BT, cfg.bv], dtype), o_desc=_desc_type([1, C.BT, cfg.bv], dtype),
+                 h0="*fp32", ht="*fp32", g="*fp32", T="i32", H="i32", HKV="i32", scale="fp32")
+    constexprs = dict(E=e, S_LAYOUT=gl.NVMMASharedLayout.get_default_for([d, cfg.bv], elem), REVERSE=reverse,
+                      HAS_H0=has_h0, STORE_HT=store_ht, NBUF=cfg.load_stages, NS=cfg.state_stages,
+                      NO=cfg.out_stages, LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1],
+                      LOAD_REGS=cfg.worker_regs[0], STATE_REGS=cfg.worker_regs[1])
+    fn = K.lightning_fwd_kernel
+    sig, consts, attrs = {}, {}, {}
+    for i, name in enumerate(fn.arg_names):
+        if fn.params[i].is_constexpr:
+            sig[name] = "constexpr"
+            consts[(i,)] = constexprs[name]
+        else:
+            sig[name] = types[name]
+            if types[name].startswith("*"):
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    options = dict(num_warps=cfg.num_warps, num_stages=1, maxnreg=cfg.maxnreg, enable_fp_fusion=True)
+    return GluonASTSource(fn, sig, constexprs=consts, attrs=attrs), options
+
+
+def compile_forward(**kw) -> dict:
+    """Compile the forward for sm_90 and return its metrics: registers and spills (ptxas -v),
+    shared bytes, wgmma count, the distinct ``wgmma.wait_group`` depths (a depth above 0 is a
+    deferred wait), the per-partition register limits (``setmaxnreg``) and the PTX itself."""
+    os.environ.pop("TRITON_INTERPRET", None)
+    src, options = forward_source(**kw)
+    ck, log = _compile(src, options)
+    text = ck.asm["ptx"]
+    counts = ptxmod.count(text)
+    return {**_parse_ptxas_log(log), "shared_bytes": int(ck.metadata.shared), "wgmma": counts.wgmma,
+            "wait_depths": sorted({int(x) for x in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", text)}),
+            "setmaxnreg": sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", text)}),
+            "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global", text)),
+            "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", text)),
+            "mbarrier_waits": len(re.findall(r"mbarrier\.try_wait", text)), "ptx": text}
