@@ -135,6 +135,7 @@ def test_an_empty_kernel_list_is_a_usage_error(tmp_path):
     assert res.exit_code == 2 and "no kernel named" in res.output
 
 
+@pytest.mark.xdist_group("ejkernel")  # it runs lightning/ejkernel: one import, beside the peer tests
 def test_a_glob_leaves_peers_out_and_says_so(tmp_path):
     res = invoke("check-grad", "-k", "lightning/*chunk*", "--n", "16", "--heads", "2", "--dim", "8",
                  "--initial-state", "off", "--out", tmp_path / "r.json")

@@ -340,8 +340,14 @@ KNOWN_FINDINGS = {"0.0.80.3": {"forward": "ok", "status": "error", "reason": "Tr
                                "eager": {"lightning/ejkernel": {"dk": "fail", "*": "ok"},
                                          "gla/ejkernel": {"*": "error"}}}}
 
-real_ejkernel = pytest.mark.skipif(_ejkernel_version() is None,
-                                   reason="ejkernel is not installed here (its fake covers the plumbing)")
+_skip_without_ejkernel = pytest.mark.skipif(_ejkernel_version() is None,
+                                            reason="ejkernel is not installed here (its fake covers the plumbing)")
+
+
+def real_ejkernel(test):
+    """Skipped without ejkernel; on one xdist worker with the other ejkernel tests, since importing
+    ejkernel (and its JAX set-up) takes some 15 s per process."""
+    return pytest.mark.xdist_group("ejkernel")(_skip_without_ejkernel(test))
 
 
 @real_ejkernel
