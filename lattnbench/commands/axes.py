@@ -48,6 +48,10 @@ POINT_TIMEOUT = Annotated[str, typer.Option(
     "--point-timeout", metavar="SECONDS",
     help="Give up on a point (a hung kernel) after this many seconds: it is recorded as 'timeout' and the "
     "sweep goes on in a new worker process. 0 = off.")]
+CHECK_JOBS = Annotated[int, typer.Option(
+    "--jobs", "-j", min=1, max=64,
+    help="Gradient-check workers at once (one per kernel, after all timing; they time nothing, so they may "
+    "share a GPU). Needs worker isolation (kernel or point).")]
 
 
 def parse_timeout(text: str | float | None) -> float:

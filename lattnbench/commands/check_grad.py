@@ -32,6 +32,7 @@ def register(app: typer.Typer) -> None:
                                         "the first and last batch rows against themselves computed alone "
                                         "(no reference needed: sizes past 2^31 elements, offset overflow)."),
         resume: axes.RESUME = False, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
+        jobs: axes.CHECK_JOBS = 1,
         world_size: axes.WORLD_SIZE = None,
     ) -> None:
         """Error ratios of o, final state, dq, dk, dv, dh0 (and dg) against the fp64 reference.
@@ -66,5 +67,5 @@ def register(app: typer.Typer) -> None:
                  if not (e.family == "softmax" and c.initial_state) and runs_at(e, c)]  # softmax has no state
         writer = open_writer(out, "check-grad", collect(), resume=resume)
         execute("check-grad", tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s, repeat=1,
-                plugins=kernel, resume=resume)
+                plugins=kernel, resume=resume, check_jobs=jobs)
         finish(writer, json_, check_tables)

@@ -43,6 +43,7 @@ def register(app: typer.Typer) -> None:
         only: str | None = typer.Option(None, "--only", help="Run only these kinds of the suite's "
                                         "measurements: speed, memory, check-grad, check-rows (comma list)."),
         repeat: axes.REPEAT = 1, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
+        jobs: axes.CHECK_JOBS = 1,
     ) -> None:
         """Run every measurement of a suite (speed, memory, check-grad) into one results file.
 
@@ -100,6 +101,6 @@ def register(app: typer.Typer) -> None:
         if spec.threshold:
             writer.doc["threshold"] = spec.threshold
         execute(spec.name, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s, repeat=repeat,
-                plugins=kernel, resume=resume)
+                plugins=kernel, resume=resume, check_jobs=jobs)
         finish(writer, json_, lambda rows: [*speed_tables(rows), *memory_tables(rows),
                                             *(check_tables(rows) if any(r["metric"] == "err_ratio" for r in rows) else [])])

@@ -151,15 +151,18 @@ class Progress:
 
 
 def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg: Registry, device: str, *,
-            isolate: str, point_timeout: float, repeat: int, plugins: list[str] | None, resume: bool) -> None:
+            isolate: str, point_timeout: float, repeat: int, plugins: list[str] | None, resume: bool,
+            check_jobs: int = 1) -> None:
     """Run the tasks under a progress display; Ctrl-C / SIGTERM exit 130 / 143 after saving."""
     from lattnbench.runner.loop import Hooks, Interrupted, RunConfig, Runner
     from lattnbench.runner.ranks import under_torchrun
 
+    if check_jobs > 1 and isolate == "none":
+        die("--jobs needs worker processes: add --isolate kernel (the CPU default is none)")
     if under_torchrun():  # this process is rank 0 of the launcher's ranks: every point runs here
         isolate, point_timeout = "none", 0.0
     cfg = RunConfig(device=device, isolate=isolate, point_timeout=point_timeout, repeat=repeat,
-                    plugins=tuple(plugins or ()), needs_ceilings=device == "cuda")
+                    plugins=tuple(plugins or ()), needs_ceilings=device == "cuda", check_jobs=check_jobs)
     runner = Runner(tasks, writer, reg, cfg, resume=resume)
     writer.doc["isolation"] = isolate
     writer.doc["repeat"] = repeat

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -83,6 +84,8 @@ class RunConfig:
     plugins: tuple[str, ...] = ()
     needs_ceilings: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: gradient-check workers running at once (their points time nothing, so they may share a GPU)
+    check_jobs: int = 1
 
 
 def default_isolation(device: str) -> str:
@@ -167,6 +170,8 @@ class Runner:
         self.jobs = split_jobs(make_jobs(runs, cfg.isolate, cfg.point_timeout),
                                lambda name: registry[name].framework, in_workers=not under_torchrun())
         self.total = sum(len(j.tasks) for j in self.jobs)
+        #: held while a worker's rows go into the writer and the hooks (check workers run in threads)
+        self.lock = threading.RLock()
 
     @property
     def ceilings(self) -> dict:
@@ -184,16 +189,47 @@ class Runner:
             raise Interrupted(signum)
 
         signal.signal(signal.SIGTERM, on_term)
+        parallel = [j for j in self.jobs if j.worker and j.world_size == 1 and not any(t.times for t in j.tasks)]
+        if self.cfg.check_jobs < 2 or len(parallel) < 2:
+            parallel = []
         try:
             for job in self.jobs:
+                if job in parallel:
+                    continue
                 if job.worker:
                     WorkerJob(self, job).run()
                 else:
                     self._run_here(job)
+            if parallel:
+                self._run_checks_in_parallel(parallel)
         except KeyboardInterrupt:
             raise Interrupted(signal.SIGINT) from None
         finally:
             signal.signal(signal.SIGTERM, old_term)
+
+    def _run_checks_in_parallel(self, jobs: list[Job]) -> None:
+        """Gradient-check jobs, ``check_jobs`` workers at once, after every timing job: none of
+        their points is timed, so they may share the machine. On Ctrl-C every worker is stopped."""
+        from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+        workers = [WorkerJob(self, job) for job in jobs]
+        pool = ThreadPoolExecutor(max_workers=self.cfg.check_jobs, thread_name_prefix="lattnbench-check")
+        futures = [pool.submit(w.run) for w in workers]
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for f in done:
+                if f.exception() is not None:
+                    raise f.exception()
+        except (KeyboardInterrupt, Interrupted) as exc:
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+            for f in futures:
+                f.cancel()
+            for w in workers:
+                w.cancelled = True
+                w._stop(signum)
+            pool.shutdown(wait=True)
+            raise Interrupted(signum) from None
+        pool.shutdown(wait=True)
 
     def _run_here(self, job: Job) -> None:
         from lattnbench.measure.points import execute
@@ -212,15 +248,16 @@ class Runner:
         """Rows with ``status`` for the parts of ``task`` not in the file yet (this run's, for speed)."""
         from lattnbench.measure.points import failed_rows
 
-        done = self.writer.done_runs()
-        rows = []
-        for r in failed_rows(task, self.registry[task.kernel], self.cfg.device, status, reason):
-            runs = done.get(row_key(r))
-            if runs is None or (r["metric"] == "time_ms" and task.run not in runs):
-                rows.append(r)
-        if rows:
-            self.writer.add(rows)
-        self.hooks.done(task, rows)
+        with self.lock:
+            done = self.writer.done_runs()
+            rows = []
+            for r in failed_rows(task, self.registry[task.kernel], self.cfg.device, status, reason):
+                runs = done.get(row_key(r))
+                if runs is None or (r["metric"] == "time_ms" and task.run not in runs):
+                    rows.append(r)
+            if rows:
+                self.writer.add(rows)
+            self.hooks.done(task, rows)
         return rows
 
 
@@ -240,6 +277,7 @@ class WorkerJob:
         self.runner, self.job = runner, job
         self.dir = Path(tempfile.mkdtemp(prefix="lattnbench-worker-"))
         self.proc: subprocess.Popen | None = None
+        self.cancelled = False  # set from another thread on Ctrl-C: start no further worker
 
     def _env(self) -> dict[str, str]:
         from lattnbench.runner.worker import PARENT_ENV
@@ -253,6 +291,8 @@ class WorkerJob:
             env.setdefault("JAX_COMPILATION_CACHE_DIR", str(tuning_dir().parent / "jax-compile"))
             env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
         env.update(self.runner.cfg.extra_env)
+        if self.runner.cfg.check_jobs > 1:  # JAX would take 75 % of the GPU per process up front
+            env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         env[PARENT_ENV] = str(os.getpid())
         # a worker imports what this process imports (plugins on a path added at run time)
         prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
@@ -332,13 +372,15 @@ class WorkerJob:
                 runner.record_failure(task, "unsupported", short)
             return
         try:
-            while todo:
+            while todo and not self.cancelled:
                 listed, finished, in_flight, timed_out = self._one_worker(todo, timeout)
                 left = [i for i in range(len(listed)) if i not in finished and listed[i].kind != "ceilings"]
                 if not left:
                     return
                 rc = self.proc.returncode
                 stuck = in_flight if in_flight in left else None
+                if self.cancelled:
+                    raise Interrupted(signal.SIGINT)
                 if timed_out:
                     task = listed[stuck]
                     runner.record_failure(task, "timeout", f"no result after {timeout:g} s (per-point timeout)")
@@ -354,9 +396,11 @@ class WorkerJob:
                     why = f"the worker process ended ({_describe(rc)}) outside any point{': ' + tail if tail else ''}"
                     for i in left:
                         runner.record_failure(listed[i], "error", why)
-                    runner.hooks.note(f"error: {why}")
+                    with runner.lock:
+                        runner.hooks.note(f"error: {why}")
                     return
-                runner.hooks.note(f"{what}; recorded, carrying on in a new worker")
+                with runner.lock:
+                    runner.hooks.note(f"{what}; recorded, carrying on in a new worker")
                 todo = [listed[i] for i in left if i > stuck]
         except (KeyboardInterrupt, Interrupted) as exc:
             signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
@@ -381,11 +425,12 @@ class WorkerJob:
             for msg in reader.new(final):
                 i = msg["task"]
                 finished.add(i)
-                if "ceilings" in msg:
-                    runner.writer.set_ceilings(msg["ceilings"])
-                else:
-                    runner.writer.add(msg["rows"])
-                    runner.hooks.done(listed[i], msg["rows"])
+                with runner.lock:
+                    if "ceilings" in msg:
+                        runner.writer.set_ceilings(msg["ceilings"])
+                    else:
+                        runner.writer.add(msg["rows"])
+                        runner.hooks.done(listed[i], msg["rows"])
 
         while True:
             take()
@@ -394,7 +439,8 @@ class WorkerJob:
             if current is not None and current != in_flight:
                 in_flight = current
                 if listed[in_flight].kind != "ceilings":
-                    runner.hooks.start(listed[in_flight])
+                    with runner.lock:
+                        runner.hooks.start(listed[in_flight])
             if self.proc.poll() is not None:
                 take(final=True)  # rows written just before the exit
                 return listed, finished, in_flight, False

@@ -77,3 +77,23 @@ def test_input_scale_scales_the_inputs_and_labels_the_rows(tmp_path):
     assert res.exit_code == 0, res.output
     rows = json.loads(out.read_text())["rows"]
     assert rows and all(r["input_scale"] == 10 and r["status"] == "ok" for r in rows) and "x10" in res.output
+
+
+def test_check_jobs_run_kernels_at_once_and_keep_every_row(plugins, tmp_path, monkeypatch):
+    where = tmp_path / "meet"
+    where.mkdir()
+    monkeypatch.setenv("LATTNBENCH_TEST_RENDEZVOUS", str(where))
+    out = tmp_path / "par.json"
+    res = invoke("check-grad", "--kernel", "rendezvous_kernels:meet_a", "--kernel", "rendezvous_kernels:meet_b",
+                 "-k", "plugin/meet-a,plugin/meet-b", "--n", "16,24", "--heads", "2", "--dim", "8",
+                 "--initial-state", "off", "--device", "cpu", "--isolate", "kernel", "--jobs", "2", "--out", out)
+    assert res.exit_code == 0, res.output
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["kernel"], r["seqlen"]) for r in rows} == {(k, n) for k in ("plugin/meet-a", "plugin/meet-b")
+                                                           for n in (16, 24)}
+    assert all(r["status"] == "ok" for r in rows) and len(rows) == 2 * 2 * 5  # o, S_T, dq, dk, dv
+
+
+def test_check_jobs_without_workers_is_a_usage_error(tmp_path):
+    res = invoke("check-grad", "--device", "cpu", "--isolate", "none", "--jobs", "2", "--out", tmp_path / "x.json")
+    assert res.exit_code == 2 and "--jobs" in res.output

@@ -51,6 +51,21 @@ def rows_in(path: Path) -> list[dict]:
         return []
 
 
+def workers_of(parent: int) -> list[int]:
+    """Live worker processes started by ``parent`` (they carry its pid in their environment)."""
+    from lattnbench.runner.worker import PARENT_ENV
+
+    mark = f"{PARENT_ENV}={parent}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and mark in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            pass
+    return found
+
+
 def wait_for_rows(path: Path, proc: subprocess.Popen, count: int, limit_s: float = 60) -> list[dict]:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
@@ -135,6 +150,24 @@ def test_ctrl_c_reaches_the_worker_and_keeps_its_rows(tmp_path, isolate):
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert [(r["kernel"], r["status"]) for r in load(out)["rows"]] == [("lightning/naive-torch", "ok")]
+
+
+def test_ctrl_c_stops_every_parallel_check_worker_and_keeps_the_finished_rows(tmp_path):
+    """--jobs 2: one worker hangs while the other finishes; Ctrl-C stops both, the rows stay."""
+    out = tmp_path / "par.json"
+    proc = start("check-grad", "--kernel", "hang_kernels:hang", "--kernel", "fake_kernels:faithful",
+                 "-k", "plugin/hang,plugin/faithful", "--n", "16", "--heads", "2", "--dim", "8",
+                 "--initial-state", "off", "--device", "cpu", "--isolate", "kernel", "--jobs", "2",
+                 "--out", out)
+    wait_for_rows(out, proc, 5, limit_s=120)  # the faithful kernel's five tensors
+    assert workers_of(proc.pid), "the hung kernel's worker should still be running"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    rows = load(out)["rows"]
+    assert {(r["kernel"], r["status"]) for r in rows} == {("plugin/faithful", "ok")} and len(rows) == 5
+    assert not workers_of(proc.pid), "workers left running after Ctrl-C"
 
 
 # ---- per-point timeout and crashes (workers) ----------------------------------------------------
