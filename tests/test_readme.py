@@ -22,8 +22,24 @@ def blocks(page: Path) -> list[str]:
     return BLOCK.findall(page.read_text(encoding="utf-8"))
 
 
+MODES = ("fwd", "bwd", "fwdbwd")
+
+
 def results_for(name: str) -> list[Path]:
-    return sorted(ROOT.glob(f"results/*/{name}.json"))
+    """``results/*/NAME.json``; a block ``STEM.MODE`` without such a file is the speed tables of
+    that mode of ``results/*/STEM.json`` (``report --mode MODE --metric speed``)."""
+    found = sorted(ROOT.glob(f"results/*/{name}.json"))
+    stem, _, mode = name.rpartition(".")
+    if not found and stem and mode in MODES:
+        found = sorted(ROOT.glob(f"results/*/{stem}.json"))
+    return found
+
+
+def filters_for(name: str) -> list[str]:
+    stem, _, mode = name.rpartition(".")
+    if stem and mode in MODES and not list(ROOT.glob(f"results/*/{name}.json")):
+        return ["--mode", mode, "--metric", "speed"]
+    return []
 
 
 def test_readme_has_a_generated_block():
@@ -49,7 +65,7 @@ def test_blocks_regenerate_byte_identical(page, monkeypatch):
         monkeypatch.chdir(ROOT)
         for name in blocks(copy):
             (results,) = results_for(name)
-            args = ["report", str(results), "--readme", str(copy), "--name", name]
+            args = ["report", str(results), "--readme", str(copy), "--name", name, *filters_for(name)]
             plots = results.parent / "plots"
             if any(plots.glob(f"{name}-*.png")):  # a block links the plots made of its own results
                 args += ["--plots", str(plots)]

@@ -20,17 +20,19 @@ def plot(
         "softmax/sdpa-flash when timed).")] = None,
     timer: Annotated[str, typer.Option(
         help="Timer of the speed and speed-up plots: device, graph or latency.")] = "device",
+    mode: Annotated[Optional[str], typer.Option(
+        help="Only these modes: fwd, bwd, fwdbwd (comma list).")] = None,
 ) -> None:
     """Plot a results file: log-log time or memory against n, or speed-up against a reference."""
     from lattnbench.views.plot import PlotError
     from lattnbench.views.plot import plot as render
     from lattnbench.results import ResultsError
     from lattnbench.views.rows import ReportError, load_docs
-    from lattnbench.views.rows import UnknownTimer, parse_timer
+    from lattnbench.views.rows import UnknownTimer, parse_timer, select_rows
 
     try:
         timer = parse_timer(timer)
-        (doc,) = load_docs([results])
+        (doc,) = select_rows(load_docs([results]), mode, None)
         written, skipped = render(doc, results, out, kind, reference, timer)
     except (ResultsError, ReportError, PlotError, UnknownTimer) as exc:
         die(str(exc))

@@ -26,24 +26,31 @@ def report(
     timer: Annotated[str, typer.Option(
         help="Timer the speed tables show: device (back to back, as do_bench), graph (device time "
         "without host work) or latency (one synchronised call); points without it show —.")] = "device",
+    mode: Annotated[Optional[str], typer.Option(
+        help="Only these modes: fwd, bwd, fwdbwd (comma list).")] = None,
+    metric: Annotated[Optional[str], typer.Option(
+        help="Only these tables: speed, memory, check (comma list).")] = None,
 ) -> None:
     """Markdown speed / memory / agreement tables in the lightning_attn README's shape.
 
     Without --readme or --out the markdown goes to stdout. Same input, same bytes.
     """
     from lattnbench.views.report import ReportError, ResultsError, load_docs, plot_links, render, replace_block
-    from lattnbench.views.rows import UnknownTimer, parse_timer
+    from lattnbench.views.rows import UnknownTimer, parse_timer, select_rows
 
     try:
         timer = parse_timer(timer)
-        docs = load_docs(results)
+        docs = select_rows(load_docs(results), mode, metric)
         links: list[str] = []
         if plots is not None:
             if not plots.is_dir():
                 die(f"--plots {plots}: not a directory")
             target = readme or out
             base = target.parent if target is not None else Path.cwd()
-            links = plot_links(plots, base, [Path(p).stem for p in results])
+            # the plots named after the block (``NAME-speed.png``) where there are any, else those
+            # named after the results files
+            links = (plot_links(plots, base, [name]) if name else []) or \
+                plot_links(plots, base, [Path(p).stem for p in results])
             if not links:
                 err.print(f"warning: no PNG or SVG plots in {plots}", highlight=False)
         markdown = render(docs, reference=reference, plots=links, timer=timer)

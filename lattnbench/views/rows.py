@@ -202,6 +202,32 @@ def load_docs(paths: Sequence[str | Path]) -> list[dict]:
     return docs
 
 
+#: --metric words of report and plot
+METRIC_WORDS = {"speed": "time_ms", "memory": "peak_mb", "check": "err_ratio"}
+
+
+def select_rows(docs: list[dict], modes: str | None, metrics: str | None) -> list[dict]:
+    """Keep only the rows of these modes (fwd, bwd, fwdbwd) and metrics (speed, memory, check),
+    comma lists; None keeps all. A word outside those is a ReportError."""
+    def words(text: str | None, allowed, what: str) -> set[str] | None:
+        if text is None:
+            return None
+        got = {w.strip() for w in text.split(",") if w.strip()}
+        bad = sorted(got - set(allowed))
+        if bad or not got:
+            raise ReportError(f"--{what}: expected {', '.join(allowed)}, got {text!r}")
+        return got
+
+    want_modes = words(modes, ("fwd", "bwd", "fwdbwd"), "mode")
+    want = words(metrics, tuple(METRIC_WORDS), "metric")
+    want_metrics = None if want is None else {METRIC_WORDS[w] for w in want}
+    for doc in docs:
+        doc["rows"] = [r for r in doc["rows"]
+                       if (want_modes is None or r.get("mode") in want_modes)
+                       and (want_metrics is None or r.get("metric") in want_metrics)]
+    return docs
+
+
 def dedupe(rows: Iterable[dict]) -> list[dict]:
     """One row per point; a later row (a resumed or repeated measurement) replaces an earlier."""
     by_key: dict[tuple, dict] = {}

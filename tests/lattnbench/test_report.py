@@ -348,3 +348,16 @@ def test_bad_timer_is_one_line_exit_2(tmp_path):
     res = run(write_timed(tmp_path / "t.json"), "--timer", "wallclock")
     assert res.exit_code == 2 and "Traceback" not in res.output
     assert res.stderr.strip() == "error: unknown timer 'wallclock': choose from device, graph, latency"
+
+
+def test_mode_and_metric_keep_only_those_tables(tmp_path):
+    res_path = write_results(tmp_path / "seed-readme.json", seed=3)
+    full = run(res_path).stdout
+    assert "#### memory" in full and "fwdbwd" in full and "#### speed · fwd ·" in full
+    only = run(res_path, "--mode", "fwdbwd", "--metric", "speed").stdout
+    heads = [line for line in only.splitlines() if line.startswith("#### ")]
+    assert heads and all(h.startswith("#### speed · fwdbwd ·") for h in heads)
+    assert all(h in full for h in heads)  # the same tables as in the whole report
+    for bad in (("--mode", "fwd,back"), ("--metric", "time")):
+        res = run(res_path, *bad)
+        assert res.exit_code == 2 and bad[0] in res.stderr and len(res.stderr.strip().splitlines()) == 1
