@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from ..lightning.jax_bridge import _jax_triton
+from ..lightning.jax_bridge import _jax_triton, check_qkv
 from . import configs as _cfg
 from . import kernels as _k
 
@@ -105,25 +105,10 @@ def check_call(q, k, v, g, initial_state, cu_seqlens):
     NotImplementedError. Returns (q, k, v, g fp32, initial_state fp32 or None)."""
     import jax.numpy as jnp
 
-    if cu_seqlens is not None:
-        raise NotImplementedError("cu_seqlens is not supported by the jax-triton bridge")
-    q, k, v, g = (jnp.asarray(x) for x in (q, k, v, g))
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(f"q, k, v must be [B, T, H, D]; got ranks {q.ndim}, {k.ndim}, {v.ndim}")
-    b, t, h, d = q.shape
-    if k.shape[:2] != (b, t) or v.shape[:2] != (b, t) or k.shape[3] != d or k.shape[2] != v.shape[2]:
-        raise ValueError(f"shape mismatch: q {q.shape}, k {k.shape}, v {v.shape}")
-    if h % k.shape[2]:
-        raise ValueError(f"query heads ({h}) must be a multiple of kv heads ({k.shape[2]})")
-    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (jnp.float32, jnp.float16, jnp.bfloat16):
-        raise ValueError(f"q, k, v must share one of fp32/fp16/bf16, got {q.dtype}, {k.dtype}, {v.dtype}")
+    q, k, v, initial_state = check_qkv(q, k, v, initial_state, cu_seqlens)
+    g = jnp.asarray(g)
     if g.shape != q.shape:
         raise ValueError(f"g must be [B, T, H, D] = {q.shape} (per query head), got {g.shape}")
-    e = v.shape[3]
-    if initial_state is not None:
-        initial_state = jnp.asarray(initial_state, jnp.float32)
-        if initial_state.shape != (b, h, d, e):
-            raise ValueError(f"initial_state must be {(b, h, d, e)}, got {initial_state.shape}")
     return q, k, v, g.astype(jnp.float32), initial_state
 
 

@@ -128,14 +128,10 @@ def _make_fn():
 _FN = None
 
 
-def lightning_attn_jax_triton(q, k, v, gamma=None, scale=None, initial_state=None, reverse=False,
-                              cu_seqlens=None):
-    """Lightning Attention from JAX on the bundled Triton kernels; returns (o, final_state fp32).
-
-    Layout [B, T, H, D]; same recurrence and options as ``lightning_attn_triton`` except
-    cu_seqlens (NotImplementedError). Differentiable in q, k, v, initial_state and through S_T.
-    """
-    global _FN
+def check_qkv(q, k, v, initial_state, cu_seqlens):
+    """The bridge's host-side checks of q, k, v, the initial state and cu_seqlens (no GPU
+    needed), shared with the GLA bridge; raises ValueError / NotImplementedError. Returns
+    (q, k, v, initial_state fp32 or None) as JAX arrays."""
     import jax.numpy as jnp
 
     if cu_seqlens is not None:
@@ -155,6 +151,21 @@ def lightning_attn_jax_triton(q, k, v, gamma=None, scale=None, initial_state=Non
         initial_state = jnp.asarray(initial_state, jnp.float32)
         if initial_state.shape != (b, h, d, e):
             raise ValueError(f"initial_state must be {(b, h, d, e)}, got {initial_state.shape}")
+    return q, k, v, initial_state
+
+
+def lightning_attn_jax_triton(q, k, v, gamma=None, scale=None, initial_state=None, reverse=False,
+                              cu_seqlens=None):
+    """Lightning Attention from JAX on the bundled Triton kernels; returns (o, final_state fp32).
+
+    Layout [B, T, H, D]; same recurrence and options as ``lightning_attn_triton`` except
+    cu_seqlens (NotImplementedError). Differentiable in q, k, v, initial_state and through S_T.
+    """
+    global _FN
+    import jax.numpy as jnp
+
+    q, k, v, initial_state = check_qkv(q, k, v, initial_state, cu_seqlens)
+    h, d = q.shape[2], q.shape[3]
     g = jnp.zeros((h,), jnp.float32) if gamma is None else jnp.asarray(gamma, jnp.float32).reshape(-1)
     if g.shape != (h,):
         raise ValueError(f"gamma must have one value per query head ({h}), got shape {g.shape}")
