@@ -25,21 +25,15 @@ def blocks(page: Path) -> list[str]:
 MODES = ("fwd", "bwd", "fwdbwd")
 
 
-def results_for(name: str) -> list[Path]:
-    """``results/*/NAME.json``; a block ``STEM.MODE`` without such a file is the speed tables of
-    that mode of ``results/*/STEM.json`` (``report --mode MODE --metric speed``)."""
+def source_for(name: str) -> tuple[list[Path], list[str]]:
+    """The results files of block NAME (``results/*/NAME.json``) and the report options it needs:
+    a block ``STEM.MODE`` without such a file is the speed tables of that mode of
+    ``results/*/STEM.json`` (``report --mode MODE --metric speed``)."""
     found = sorted(ROOT.glob(f"results/*/{name}.json"))
     stem, _, mode = name.rpartition(".")
     if not found and stem and mode in MODES:
-        found = sorted(ROOT.glob(f"results/*/{stem}.json"))
-    return found
-
-
-def filters_for(name: str) -> list[str]:
-    stem, _, mode = name.rpartition(".")
-    if stem and mode in MODES and not list(ROOT.glob(f"results/*/{name}.json")):
-        return ["--mode", mode, "--metric", "speed"]
-    return []
+        return sorted(ROOT.glob(f"results/*/{stem}.json")), ["--mode", mode, "--metric", "speed"]
+    return found, []
 
 
 def test_readme_has_a_generated_block():
@@ -52,7 +46,7 @@ def test_every_block_has_committed_results_and_stands_once():
         for name in blocks(page):
             assert name not in seen, f"block {name!r} stands in both {seen[name]} and {rel(page)}"
             seen[name] = rel(page)
-            assert len(results_for(name)) == 1, \
+            assert len(source_for(name)[0]) == 1, \
                 f"{rel(page)}: block {name!r} needs exactly one results/*/{name}.json"
 
 
@@ -64,8 +58,8 @@ def test_blocks_regenerate_byte_identical(page, monkeypatch):
     try:
         monkeypatch.chdir(ROOT)
         for name in blocks(copy):
-            (results,) = results_for(name)
-            args = ["report", str(results), "--readme", str(copy), "--name", name, *filters_for(name)]
+            (results,), filters = source_for(name)
+            args = ["report", str(results), "--readme", str(copy), "--name", name, *filters]
             plots = results.parent / "plots"
             if any(plots.glob(f"{name}-*.png")):  # a block links the plots made of its own results
                 args += ["--plots", str(plots)]

@@ -18,15 +18,6 @@ EXAMPLE = """Examples:
 """
 
 
-def with_plugins(reg, chosen: list, specs: list[str] | None) -> list:
-    """The plugins given with ``--kernel`` that join a suite's measurement: those of a family the
-    measurement already times, not chosen yet (a suite names bundled kernels, not plugins)."""
-    families = {e.family for e in chosen}
-    names = {e.name for e in chosen}
-    return [e for e in reg if e.origin == "plugin" and e.loader.spec in (specs or ())
-            and e.family in families and e.name not in names]
-
-
 def register(app: typer.Typer) -> None:
     @app.command(epilog=EXAMPLE)
     def run(
@@ -53,7 +44,7 @@ def register(app: typer.Typer) -> None:
         """
         from lattnbench.commands.common import die
         from lattnbench.commands.sweep import (execute, finish, open_writer, pick_kernels, resolve_isolation,
-                                               results_root, runs_at, setup)
+                                               results_root, runs_at, setup, with_plugins)
         from lattnbench.commands.tables import check_tables, memory_tables, speed_tables
         from lattnbench.env import collect, machine_name
         from lattnbench.runner.plan import Task

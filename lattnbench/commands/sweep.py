@@ -54,9 +54,20 @@ def pick_kernels(reg: Registry, patterns: list[str] | None, device: str, familie
         return chosen
     chosen = [e for e in reg if default_kernel(e, device, timing, parallel)
               and (families is None or e.family in families)]
-    if plugins:
-        chosen += [e for e in reg if e.origin == "plugin" and e.loader.spec in plugins]
-    return chosen
+    return chosen + given_plugins(reg, plugins)
+
+
+def given_plugins(reg: Registry, specs: list[str] | None) -> list[KernelEntry]:
+    """The registry entries of the plugins given with ``--kernel``."""
+    return [e for e in reg if e.origin == "plugin" and e.loader.spec in (specs or ())]
+
+
+def with_plugins(reg: Registry, chosen: list[KernelEntry], specs: list[str] | None) -> list[KernelEntry]:
+    """The plugins given with ``--kernel`` that join a suite's measurement: those of a family the
+    measurement already has, not chosen yet (a suite names bundled kernels, not plugins)."""
+    families = {e.family for e in chosen}
+    names = {e.name for e in chosen}
+    return [e for e in given_plugins(reg, specs) if e.family in families and e.name not in names]
 
 
 def default_kernel(entry: KernelEntry, device: str, timing: bool = True, parallel: bool = False) -> bool:

@@ -192,9 +192,10 @@ class Runner:
         parallel = [j for j in self.jobs if j.worker and j.world_size == 1 and not any(t.times for t in j.tasks)]
         if self.cfg.check_jobs < 2 or len(parallel) < 2:
             parallel = []
+        in_parallel = {id(j) for j in parallel}
         try:
             for job in self.jobs:
-                if job in parallel:
+                if id(job) in in_parallel:
                     continue
                 if job.worker:
                     WorkerJob(self, job).run()
@@ -212,7 +213,7 @@ class Runner:
         their points is timed, so they may share the machine. On Ctrl-C every worker is stopped."""
         from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
-        workers = [WorkerJob(self, job) for job in jobs]
+        workers = [WorkerJob(self, job, shares_gpu=True) for job in jobs]
         pool = ThreadPoolExecutor(max_workers=self.cfg.check_jobs, thread_name_prefix="lattnbench-check")
         futures = [pool.submit(w.run) for w in workers]
         try:
@@ -273,8 +274,9 @@ def _describe(rc: int) -> str:
 class WorkerJob:
     """One job in worker processes: start, follow its rows and heartbeat, restart after a failure."""
 
-    def __init__(self, runner: Runner, job: Job) -> None:
+    def __init__(self, runner: Runner, job: Job, shares_gpu: bool = False) -> None:
         self.runner, self.job = runner, job
+        self.shares_gpu = shares_gpu  # runs beside other workers (check-grad --jobs)
         self.dir = Path(tempfile.mkdtemp(prefix="lattnbench-worker-"))
         self.proc: subprocess.Popen | None = None
         self.cancelled = False  # set from another thread on Ctrl-C: start no further worker
@@ -291,7 +293,7 @@ class WorkerJob:
             env.setdefault("JAX_COMPILATION_CACHE_DIR", str(tuning_dir().parent / "jax-compile"))
             env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
         env.update(self.runner.cfg.extra_env)
-        if self.runner.cfg.check_jobs > 1:  # JAX would take 75 % of the GPU per process up front
+        if self.shares_gpu:  # JAX would take 75 % of the GPU per process up front
             env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         env[PARENT_ENV] = str(os.getpid())
         # a worker imports what this process imports (plugins on a path added at run time)
