@@ -54,3 +54,23 @@ def test_a_correctness_failure_fails(tmp_path):
     out = tmp_path / "wrong.json"
     out.write_text(json.dumps(doc))
     assert CliRunner().invoke(app, ["gate", str(out), *GATE]).exit_code == 1
+
+
+H200_GATE = ROOT / "results/h200/gpu-gate"
+
+
+@pytest.mark.parametrize("run", sorted(H200_GATE.glob("rerun-*.json")), ids=lambda p: p.stem)
+def test_h200_reruns_of_one_commit_pass_the_gpu_gate(run):
+    """The committed GPU-gate example: the same commit measured again passes at the suite's 5 %."""
+    res = CliRunner().invoke(app, ["gate", str(run), "--baseline", str(H200_GATE / "base.json")])
+    assert res.exit_code == 0, res.output[-1500:]
+    assert json.loads(run.read_text())["env"]["commit"] == json.loads((H200_GATE / "base.json").read_text())["env"]["commit"]
+
+
+def test_h200_slowed_probe_fails_the_gpu_gate_on_its_points_only():
+    res = CliRunner().invoke(app, ["gate", str(H200_GATE / "slowed.json"), "--baseline", str(H200_GATE / "base.json")],
+                             terminal_width=200)
+    assert res.exit_code == 1, res.output[-1500:]
+    failed = [line for line in res.output.splitlines() if line.startswith("REGRESSION")]
+    assert len(failed) == 4 and all("plugin/lightning-probe" in line for line in failed)
+    assert not any("sdpa-flash" in line for line in failed)

@@ -3,7 +3,8 @@ Triton kernel and once made slower on purpose.
 
 ``--kernel gate_probe:lightning`` measures ``plugin/lightning-probe`` as ``lightning/triton``;
 ``--kernel gate_probe:lightning_slowed`` measures it with one batch row computed a second time
-(a quarter more work at B = 4, forward and backward), the regression the gate must flag.
+and folded into o, the regression the gate must flag: a quarter more kernel work at B = 4 plus
+an elementwise pass over o, about twice the time at the seed shape.
 Put ``tests/gpu`` on ``PYTHONPATH`` to load it.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ def lightning(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
 
 
 def lightning_slowed(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
-    """lightning/triton plus the first batch row once more: same values, about 1.25x the work."""
+    """lightning/triton plus the first batch row once more: the same values, more work."""
     o, state = lightning(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens)
     h0 = None if initial_state is None else initial_state[:1]
     extra, _ = lightning(q[:1], k[:1], v[:1], gamma, scale, h0, reverse, None)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import statistics
 
 import pytest
 from rich.console import Console
@@ -180,3 +181,31 @@ def test_doctor_output_renders_without_a_terminal(monkeypatch):
     text = console.file.getvalue()
     assert "0.812" in text and "0.815" in text
     assert "device / do_bench" in text and "-0.4%" in text
+
+
+def test_interleaved_rounds_cancel_a_drifting_clock():
+    """Two timers reading the same call while the clock slows by 1 % per reading: run one after the
+    other they differ by the drift, in interleaved rounds their medians meet."""
+    clock = iter(1.0 + 0.01 * i for i in range(1000))
+
+    def timer(name):
+        return lambda: {name: doctor.Reading(round(next(clock), 5), name)}
+
+    a, b = timer("device"), timer("do_bench")
+    first = statistics.median(a()["device"].ms for _ in range(5))
+    then = statistics.median(b()["do_bench"].ms for _ in range(5))
+    assert then / first - 1 > 0.04  # what the one-after-the-other order reads
+    out = doctor.interleaved(5, a, b)
+    assert len(out["device"].rounds) == 5 and len(out["do_bench"].rounds) == 5
+    assert out["device"].ms == pytest.approx(out["do_bench"].ms, rel=0.011)
+    assert "5 interleaved rounds" in out["device"].method
+
+
+def test_interleaved_keeps_the_reason_of_a_timer_that_always_fails():
+    def failing():
+        return {"graph": doctor.Reading(None, "graph", "capture failed: sync in the call")}
+
+    values = iter([0.5, 0.7, 0.6])
+    out = doctor.interleaved(3, failing, lambda: {"device": doctor.Reading(next(values), "d")})
+    assert out["graph"].ms is None and out["graph"].reason == "capture failed: sync in the call"
+    assert out["device"].ms == 0.6 and sorted(out["device"].rounds) == [0.5, 0.6, 0.7]
