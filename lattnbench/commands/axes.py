@@ -22,8 +22,15 @@ DTYPE = Annotated[str | None, typer.Option("--dtype", help=f"Comma list of {', '
 KERNELS = Annotated[list[str] | None, typer.Option(
     "--kernels", "-k", help="Kernel names or globs, e.g. 'lightning/*,softmax/sdpa-flash' (default: the "
     "available non-reference kernels). See `lattnbench list`.", show_default=False)]
+def plugin_specs(values: list[str] | None) -> list[str] | None:
+    """``--kernel`` values, repeated or comma-separated, as one list."""
+    specs = [s.strip() for v in values or () for s in v.split(",") if s.strip()]
+    return specs or None
+
+
 PLUGIN = Annotated[list[str] | None, typer.Option(
-    "--kernel", help="Add your own kernel: package.module:function (see docs/plugins.md).", show_default=False)]
+    "--kernel", help="Add your own kernel: package.module:function, repeated or comma-separated "
+    "(see docs/plugins.md).", show_default=False, callback=plugin_specs)]
 MODE = Annotated[str, typer.Option("--mode", "-m", help=f"Comma list of {', '.join(MODES)}.")]
 DEVICE = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cuda or cpu.")]
 OUT = Annotated[str | None, typer.Option(

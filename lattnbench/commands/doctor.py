@@ -15,11 +15,13 @@ EXAMPLE = """Examples:
   lattnbench doctor --json | jq '.checks[] | select(.verdict != "ok")'
 """
 
-_STYLE = {"ok": "green", "DISAGREE": "bold red", "missing": "bold red", "short": "yellow", "info": "dim"}
+_STYLE = {"ok": "green", "DISAGREE": "bold red", "missing": "bold red", "noisy": "yellow", "short": "yellow",
+          "info": "dim"}
 _VERDICT = {
     "ok": "[green]ok[/]: the timers agree within tolerance",
     "disagree": "[bold red]DISAGREE[/]: timers differ beyond tolerance; speed tables from here are suspect",
     "unmeasured": "[bold red]UNMEASURED[/]: a timer the check needs did not run on this GPU",
+    "noisy": "[bold red]NOISY[/]: the clocks moved too much between rounds to judge any timer; rerun on a quiet GPU",
     "info": "info: nothing was judged here (no GPU, or every reference call under 0.5 ms)",
 }
 
@@ -103,7 +105,7 @@ def register(app: typer.Typer) -> None:
                 out.print(table)
                 out.print()
             for c in d.checks:
-                if c.verdict in ("DISAGREE", "missing", "short"):
+                if c.verdict in ("DISAGREE", "noisy", "missing", "short"):
                     out.print(f"  {c.reference} {c.a}/{c.b}: {c.why}", highlight=False)
             for note in d.notes:
                 out.print(f"note: {note}", highlight=False)

@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from lattnbench.commands import axes
 from lattnbench.commands.common import out
 
 EXAMPLE = """Examples:
@@ -21,7 +22,8 @@ def register(app: typer.Typer) -> None:
     def list_kernels(
         json_: bool = typer.Option(False, "--json", help="Print a JSON array of objects instead of a table."),
         device: str = typer.Option("auto", help="Judge availability for auto (CUDA when present), cuda or cpu."),
-        kernel: list[str] | None = typer.Option(None, "--kernel", help="Also list a plugin package.module:function."),
+        kernel: list[str] | None = typer.Option(None, "--kernel", help="Also list plugins package.module:function "
+                                                "(repeated or comma-separated).", callback=axes.plugin_specs),
     ) -> None:
         """Every registered kernel: framework, devices, availability (with the reason) and defaults.
 

@@ -28,8 +28,9 @@ def register(app: typer.Typer) -> None:
                                        "$LATTNBENCH_RESULTS_DIR)."),
         device: str | None = typer.Option(None, help="auto, cuda or cpu (default: the suite's, else auto)."),
         resume: bool = typer.Option(False, "--resume", help="Keep the points already in the output; run the rest."),
-        kernel: list[str] | None = typer.Option(None, "--kernel", help="Plugin kernels package.module:function; "
-                                                "they join every measurement of their family."),
+        kernel: list[str] | None = typer.Option(None, "--kernel", help="Plugin kernels package.module:function "
+                                                "(repeated or comma-separated); they join every measurement of "
+                                                "their family.", callback=axes.plugin_specs),
         json_: bool = typer.Option(False, "--json", help="Print the results document on stdout."),
         only: str | None = typer.Option(None, "--only", help="Run only these kinds of the suite's "
                                         "measurements: speed, memory, check-grad, check-rows (comma list)."),

@@ -118,7 +118,7 @@ class Check:
     b_ms: float | None
     diff: float | None          # a / b - 1
     bound: float | None
-    verdict: str                # ok | DISAGREE | short | missing | info
+    verdict: str                # ok | DISAGREE | noisy | short | missing | info
     why: str = ""
 
 
@@ -136,17 +136,24 @@ class Diagnosis:
 
     @property
     def verdict(self) -> str:
-        """disagree | unmeasured | ok | info (nothing judged: a CPU)."""
+        """disagree | unmeasured | noisy (a pair of timers judged on no reference, every one too noisy)
+        | ok | info (nothing judged: a CPU, or every reference call too short)."""
         verdicts = {c.verdict for c in self.checks}
         if "DISAGREE" in verdicts:
             return "disagree"
         if "missing" in verdicts:
             return "unmeasured"
-        return "ok" if "ok" in verdicts else "info"
+        judged: dict[tuple[str, str], bool] = {}
+        for c in self.checks:
+            if c.verdict in ("ok", "noisy"):
+                judged[c.a, c.b] = judged.get((c.a, c.b), False) or c.verdict == "ok"
+        if not judged:
+            return "info"
+        return "ok" if all(judged.values()) else "noisy"
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.verdict in ("disagree", "unmeasured") else 0
+        return 1 if self.verdict in ("disagree", "unmeasured", "noisy") else 0
 
     def to_json(self) -> dict:
         return {"schema": SCHEMA, "gpu": self.gpu, "machine": self.machine, "ceilings": self.ceilings,
@@ -179,11 +186,25 @@ def judge(reference: str, readings: dict[str, Reading], tolerances: Sequence[Tol
                 c.verdict, c.why = "short", f"shorter than {tol.min_ms:g} ms: not judged"
             elif abs(c.diff) <= tol.bound:
                 c.verdict = "ok"
+            elif _overlap(ra.rounds, rb.rounds):
+                c.verdict = "noisy"
+                c.why = (f"{tol.a} is {c.diff:+.1%} off {tol.b}, but their round medians overlap "
+                         f"({_span(ra.rounds)} against {_span(rb.rounds)} ms): the clock moved more "
+                         f"between rounds than ±{tol.bound:.0%}, so this reference cannot judge the timers")
             else:
                 c.verdict = "DISAGREE"
                 c.why = f"{tol.a} is {c.diff:+.1%} off {tol.b}, beyond ±{tol.bound:.0%}"
         out.append(c)
     return out
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    """Two timers' round medians overlap (both read in 2 rounds or more)."""
+    return len(a) > 1 and len(b) > 1 and min(a) <= max(b) and min(b) <= max(a)
+
+
+def _span(rounds: list[float]) -> str:
+    return f"{min(rounds):.3f}–{max(rounds):.3f}"
 
 
 def diagnose(probe: Probe) -> Diagnosis:

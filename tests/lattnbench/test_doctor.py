@@ -209,3 +209,45 @@ def test_interleaved_keeps_the_reason_of_a_timer_that_always_fails():
     out = doctor.interleaved(3, failing, lambda: {"device": doctor.Reading(next(values), "d")})
     assert out["graph"].ms is None and out["graph"].reason == "capture failed: sync in the call"
     assert out["device"].ms == 0.6 and sorted(out["device"].rounds) == [0.5, 0.6, 0.7]
+
+
+def _rounds_probe(device_rounds, bench_rounds):
+    med = statistics.median
+
+    def time(ref):
+        r = {"device": Reading(med(device_rounds), "fake", rounds=list(device_rounds)),
+             "do_bench": Reading(med(bench_rounds), "fake", rounds=list(bench_rounds)),
+             "graph": Reading(med(device_rounds), "fake", rounds=list(device_rounds)),
+             "latency": Reading(0.9, "fake"), "host": Reading(0.01, "fake")}
+        return Timed(r)
+
+    probe = fake_probe(agreeing())
+    probe.references = probe.references[:1]
+    probe.time = time
+    return probe
+
+
+def test_a_disagreement_inside_the_round_spread_is_noisy_not_a_failure():
+    """A power-capped matmul: do_bench's rounds spread 12 %, across the device timer's."""
+    d = diagnose(_rounds_probe([0.751, 0.764, 0.758, 0.771, 0.771], [0.741, 0.777, 0.830, 0.794, 0.798]))
+    check = next(c for c in d.checks if (c.a, c.b) == ("device", "do_bench"))
+    assert check.verdict == "noisy" and "overlap" in check.why
+    assert d.verdict == "noisy" and d.exit_code == 1  # nothing was judged ok: no verdict on the timers
+
+
+def test_separated_rounds_beyond_the_bound_disagree():
+    d = diagnose(_rounds_probe([0.80, 0.81, 0.80], [0.74, 0.75, 0.745]))
+    assert verdicts(d)[("matmul", "device", "do_bench")] == "DISAGREE" and d.exit_code == 1
+
+
+def test_a_noisy_reference_beside_an_agreeing_one_passes():
+    noisy = _rounds_probe([0.751, 0.764, 0.771], [0.741, 0.830, 0.794])
+    steady = fake_probe(agreeing())
+    refs = [noisy.references[0], steady.references[1]]
+
+    def time(ref):
+        return noisy.time(ref) if ref.name == "matmul" else steady.time(ref)
+
+    d = diagnose(Probe(True, steady.machine, steady.ceilings, steady.clocks, refs, time, TOLERANCES))
+    assert verdicts(d)[("matmul", "device", "do_bench")] == "noisy"
+    assert verdicts(d)[("copy", "device", "do_bench")] == "ok" and d.verdict == "ok" and d.exit_code == 0

@@ -88,6 +88,12 @@ def test_example_plugins_benchmark(example, tmp_path):
     assert all(r["status"] == "ok" and r["median"] > 0 and r["metric"] == "time_ms" for r in rows)
 
 
+def test_kernel_takes_a_comma_list_like_repeated_options(example):
+    items = json.loads(invoke("list", "--json", "--device", "cpu", "--kernel", f"{CHUNKED},{JAXREC}").output)
+    names = {i["name"] for i in items if i["origin"] == "plugin"}
+    assert names == {"plugin/my-chunked", "plugin/my-jax-recurrent"}
+
+
 def test_list_shows_a_plugin(example):
     items = json.loads(invoke("list", "--json", "--device", "cpu", "--kernel", CHUNKED).output)
     mine = next(i for i in items if i["name"] == "plugin/my-chunked")
