@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from lattnbench.errors import PointTimeout, Unsupported
+from lattnbench.measure.timing import REPLAY, SPEED_ROUNDS
 from lattnbench.registry import KernelEntry
 from lattnbench.spec import Case
 
@@ -157,6 +158,7 @@ class Sweeper:
     emit: Callable[[list[dict]], None]
     ceilings: dict
     budget_s: float = 0.5
+    rounds: int | None = None  # rounds per speed point: None is SPEED_ROUNDS on a GPU, 1 on a CPU
 
     def _gate(self, entry: KernelEntry, case: Case, modes: Iterable[str], metric: str) -> list[dict] | None:
         """Rows for points that cannot run (unavailable / unsupported / oom), or None to go ahead.
@@ -212,29 +214,50 @@ class Sweeper:
             self.emit(rows)
             return rows
         timers = ("device",) if interpreted else ("device", "latency")
+        graphs = not interpreted and problem.graph_timer
+        rounds = self.rounds if self.rounds is not None else (1 if self.device == "cpu" else SPEED_ROUNDS)
         timed: dict[str, tuple] = {}  # mode -> (call, PointTiming, clocks before, clocks after)
         failed: dict[str, tuple[str, str]] = {}
-        for mode in modes:
-            try:
-                t0 = time.perf_counter()  # the first call compiles and autotunes: reported apart
-                if not _finite(problem.fwd() if mode == "fwd" else problem.fwdbwd()):
-                    raise _NonFinite()
-                first = time.perf_counter() - t0
-                call = {"fwd": problem.fwd, "fwdbwd": problem.fwdbwd}.get(mode) or problem.bwd_callable()
-                before = clock_sample(self.device)
-                pt = measure_point(call, backend, budget_s=self.budget_s, timers=timers,
-                                   min_reps=3 if interpreted else 5)
-                after = clock_sample(self.device)
-                if not pt.timers["device"].ok:
-                    raise RuntimeError(pt.timers["device"].reason or "the device timer took no sample")
-                pt.first_call_s = max(first, pt.first_call_s)
-                timed[mode] = (call, pt, before, after)
-            except _NonFinite:
-                failed[mode] = ("fail", "NaN/Inf in the output")
-            except Exception as exc:  # noqa: BLE001
-                failed[mode] = classify(exc, entry)
-        if not interpreted and problem.graph_timer:
-            self._graph_timers(timed, backend)
+        stopped: set[str] = set()     # a later round failed: the earlier rounds' samples stand
+        for r in range(rounds):
+            for mode in modes:
+                if mode in failed or mode in stopped:
+                    continue
+                try:
+                    if r == 0:
+                        t0 = time.perf_counter()  # the first call compiles and autotunes: reported apart
+                        if not _finite(problem.fwd() if mode == "fwd" else problem.fwdbwd()):
+                            raise _NonFinite()
+                        first = time.perf_counter() - t0
+                        call = {"fwd": problem.fwd, "fwdbwd": problem.fwdbwd}.get(mode) or problem.bwd_callable()
+                        before = clock_sample(self.device)
+                    else:
+                        call = timed[mode][0]
+                    pt = measure_point(call, backend, budget_s=self.budget_s / rounds, timers=timers,
+                                       min_reps=3 if interpreted else 5)
+                    if not pt.timers["device"].ok:
+                        raise RuntimeError(pt.timers["device"].reason or "the device timer took no sample")
+                    if r == 0:
+                        pt.first_call_s = max(first, pt.first_call_s)
+                        timed[mode] = (call, pt, before, None)
+                    else:
+                        timed[mode][1].merge(pt)
+                except _NonFinite:
+                    failed[mode] = ("fail", "NaN/Inf in the output")
+                except Exception as exc:  # noqa: BLE001
+                    if r == 0:
+                        failed[mode] = classify(exc, entry)
+                    else:
+                        stopped.add(mode)
+            if graphs:
+                self._graph_timers(timed, backend, rounds, r)
+        after = clock_sample(self.device)
+        for mode, (call, pt, before, _) in timed.items():
+            if rounds > 1:
+                for t in pt.timers.values():
+                    if t.ok:
+                        t.method += f"; {rounds} rounds, the timers interleaved"
+            timed[mode] = (call, pt, before, after)
         for mode in modes:
             row = base_row(entry, case, self.device, mode, "time_ms")
             if mode in timed:
@@ -255,22 +278,30 @@ class Sweeper:
         _cleanup(self.device)
         return rows
 
-    def _graph_timers(self, timed: dict[str, tuple], backend) -> None:
-        """The graph timer of every timed mode, after all their device and latency timers.
+    def _graph_timers(self, timed: dict[str, tuple], backend, rounds: int = 1, r: int = 0) -> None:
+        """The graph timer of every timed mode in round ``r`` of ``rounds``, after all their device
+        and latency timers of that round.
 
         A capture that fails (and the CUPTI fallback) then cannot touch the other numbers of the
-        point. bwd alone is not captured: its graph comes from a forward recorded outside the
-        capture, on another stream; with fwd and fwdbwd measured, its graph time is their
-        difference.
+        round; only CUDA-graph replays run again in later rounds. bwd alone is not captured: its
+        graph comes from a forward recorded outside the capture, on another stream; with fwd and
+        fwdbwd measured, its graph time is their difference, taken after the last round.
         """
         from lattnbench.measure.timing import TimerResult, time_graph
 
-        budget_ms = self.budget_s * 1e3 / 2
+        budget_ms = self.budget_s * 1e3 / 2 / rounds
+        derive = "bwd" in timed and {"fwd", "fwdbwd"} <= timed.keys()
         for mode, (call, pt, _, _) in timed.items():
-            if mode == "bwd" and {"fwd", "fwdbwd"} <= timed.keys():
+            if mode == "bwd" and derive:
                 continue
-            pt.timers["graph"] = time_graph(call, backend, budget_ms, pt.timers["device"].median)
-        if "bwd" in timed and {"fwd", "fwdbwd"} <= timed.keys():
+            have = pt.timers.get("graph")
+            if have is None:
+                pt.timers["graph"] = time_graph(call, backend, budget_ms, pt.timers["device"].median)
+            elif have.ok and have.method.startswith(REPLAY):
+                more = time_graph(call, backend, budget_ms, pt.timers["device"].median)
+                if more.ok and more.method == have.method:
+                    have.samples_ms.extend(more.samples_ms)
+        if derive and r == rounds - 1:
             fwd, both = (timed[m][1].get("graph") for m in ("fwd", "fwdbwd"))
             if fwd is not None and both is not None:
                 timed["bwd"][1].timers["graph"] = TimerResult(

@@ -17,7 +17,9 @@
     the call before it returns (the time to enqueue it), from the same repetitions.
 
 Warm-up runs until compilation and autotuning are done; the first call's time is kept in its own
-field and never in the samples.
+field and never in the samples. On a GPU a speed point takes its samples in SPEED_ROUNDS rounds,
+each running every timer of every mode: a GPU under its power cap changes clock within seconds,
+and a timer that ran only after the others would read that drift as its own.
 """
 from __future__ import annotations
 
@@ -31,6 +33,10 @@ from lattnbench.results import HOST_BOUND, TIMERS, quantile  # noqa: F401 - part
 #: aim a host-clock batch at this many ms, with at most BATCH_MAX calls
 BATCH_TARGET_MS = 10.0
 BATCH_MAX = 100
+#: rounds of a GPU speed point (the timers take turns; each round gets its share of the budget)
+SPEED_ROUNDS = 3
+#: how a CUDA-graph replay names its method (the only graph timer repeated in later rounds)
+REPLAY = "CUDA-graph replay"
 #: the L2 flush writes more than the largest L2 (H200: 50 MB)
 FLUSH_BYTES = 256 * 2**20
 
@@ -73,6 +79,16 @@ class PointTiming:
     def get(self, name: str) -> TimerResult | None:
         t = self.timers.get(name)
         return t if t is not None and t.ok else None
+
+    def merge(self, later: PointTiming) -> None:
+        """Add a later round's samples, timer by timer (a timer first ok there is taken whole)."""
+        for name, t in later.timers.items():
+            mine = self.timers.get(name)
+            if mine is None or not mine.ok:
+                if t.ok or mine is None:
+                    self.timers[name] = t
+            elif t.ok:
+                mine.samples_ms.extend(t.samples_ms)
 
     def host_bound(self) -> bool | None:
         """device or latency > HOST_BOUND x graph; None without a graph time."""
@@ -278,7 +294,7 @@ def _graph_replay(call, be: Backend, budget_ms: float, min_reps: int, max_reps: 
         del kept
         graph.reset()
         torch.cuda.synchronize()
-    return TimerResult("graph", samples, "CUDA-graph replay, L2 flushed before each replay (outside the graph)")
+    return TimerResult("graph", samples, f"{REPLAY}, L2 flushed before each replay (outside the graph)")
 
 
 def _replays(graph, be: Backend, reps: int) -> list[float]:

@@ -37,3 +37,57 @@ def test_bwd_graph_time_is_fwdbwd_minus_fwd_and_graphs_run_after_every_device_ti
     assert seen == ["fwd", "fwdbwd"]  # bwd alone is never captured
     bwd = timed["bwd"][1].timers["graph"]
     assert bwd.ok and bwd.median == 2.5 and "fwdbwd" in bwd.method
+
+
+def test_a_gpu_point_interleaves_its_timers_in_rounds(monkeypatch):
+    """Each round runs every mode's device and latency timers, then their graphs; samples add up."""
+    from lattnbench.measure import timing
+    from lattnbench.measure.points import Sweeper
+    from lattnbench.measure.timing import PointTiming, TimerResult
+    from lattnbench.registry import default_registry
+    from lattnbench.spec import Case
+
+    log, clock = [], iter(range(1, 1000))
+
+    def fake_point(call, be, *, budget_s, timers, min_reps=5, max_reps=200):
+        log.append(("device", call.__name__))
+        return PointTiming(0.01, 2, {"device": TimerResult("device", [float(next(clock))], "fake"),
+                                     "latency": TimerResult("latency", [50.0], "fake")})
+
+    def fake_graph(call, be, budget_ms, est_ms):
+        log.append(("graph", call.__name__))
+        return TimerResult("graph", [float(next(clock))], f"{timing.REPLAY}, fake")
+
+    monkeypatch.setattr(timing, "measure_point", fake_point)
+    monkeypatch.setattr(timing, "time_graph", fake_graph)
+    rows = []
+    case = Case(batch=1, seqlen=32, heads=2, kv_heads=2, dim_qk=16, dim_v=16, dtype="fp32")
+    Sweeper("cpu", rows.extend, {}, budget_s=0.03, rounds=3).speed(
+        default_registry()["lightning/naive-torch"], case, ["fwd", "fwdbwd"])
+    one_round = [("device", "fwd"), ("device", "fwdbwd"), ("graph", "fwd"), ("graph", "fwdbwd")]
+    assert log == one_round * 3
+    fwd = next(r for r in rows if r["mode"] == "fwd")
+    assert fwd["status"] == "ok" and fwd["samples"] == 3
+    timers = fwd["runs"][0]["timers"]
+    assert fwd["samples_ms"] == [1.0, 5.0, 9.0] and timers["device"]["samples_ms"] == [1.0, 5.0, 9.0]
+    assert timers["graph"]["samples_ms"] == [3.0, 7.0, 11.0] and fwd["graph_ms"] == 7.0
+    assert "3 rounds" in timers["device"]["method"] and "3 rounds" in timers["graph"]["method"]
+
+
+def test_a_failed_capture_is_not_retried_in_later_rounds(monkeypatch):
+    from lattnbench.measure import timing
+    from lattnbench.measure.points import Sweeper
+    from lattnbench.measure.timing import PointTiming, TimerResult
+
+    calls = []
+
+    def fallback(call, be, budget_ms, est_ms):
+        calls.append(call)
+        return TimerResult("graph", [2.0], "CUPTI busy time; CUDA-graph capture failed (sync in the call)")
+
+    monkeypatch.setattr(timing, "time_graph", fallback)
+    timed = {"fwd": ("fwd", PointTiming(0.0, 1, {"device": TimerResult("device", [9.0])}), None, None)}
+    sweeper = Sweeper("cuda", lambda rows: None, {})
+    for r in range(3):
+        sweeper._graph_timers(timed, None, 3, r)
+    assert calls == ["fwd"] and timed["fwd"][1].timers["graph"].samples_ms == [2.0]
