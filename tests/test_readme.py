@@ -23,17 +23,24 @@ def blocks(page: Path) -> list[str]:
 
 
 MODES = ("fwd", "bwd", "fwdbwd")
+TIMERS = ("graph", "latency", "host")
 
 
 def source_for(name: str) -> tuple[list[Path], list[str]]:
     """The results files of block NAME (``results/*/NAME.json``) and the report options it needs:
-    a block ``STEM.MODE`` without such a file is the speed tables of that mode of
-    ``results/*/STEM.json`` (``report --mode MODE --metric speed``)."""
+    a block ``STEM.MODE`` or ``STEM.MODE.TIMER`` without such a file is the speed tables of that
+    mode (by that timer) of ``results/*/STEM.json`` (``report --mode MODE [--timer TIMER] --metric
+    speed``)."""
     found = sorted(ROOT.glob(f"results/*/{name}.json"))
-    stem, _, mode = name.rpartition(".")
-    if not found and stem and mode in MODES:
-        return sorted(ROOT.glob(f"results/*/{stem}.json")), ["--mode", mode, "--metric", "speed"]
-    return found, []
+    parts = name.split(".")
+    if found or len(parts) < 2:
+        return found, []
+    timer = parts.pop() if parts[-1] in TIMERS else None
+    mode = parts.pop() if parts[-1] in MODES else None
+    if mode is None:
+        return found, []
+    options = ["--mode", mode, "--metric", "speed", *(["--timer", timer] if timer else [])]
+    return sorted(ROOT.glob(f"results/*/{'.'.join(parts)}.json")), options
 
 
 def test_readme_has_a_generated_block():

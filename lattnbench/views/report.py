@@ -68,6 +68,7 @@ TIMER_NOTE = {
     "device": "calls back to back with the L2 flushed between, as triton.testing.do_bench",
     "graph": "CUDA-graph replay or CUPTI busy time: device time without host work",
     "latency": "one synchronised call end to end",
+    "host": "host time inside one call until it returns, i.e. the time to enqueue it",
 }
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from lattnbench.results import HOST_BOUND, TIMERS, load, quantile, row_key
 
 #: the timers a view can show (``host`` is the enqueue time, not a time per call)
-VIEW_TIMERS = ("device", "graph", "latency")
+VIEW_TIMERS = ("device", "graph", "latency", "host")
 #: where a row keeps the median of a timer other than its own
 MEDIAN_FIELD = {"graph": "graph_ms", "latency": "latency_ms", "host": "host_ms"}
 HOST_MARK = "†"
@@ -98,6 +98,8 @@ def timer_range(row: dict | None, timer: str = "device") -> tuple[float, float] 
 
 def pct_floor(row: dict, v: float, timer: str = "device") -> float | None:
     """% of the roofline floor for ``v``, the shown timer's median (a row's pct_floor is its own timer's)."""
+    if timer == "host":  # host time is not device work: no roofline share
+        return None
     floor = _finite(row.get("floor_ms"))
     if floor is not None and v:
         return 100.0 * floor / v

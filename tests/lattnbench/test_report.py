@@ -329,6 +329,16 @@ def test_timer_option_picks_the_numbers_and_labels_the_speedups(tmp_path):
     assert speed[0]["lightning/jax-chunked"].startswith("0.900")
 
 
+def test_host_timer_shows_the_enqueue_time_and_no_roofline_share(tmp_path):
+    res = run(write_timed(tmp_path / "t.json"), "--timer", "host")
+    assert res.exit_code == 0, res.output
+    (heading, speed), = [(h, t) for h, t in tables(res.stdout).items() if h.startswith("speed")]
+    assert heading.endswith("· host timer") and "time to enqueue it" in res.stdout
+    line = {row["n"]: row for row in speed}["1024"]
+    assert line["lightning/triton"].startswith("0.0100") and "%)" not in line["lightning/triton"]
+    assert line["lightning/jax-chunked"].startswith("0.0100") and line["lightning/triton × host"] == "1.00×"
+
+
 def test_old_files_are_device_only(tmp_path):
     old = write_results(tmp_path / "old.json")  # rows without timers, as before the split
     dev = tables(run(old).stdout)["speed · fwd · B4 H32 D128 bf16 decay=alibi · cuda · device timer"]
