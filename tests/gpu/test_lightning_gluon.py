@@ -2,8 +2,9 @@
 fp64 quadratic reference, over odd T, D ≠ E, GQA, reverse, an initial state and strong decay, with
 the outputs poisoned (NaN) before the kernel writes them; plus the fallback rule on the device.
 
-Each case first asserts that the call takes the Gluon path (``gluon_path`` is None), so a silent
-fallback to the Triton kernel cannot pass for the Gluon kernel.
+Each case first asserts which path the call takes (``gluon_path`` is None for the Gluon forward;
+a reversed call names why it runs the Triton kernel), so a silent fallback to the Triton kernel
+cannot pass for the Gluon kernel.
 """
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ CASES = [  # b, t, h, hkv, d, e, reverse, h0, strong decay
 @pytest.mark.parametrize("b,t,h,hkv,d,e,reverse,h0,strong", CASES)
 def test_gluon_forward_and_its_gradients_match_the_fp64_reference(b, t, h, hkv, d, e, reverse, h0, strong, dtype):
     x = _draw(t + d, b, t, h, hkv, d, e, dtype, h0)
-    assert gluon_path(x["q"], x["v"]) is None
+    why = gluon_path(x["q"], x["v"], reverse=reverse)
+    assert ("reverse" in why) if reverse else why is None  # reversed calls run the Triton kernel
     gamma = (-torch.linspace(2.0, 8.0, h) if strong else -torch.linspace(0.01, 0.5, h)).to(DEV)
     leaves = {n: x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "h0") if x[n] is not None}
     o, st = lightning_attn_gluon(leaves["q"], leaves["k"], leaves["v"], gamma=gamma,

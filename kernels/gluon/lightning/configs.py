@@ -35,12 +35,15 @@ def config_for(e: int) -> Config:
     return Config(bv=min(e, 128))
 
 
-def fallback_reason(dtype_name: str, d: int, e: int, varlen: bool) -> str | None:
+def fallback_reason(dtype_name: str, d: int, e: int, varlen: bool, reverse: bool = False) -> str | None:
     """None when the Gluon forward takes the call, else why the Triton kernel does instead.
 
-    The rule: bf16 / fp16, D and E each 64 or 128, no packed varlen. fp32 has no bf16/fp16
-    wgmma path; other head dims would need other TMA boxes and wgmma shapes; varlen would need a
-    descriptor per sequence (a device-side descriptor), and the Triton kernel handles it at no loss.
+    The rule: bf16 / fp16, D and E each 64 or 128, no packed varlen, forward order. fp32 has no
+    bf16/fp16 wgmma path; other head dims would need other TMA boxes and wgmma shapes; varlen
+    would need a descriptor per sequence (a device-side descriptor), and the Triton kernel handles
+    it at no loss. Reversed, the kernel's last chunk starts below row 0 and its TMA copies stop the
+    H200 with an illegal instruction (every reversed case tried, T = 130, 517 and 520); until the
+    reversed chunks are aligned to row 0 the Triton kernel runs them.
     """
     if dtype_name not in DTYPES:
         return f"dtype {dtype_name} (the Gluon forward is bf16 / fp16 only)"
@@ -48,4 +51,6 @@ def fallback_reason(dtype_name: str, d: int, e: int, varlen: bool) -> str | None
         return f"head dims D={d}, E={e} (the Gluon forward takes D, E in {HEAD_DIMS})"
     if varlen:
         return "packed varlen (cu_seqlens)"
+    if reverse:
+        return "reverse (the Gluon forward's reversed chunks fault on the GPU)"
     return None
