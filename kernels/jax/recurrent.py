@@ -27,8 +27,28 @@ def _ein(spec, *ops):
     return jnp.einsum(spec, *ops, precision=HIGHEST)
 
 
+#: the decay's exponential; tests swap in one that is off by some ulps, as a GPU's exp may be
+_exp = jnp.exp
+
+
 def _decay(lk_t, lv_t, gamma, val_t):
-    """The per-token decay factor, broadcastable to [B, H, D, E] (shape follows the gates present)."""
+    """(a, a_lo): the per-token decay factor, broadcastable to [B, H, D, E] (shape follows the
+    gates present; None: no decay), and for a per-head decay alone the fp32 residue of exp(γ)
+    that a drops (else None); a·s + a_lo·s carries the decay to about twice fp32's precision.
+
+    Why: the per-head λ = exp(γ) is the same rounded fp32 number at every token, so its rounding
+    error does not average out: after t tokens the state's oldest terms are off by t times it
+    (λ^1000 by up to 7e-5 at the ALiBi slopes, more than the fp32 tolerance of 1e-5). Data-dependent
+    gates round differently at every token and need no residue. a_lo = a·(γ − log a): exp(γ) =
+    a·exp(γ − log a), and γ − log a is exact (Sterbenz)."""
+    if lk_t is None and lv_t is None and gamma is not None:
+        logk = (gamma * val_t)[None, :, None, None]
+        a = _exp(logk)
+        return a, a * (logk - jnp.log(a))
+    return _gate_factor(lk_t, lv_t, gamma, val_t), None
+
+
+def _gate_factor(lk_t, lv_t, gamma, val_t):
     if lk_t is None:
         logk = (gamma * val_t)[None, :, None] if gamma is not None else None
     else:
@@ -38,6 +58,15 @@ def _decay(lk_t, lv_t, gamma, val_t):
         b = jnp.exp(lv_t)[..., None, :]
         a = b if a is None else a * b
     return a
+
+
+def _decayed(a, a_lo, s, add):
+    """a·s + add (a None: no decay; add None: nothing added), with the residue a_lo·s if any."""
+    if a is None:
+        return s if add is None else s + add
+    if a_lo is not None:
+        add = a_lo * s if add is None else a_lo * s + add
+    return a * s if add is None else a * s + add
 
 
 def _tok(x, i):
@@ -57,9 +86,9 @@ def _fwd_chunk(s, finals, xs, h0, gamma, scale, varlen, keep_states):
         if varlen:
             s = jnp.where(st_t, h0[seq_t][None], s)
         s_prev = s
-        a = _decay(_f32(lk_t), _f32(lv_t), gamma, val_t)
+        a, a_lo = _decay(_f32(lk_t), _f32(lv_t), gamma, val_t)
         kv = k_t.astype(F32)[..., :, None] * v_t.astype(F32)[..., None, :]
-        s = s_prev + kv if a is None else a * s_prev + kv
+        s = _decayed(a, a_lo, s_prev, kv)
         o_t = scale * _ein("bhd,bhde->bhe", q_t.astype(F32), s)
         if varlen:
             finals = finals.at[seq_t].set(jnp.where(en_t, s[0], finals[seq_t]))
@@ -120,9 +149,9 @@ def _core_bwd(scale, varlen, res, cts):
             if varlen:
                 ds = jnp.where(en_t, dfinal[seq_t][None], ds)
             q_t, k_t, v_t = q_t.astype(F32), k_t.astype(F32), v_t.astype(F32)
-            a = _decay(_f32(lk_t), _f32(lv_t), gamma, val_t)
+            a, a_lo = _decay(_f32(lk_t), _f32(lv_t), gamma, val_t)
             kv = k_t[..., :, None] * v_t[..., None, :]
-            s_t = sp_t + kv if a is None else a * sp_t + kv
+            s_t = _decayed(a, a_lo, sp_t, kv)
             ds = ds + scale * q_t[..., :, None] * do_t[..., None, :]
             dq = scale * _ein("bhde,bhe->bhd", s_t, do_t)
             dk = _ein("bhde,bhe->bhd", ds, v_t)
@@ -136,7 +165,7 @@ def _core_bwd(scale, varlen, res, cts):
                 dlv = da.sum(-2) if lv_t is not None else None
                 if gamma is not None:
                     dgam = dgam + dlk.sum(axis=(0, 2)) * val_t
-                ds_prev = a * ds
+                ds_prev = _decayed(a, a_lo, ds, None)
             if varlen:
                 dh0 = dh0.at[seq_t].add(jnp.where(st_t, ds_prev[0], 0.0))
                 ds_prev = jnp.where(st_t, 0.0, ds_prev)

@@ -82,3 +82,40 @@ def test_recurrent_residuals_are_chunk_states():
     ours, plain = temp(loss), temp(loss_naive)
     if ours is not None:
         assert plain > t * state_bytes > 2 * ours, (ours, plain)
+
+
+def _alibi_state_error(monkeypatch, bias_ulps: float, residue: bool) -> float:
+    """fp32 final-state error of the recurrence at T=1000 (ALiBi slopes, h0) against fp64, with
+    exp(γ) rounded ``bias_ulps`` ulps off and the decay's residue on or off."""
+    import importlib
+
+    from lattnbench.kernels.decay import alibi_decay
+    from lattnbench.measure.tolerance import err_ratio
+
+    rec = importlib.import_module("lattnbench.kernels.jax.recurrent")  # the package's name is a function
+    exact_decay = rec._decay
+    monkeypatch.setattr(rec, "_exp", lambda x: jnp.exp(x) * (1 + bias_ulps * 2.0**-23))
+    if not residue:
+        monkeypatch.setattr(rec, "_decay", lambda *a: (exact_decay(*a)[0], None))
+    rng = np.random.default_rng(11)
+    b, t, h, d = 1, 1000, 4, 32
+    q, k, v = (rng.standard_normal((b, t, h, d)).astype(np.float32) for _ in range(3))
+    h0 = rng.standard_normal((b, h, d, d)).astype(np.float32)
+    gamma = np.asarray(alibi_decay(h), np.float32)
+    _, final = rec.recurrent_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), g_gamma=jnp.asarray(gamma),
+                                       initial_state=jnp.asarray(h0))
+    _, ref = torch_ref.lightning_naive(*(torch.from_numpy(x).double() for x in (q, k, v)),
+                                       torch.from_numpy(gamma).double(), None, torch.from_numpy(h0).double(), False)
+    return float(err_ratio(torch.from_numpy(np.asarray(final)), ref))
+
+
+def test_the_decay_residue_cancels_an_exp_that_is_ulps_off(monkeypatch):
+    """A per-head λ is the same rounded number at every token: its error grows with T, unless the
+    recurrence carries the residue exp(γ) − fp32(exp(γ))."""
+    clean = _alibi_state_error(monkeypatch, 0, residue=True)
+    with monkeypatch.context() as m:
+        biased_plain = _alibi_state_error(m, 2, residue=False)
+    with monkeypatch.context() as m:
+        biased_fixed = _alibi_state_error(m, 2, residue=True)
+    assert biased_plain > 1e-5 > clean           # 2 ulps of bias alone fail the fp32 tolerance
+    assert biased_fixed < 2 * clean + 1e-7       # the residue takes it back to the unbiased error
