@@ -89,9 +89,11 @@ def register(app: typer.Typer) -> None:
 
         GPU: a bf16 matmul and a device copy, timed by every timer and by do_bench.
 
-        device vs do_bench within 3 %, graph vs device within 5 % (calls >= 0.5 ms).
+        device vs do_bench within 3 %, graph vs device within 5 % (calls >= 0.5 ms), the timers
+        taking turns in 5 rounds; a reference whose rounds spread wider than that is 'noisy'.
 
-        Exit 1 when timers disagree or one the check needs cannot run; 0 otherwise.
+        Exit 1 when timers disagree, one the check needs cannot run, or every reference of a pair
+        of timers was noisy; 0 otherwise.
 
         CPU: the host-clock timers run for information; exit 0.
         """

@@ -133,6 +133,7 @@ class Diagnosis:
     checks: list[Check]
     tolerances: Sequence[Tolerance]
     notes: list[str] = field(default_factory=list)
+    env: dict = field(default_factory=dict)  # versions, commit and time of the run (lattnbench.env)
 
     @property
     def verdict(self) -> str:
@@ -156,7 +157,7 @@ class Diagnosis:
         return 1 if self.verdict in ("disagree", "unmeasured", "noisy") else 0
 
     def to_json(self) -> dict:
-        return {"schema": SCHEMA, "gpu": self.gpu, "machine": self.machine, "ceilings": self.ceilings,
+        return {"schema": SCHEMA, "env": self.env, "gpu": self.gpu, "machine": self.machine, "ceilings": self.ceilings,
                 "ceilings_reason": self.ceilings_reason, "clocks": self.clocks,
                 "tolerances": [asdict(t) for t in self.tolerances], "references": self.references,
                 "checks": [asdict(c) for c in self.checks], "notes": self.notes,
@@ -231,8 +232,10 @@ def diagnose(probe: Probe) -> Diagnosis:
         if timed.throttled:
             notes.append(f"{ref.name}: NVML saw the clocks throttle while timing; a disagreement may be theirs")
         checks.extend(judge(ref.name, timed.readings, probe.tolerances, probe.gpu))
+    from lattnbench.env import collect
+
     return Diagnosis(probe.gpu, machine, ceilings, ceilings_reason, clocks, refs, checks,
-                     probe.tolerances, notes)
+                     probe.tolerances, notes, collect(with_gpu=False))
 
 
 def _one_line(exc: BaseException) -> str:

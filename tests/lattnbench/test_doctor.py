@@ -144,8 +144,9 @@ def test_cli_json_is_one_object_with_the_documented_fields(monkeypatch):
     assert res.exit_code == 1
     doc = json.loads(res.stdout)
     assert doc["schema"] == "lattnbench.measure.doctor/1" and doc["gpu"] is True
-    assert {"machine", "ceilings", "clocks", "tolerances", "references", "checks", "notes", "verdict",
+    assert {"env", "machine", "ceilings", "clocks", "tolerances", "references", "checks", "notes", "verdict",
             "exit_code"} <= set(doc)
+    assert doc["env"]["versions"]["lattnbench"] and doc["env"]["time"]
     assert doc["verdict"] == "disagree" and doc["exit_code"] == 1
     assert [r["name"] for r in doc["references"]] == ["matmul", "copy"]
     assert doc["references"][0]["timers"]["do_bench"]["ms"] == 0.815
