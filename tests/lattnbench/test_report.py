@@ -357,7 +357,7 @@ def test_old_files_are_device_only(tmp_path):
 def test_bad_timer_is_one_line_exit_2(tmp_path):
     res = run(write_timed(tmp_path / "t.json"), "--timer", "wallclock")
     assert res.exit_code == 2 and "Traceback" not in res.output
-    assert res.stderr.strip() == "error: unknown timer 'wallclock': choose from device, graph, latency"
+    assert res.stderr.strip() == "error: unknown timer 'wallclock': choose from device, graph, latency, host"
 
 
 def test_mode_and_metric_keep_only_those_tables(tmp_path):
