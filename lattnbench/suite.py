@@ -46,7 +46,7 @@ TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device"
             "memory", "check-grad", "check-rows")
 #: the knobs a suite may set: the kernels' and compilers' own (lattnbench.env.KNOB_PREFIXES)
 ENV_PREFIXES = ("LIGHTNING_TRITON_", "TRITON_", "FLA_", "JAX_", "XLA_")
-SECTION_KEYS = {"speed": ("modes", "budget", "kernels", "axes"),
+SECTION_KEYS = {"speed": ("modes", "budget", "settle", "kernels", "axes"),
                 "memory": ("modes", "kernels", "axes"),
                 "check-grad": ("kernels", "axes", "seed"),
                 "check-rows": ("kernels", "axes", "seed")}
@@ -63,6 +63,7 @@ class Measurement:
     modes: list[str] = field(default_factory=list)
     budget: float = 0.5
     seed: int = 0
+    settle_c: float | None = None  # speed: the GPU temperature each point waits for
 
 
 @dataclass
@@ -190,6 +191,10 @@ def _measurement(kind: str, sec: Any, label: str, where: str, top_axes: dict, to
         m.budget = float(_typed(sec.get("budget", 0.5), (int, float), _where(where, f"{label}.budget"), "seconds"))
         if not m.budget > 0:
             raise SpecError(f"{_where(where, f'{label}.budget')} must be positive seconds, got {m.budget}")
+        if "settle" in sec:
+            m.settle_c = float(_typed(sec["settle"], (int, float), _where(where, f"{label}.settle"), "degrees C"))
+            if not m.settle_c > 0:
+                raise SpecError(f"{_where(where, f'{label}.settle')} must be positive degrees C, got {m.settle_c}")
     if kind in ("check-grad", "check-rows"):
         m.seed = _typed(sec.get("seed", 0), (int,), _where(where, f"{label}.seed"), "an integer")
         if m.seed < 0:

@@ -38,6 +38,10 @@ OUT = Annotated[str | None, typer.Option(
     "or under $LATTNBENCH_RESULTS_DIR).", show_default=False)]
 JSON = Annotated[bool, typer.Option("--json", help="Print the results document on stdout; progress goes to stderr.")]
 DECAY = Annotated[str, typer.Option("--decay", help=f"Per-head decay: {', '.join(DECAYS)}.")]
+SETTLE = Annotated[float | None, typer.Option(
+    "--settle", min=0.0, help="Before each speed point, wait (at most 2 minutes) until the GPU is at or "
+    "below this temperature in °C, so every point starts from the same thermal state (NVML; rows "
+    "record settle_s and settle_temp_c).", show_default=False)]
 RESUME = Annotated[bool, typer.Option("--resume", help="Skip points already in --out.")]
 SEED = Annotated[int, typer.Option("--seed", min=0, help="Seed of the random inputs (>= 0).")]
 ISOLATE = Annotated[str, typer.Option(

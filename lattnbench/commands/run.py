@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         only: str | None = typer.Option(None, "--only", help="Run only these kinds of the suite's "
                                         "measurements: speed, memory, check-grad, check-rows (comma list)."),
         repeat: axes.REPEAT = 1, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
-        jobs: axes.CHECK_JOBS = 1,
+        jobs: axes.CHECK_JOBS = 1, settle: axes.SETTLE = None,
     ) -> None:
         """Run every measurement of a suite (speed, memory, check-grad) into one results file.
 
@@ -83,7 +83,8 @@ def register(app: typer.Typer) -> None:
                             if not (entry.family == "softmax" and case.initial_state):
                                 tasks.append(Task(m.kind, entry.name, case, seed=m.seed))
                         else:
-                            tasks.append(Task(m.kind, entry.name, case, tuple(m.modes), m.budget))
+                            tasks.append(Task(m.kind, entry.name, case, tuple(m.modes), m.budget,
+                                              settle_c=settle if settle is not None else m.settle_c))
         except SpecError as exc:
             die(str(exc))
         env = collect()

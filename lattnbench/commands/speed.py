@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         budget: float = typer.Option(0.5, min=0.0, help="Seconds of device-timer samples per point "
                                      "(at least 5 samples; the graph and latency timers get half as much each)."),
         repeat: axes.REPEAT = 1, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
-        world_size: axes.WORLD_SIZE = None,
+        world_size: axes.WORLD_SIZE = None, settle: axes.SETTLE = None,
     ) -> None:
         """Time kernels: median ms with p20–p80 on the device timer, with graph and latency beside it.
 
@@ -40,4 +40,4 @@ def register(app: typer.Typer) -> None:
         from lattnbench.commands.sweep import sweep_command
 
         sweep_command("speed", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
-             json_, decay, resume, budget, repeat, isolate, point_timeout, world_size)
+             json_, decay, resume, budget, repeat, isolate, point_timeout, world_size, settle)

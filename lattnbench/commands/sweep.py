@@ -270,7 +270,8 @@ def guarded(fn: Callable[[], object]):
 
 
 def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, plugins, mode, device, out,
-                  as_json, decay, resume, budget, repeat, isolate, point_timeout, world_size=None) -> None:
+                  as_json, decay, resume, budget, repeat, isolate, point_timeout, world_size=None,
+                  settle=None) -> None:
     """speed and memory: the same sweep axes, one task per (case, kernel)."""
     from lattnbench.commands import axes
     from lattnbench.commands.tables import memory_tables, speed_tables
@@ -288,7 +289,8 @@ def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels
     want = guarded(lambda: axes.modes(mode))
     if command == "memory":
         want = [m for m in want if m != "bwd"] or ["fwd"]
-    tasks = [Task(command, e.name, c, tuple(want), budget) for c in cases for e in chosen if runs_at(e, c)]
+    tasks = [Task(command, e.name, c, tuple(want), budget, settle_c=settle if command == "speed" else None)
+             for c in cases for e in chosen if runs_at(e, c)]
     writer = open_writer(out, command, collect(), resume)
     execute(command, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s,
             repeat=repeat if command == "speed" else 1, plugins=plugins, resume=resume)

@@ -6,6 +6,7 @@ flagged ``throttled``. Without nvidia-ml-py or a GPU, ``sample`` returns None an
 """
 from __future__ import annotations
 
+import time
 from functools import cache
 
 #: NVML clocks-event reason bits (nvml.h, nvmlClocksEventReason*) and their names
@@ -66,6 +67,30 @@ def sample(index: int = 0) -> dict | None:
         }
     except Exception as exc:  # noqa: BLE001 - a partial NVML: say so in the row, never fail a point
         return {"error": f"{type(exc).__name__}: {exc}"[:200]}
+
+
+#: the longest a point waits for the GPU to cool (``settle``)
+SETTLE_MAX_S = 120.0
+
+
+def settle(target_c: float, max_s: float = SETTLE_MAX_S, read=sample, sleep=time.sleep,
+           clock=time.monotonic) -> dict | None:
+    """Wait until the GPU is at or below ``target_c`` degrees, at most ``max_s`` seconds; what the
+    wait took and the temperature it ended at, or None without NVML.
+
+    Why: the points a worker ran before heat the GPU, and a hot H200 runs below its clock under
+    its power cap; a point measured after them is slower than the same point measured alone, with
+    nothing of the process to blame. Waiting for one temperature before each point starts every
+    point from the same thermal state."""
+    t0 = clock()
+    s = read()
+    if not s or "temp_c" not in s:
+        return None
+    while s["temp_c"] > target_c and clock() - t0 < max_s:
+        sleep(0.5)
+        s = read() or s
+    return {"settle_s": round(clock() - t0, 1), "settle_temp_c": s.get("temp_c"),
+            "settle_reached": s.get("temp_c", target_c + 1) <= target_c}
 
 
 def throttled(*samples: dict | None) -> bool | None:

@@ -159,6 +159,7 @@ class Sweeper:
     ceilings: dict
     budget_s: float = 0.5
     rounds: int | None = None  # rounds per speed point: None is SPEED_ROUNDS on a GPU, 1 on a CPU
+    settle_c: float | None = None  # wait for the GPU to cool to this temperature before a point
 
     def _gate(self, entry: KernelEntry, case: Case, modes: Iterable[str], metric: str) -> list[dict] | None:
         """Rows for points that cannot run (unavailable / unsupported / oom), or None to go ahead.
@@ -213,6 +214,11 @@ class Sweeper:
             rows = self._rows(entry, case, modes, "time_ms", status, reason)
             self.emit(rows)
             return rows
+        settled = None
+        if self.settle_c is not None and self.device != "cpu":
+            from lattnbench.measure import clocks
+
+            settled = clocks.settle(self.settle_c)
         timers = ("device",) if interpreted else ("device", "latency")
         graphs = not interpreted and problem.graph_timer
         rounds = self.rounds if self.rounds is not None else (1 if self.device == "cpu" else SPEED_ROUNDS)
@@ -263,6 +269,8 @@ class Sweeper:
             if mode in timed:
                 _, pt, before, after = timed[mode]
                 row.update(timing_fields(pt, run, before, after), interpreted=interpreted, status="ok", reason=None)
+                if settled:
+                    row.update(settled)
                 row.update(problem.row_fields(mode, "time_ms"))
                 floor = floor_ms(case, entry.family, mode, self.ceilings)
                 if floor is not None:
@@ -416,7 +424,7 @@ def execute(task, registry, device: str, ceilings: dict) -> list[dict]:
 
         return (check if task.kind == "check-grad" else check_rows)(entry, task.case, device, task.seed)
     rows: list[dict] = []
-    sweeper = Sweeper(device, rows.extend, ceilings, budget_s=task.budget)
+    sweeper = Sweeper(device, rows.extend, ceilings, budget_s=task.budget, settle_c=task.settle_c)
     if task.kind == "speed":
         sweeper.speed(entry, task.case, list(task.modes), run=task.run)
     else:

@@ -18,7 +18,8 @@ class Task:
     """One point: ``kind`` of measurement of ``kernel`` on ``case`` (modes for speed / memory).
 
     ``run`` numbers the repetition of a speed point under ``--repeat``; ``budget`` is the
-    seconds of samples per timer; ``seed`` the check-grad inputs' seed.
+    seconds of samples per timer; ``seed`` the check-grad inputs' seed; ``settle_c`` the GPU
+    temperature a speed point waits for before it starts (None: no wait).
     """
 
     kind: str
@@ -28,6 +29,7 @@ class Task:
     budget: float = 0.5
     seed: int = 0
     run: int = 0
+    settle_c: float | None = None  # speed: wait for the GPU to cool to this temperature first
 
     @property
     def metric(self) -> str:
@@ -54,7 +56,8 @@ class Task:
         c = d.get("case")
         case = None if c is None else Case(**{**c, "varlen": tuple(c["varlen"]) if c.get("varlen") else None})
         return cls(kind=d["kind"], kernel=d.get("kernel", ""), case=case, modes=tuple(d.get("modes", ())),
-                   budget=float(d.get("budget", 0.5)), seed=int(d.get("seed", 0)), run=int(d.get("run", 0)))
+                   budget=float(d.get("budget", 0.5)), seed=int(d.get("seed", 0)), run=int(d.get("run", 0)),
+                   settle_c=None if d.get("settle_c") is None else float(d["settle_c"]))
 
 
 @dataclass
