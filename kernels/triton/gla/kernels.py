@@ -77,6 +77,37 @@ def _load(base, rows, row_stride, lanes, valid, m_lanes):
 
 
 @triton.jit
+def _e_slice(q, g, k, cu, T, H, HKV, KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BS: tl.constexpr,
+             BT: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr):
+    """Where a program of an E-sliced pass (grid (cdiv(E, BS), N·H)) works: its query and kv head,
+    first row and length, the chunk rows' order, its BK key lanes and BS value columns with their
+    masks, its q, g and k base pointers, and the offset and mask of its [BK, BS] state tile."""
+    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_hk = i_h // (H // HKV)
+    o_t, p = _order(BT, REVERSE)
+    o_k = tl.arange(0, BK)
+    o_v = tl.program_id(0) * BS + tl.arange(0, BS)
+    m_k = o_k < KD
+    m_v = o_v < VD
+    q_base = q + bos * (H * KD) + i_h * KD
+    g_base = g + bos * (H * KD) + i_h * KD
+    k_base = k + bos * (HKV * KD) + i_hk * KD
+    s_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD) + o_k[:, None] * VD + o_v[None, :]
+    m_s = m_k[:, None] & m_v[None, :]
+    return i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off, m_s
+
+
+@triton.jit
+def _state_tile(ptr, s_off, m_s, PRESENT: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """A program's fp32 state tile from ``ptr`` (an initial state or a final-state cotangent), or
+    zeros when there is none."""
+    if PRESENT:
+        return tl.load(ptr + s_off, mask=m_s, other=0.0).to(tl.float32)
+    else:
+        return tl.zeros([ROWS, COLS], dtype=tl.float32)
+
+
+@triton.jit
 def _store(base, rows, row_stride, lanes, valid, m_lanes, x):
     tl.store(base + rows[:, None] * row_stride + lanes[None, :], x.to(base.dtype.element_ty),
              mask=valid[:, None] & m_lanes[None, :])
@@ -170,25 +201,11 @@ def gla_fwd_kernel(
     """o (and S_T into ht) from q, g [B, T, H, D], k [B, T, HKV, D], v [B, T, HKV, E]; grid
     (cdiv(E, BS), N·H). BK is D padded to a power of two; SPLIT (= E) and SHAPE_BUCKET only steer
     autotuning."""
-    i_v = tl.program_id(0)
-    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
-    o_t, p = _order(BT, REVERSE)
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BS + tl.arange(0, BS)
-    m_k = o_k < KD
-    m_v = o_v < VD
-    q_base = q + bos * (H * KD) + i_h * KD
-    g_base = g + bos * (H * KD) + i_h * KD
-    k_base = k + bos * (HKV * KD) + i_hk * KD
+    (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
+     m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
     v_base = v + bos * (HKV * VD) + i_hk * VD
     o_base = o + bos * (H * VD) + i_h * VD
-    s_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD) + o_k[:, None] * VD + o_v[None, :]
-    m_s = m_k[:, None] & m_v[None, :]
-    if HAS_H0:
-        S = tl.load(h0 + s_off, mask=m_s, other=0.0).to(tl.float32)
-    else:
-        S = tl.zeros([BK, BS], dtype=tl.float32)
+    S = _state_tile(h0, s_off, m_s, HAS_H0, BK, BS)
     dt = q.dtype.element_ty
     for i_c in range(0, tl.cdiv(seq_len, BT)):
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
@@ -245,10 +262,7 @@ def gla_bwd_qk_kernel(
     keep = p[None, :] <= p[:, None]  # [t, s]: s at or before t
 
     # forward sweep: dq_t = scale·S_t do_t
-    if HAS_H0:
-        S = tl.load(h0 + s_off, mask=m_s, other=0.0).to(tl.float32)
-    else:
-        S = tl.zeros([BS, BV], dtype=tl.float32)
+    S = _state_tile(h0, s_off, m_s, HAS_H0, BS, BV)
     for i_c in range(0, n_chunks):
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
@@ -309,25 +323,11 @@ def gla_bwd_v_kernel(
 ):
     """dv (per query head) for one E-slice, backward sweep with dS [D, BS]; grid (cdiv(E, BS), N·H).
     dv_s = dS_sᵀ k_s = Σ_{t≥s} A_ts·scale·do_t + (dS carried)ᵀ(k_s⊙e^{Bl − B_s})."""
-    i_v = tl.program_id(0)
-    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
-    o_t, p = _order(BT, REVERSE)
-    o_k = tl.arange(0, BK)
-    o_v = i_v * BS + tl.arange(0, BS)
-    m_k = o_k < KD
-    m_v = o_v < VD
-    q_base = q + bos * (H * KD) + i_h * KD
-    g_base = g + bos * (H * KD) + i_h * KD
-    k_base = k + bos * (HKV * KD) + i_hk * KD
+    (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
+     m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
     do_base = do + bos * (H * VD) + i_h * VD
     dv_base = dv + bos * (H * VD) + i_h * VD
-    s_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD) + o_k[:, None] * VD + o_v[None, :]
-    m_s = m_k[:, None] & m_v[None, :]
-    if HAS_DHT:
-        X = tl.load(dht + s_off, mask=m_s, other=0.0).to(tl.float32)
-    else:
-        X = tl.zeros([BK, BS], dtype=tl.float32)
+    X = _state_tile(dht, s_off, m_s, HAS_DHT, BK, BS)
     dt = q.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
     for i_r in range(0, n_chunks):
