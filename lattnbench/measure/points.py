@@ -240,7 +240,8 @@ class Sweeper:
                     else:
                         call = timed[mode][0]
                     pt = measure_point(call, backend, budget_s=self.budget_s / rounds, timers=timers,
-                                       min_reps=3 if interpreted else 5)
+                                       min_reps=3 if interpreted else 5,
+                                       warm_ms=timed[mode][1].warm_ms if r else None)
                     if not pt.timers["device"].ok:
                         raise RuntimeError(pt.timers["device"].reason or "the device timer took no sample")
                     if r == 0:

@@ -75,6 +75,7 @@ class PointTiming:
     first_call_s: float
     warmup_calls: int
     timers: dict[str, TimerResult]
+    warm_ms: float = 0.0  # the last warm-up call (ms): the estimate the timers sized their samples by
 
     def get(self, name: str) -> TimerResult | None:
         t = self.timers.get(name)
@@ -402,13 +403,14 @@ def _one_line(exc: BaseException) -> str:
 
 def measure_point(call: Callable[[], object], be: Backend, *, budget_s: float = 0.5,
                   timers: Sequence[str] = ("device", "graph", "latency"), min_reps: int = 5,
-                  max_reps: int = 200) -> PointTiming:
+                  max_reps: int = 200, warm_ms: float | None = None) -> PointTiming:
     """Warm up, then every asked timer; a timer that fails is recorded as such, the others stand.
 
     The device timer gets ``budget_s`` of samples; graph and latency half as much each. graph runs
-    last: a capture that fails cannot disturb the others.
+    last: a capture that fails cannot disturb the others. ``warm_ms``: the call is warm already
+    (a later round of a point) and this is its warm-up estimate; no warm-up runs.
     """
-    first, warm, est = warm_up(call, be.sync)
+    first, warm, est = (0.0, 0, warm_ms) if warm_ms is not None else warm_up(call, be.sync)
     budget_ms = budget_s * 1e3
     out: dict[str, TimerResult] = {}
     if "device" in timers:
@@ -418,7 +420,7 @@ def measure_point(call: Callable[[], object], be: Backend, *, budget_s: float = 
         out["latency"], out["host"] = time_latency(call, be, reps)
     if "graph" in timers:
         out["graph"] = time_graph(call, be, budget_ms / 2, est, min_reps, max(min_reps, max_reps // 2))
-    return PointTiming(first, warm, out)
+    return PointTiming(first, warm, out, est)
 
 
 def do_bench_ms(call: Callable[[], object]) -> float:

@@ -47,12 +47,13 @@ def test_a_gpu_point_interleaves_its_timers_in_rounds(monkeypatch):
     from lattnbench.registry import default_registry
     from lattnbench.spec import Case
 
-    log, clock = [], iter(range(1, 1000))
+    log, clock, warmed = [], iter(range(1, 1000)), []
 
-    def fake_point(call, be, *, budget_s, timers, min_reps=5, max_reps=200):
+    def fake_point(call, be, *, budget_s, timers, min_reps=5, max_reps=200, warm_ms=None):
         log.append(("device", call.__name__))
+        warmed.append(warm_ms)
         return PointTiming(0.01, 2, {"device": TimerResult("device", [float(next(clock))], "fake"),
-                                     "latency": TimerResult("latency", [50.0], "fake")})
+                                     "latency": TimerResult("latency", [50.0], "fake")}, warm_ms=0.7)
 
     def fake_graph(call, be, budget_ms, est_ms):
         log.append(("graph", call.__name__))
@@ -66,6 +67,7 @@ def test_a_gpu_point_interleaves_its_timers_in_rounds(monkeypatch):
         default_registry()["lightning/naive-torch"], case, ["fwd", "fwdbwd"])
     one_round = [("device", "fwd"), ("device", "fwdbwd"), ("graph", "fwd"), ("graph", "fwdbwd")]
     assert log == one_round * 3
+    assert warmed == [None, None] + [0.7] * 4  # later rounds reuse round 0's warm-up estimate
     fwd = next(r for r in rows if r["mode"] == "fwd")
     assert fwd["status"] == "ok" and fwd["samples"] == 3
     timers = fwd["runs"][0]["timers"]

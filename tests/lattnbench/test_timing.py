@@ -29,6 +29,15 @@ def test_first_call_is_kept_out_of_the_samples():
     assert len(calls) == 1 + pt.warmup_calls + len(dev.samples_ms) * int(dev.method.split()[4])
 
 
+def test_a_warm_call_is_not_warmed_up_again():
+    calls = []
+    pt = measure_point(lambda: calls.append(1), host(), budget_s=0.01, timers=("device",), max_reps=10,
+                       warm_ms=0.5)
+    dev = pt.timers["device"]
+    assert pt.warmup_calls == 0 and pt.first_call_s == 0.0 and pt.warm_ms == 0.5
+    assert len(calls) == len(dev.samples_ms) * int(dev.method.split()[4])  # timed calls only
+
+
 def test_device_timer_batches_short_calls_and_divides_by_the_batch():
     synced = []
     be = host(synced.append)
