@@ -68,6 +68,10 @@ def gate(
         "--static", help="CURRENT and --baseline are lattnbench static files: gate compile metrics "
         "(spills, registers, shared memory, loop instructions, mma, XLA flops and bytes); --threshold "
         "is then the tolerated growth of registers and shared memory (default 0%).")] = False,
+    common: Annotated[bool, typer.Option(
+        "--common", help="Compare only the points both files measured (e.g. points measured alone "
+        "against the same points inside a suite); implied when the files come from different "
+        "suites.")] = False,
 ) -> None:
     """Compare CURRENT against --baseline. Exit 0 ok, 1 regression or failure, 2 bad input.
 
@@ -92,7 +96,7 @@ def gate(
         if reference is None and base_doc.get("reference"):
             reference = base_doc["reference"]
         points, ref = compare(cur_doc["rows"], base_doc["rows"], thr, reference,
-                              common_only=cur_doc.get("suite") != base_doc.get("suite"))
+                              common_only=common or cur_doc.get("suite") != base_doc.get("suite"))
     except (ResultsError, ReportError, GateError) as exc:
         die(str(exc))
     if not json_out:
@@ -102,6 +106,8 @@ def gate(
         if cur_doc.get("suite") != base_doc.get("suite"):
             out.print(f"[yellow]note:[/] the files come from different suites ({cur_doc.get('suite')} vs "
                       f"{base_doc.get('suite')}): only their common points are compared", highlight=False)
+        elif common:
+            out.print("[dim]only the points both files measured are compared[/]", highlight=False)
     bad = [p for p in points if p.verdict in FAILING]
     if json_out:
         typer.echo(to_json(points, current=str(current), baseline=str(baseline), reference=ref,

@@ -350,3 +350,14 @@ def test_files_of_different_suites_compare_their_common_points(tmp_path, baselin
     assert "different suites" in res.output and "LOST" not in res.output
     same = write_run(tmp_path / "same.json", seed=2, drop={("lightning/triton", 1024, "fwd", "time_ms")})
     assert gate(same, baseline).exit_code == 1  # one suite: a point gone is LOST
+
+
+def test_common_compares_only_the_shared_points_of_one_suite(tmp_path, baseline):
+    dropped = {(k, n, m, "time_ms") for k in KERNELS for n in (1024, 16384) for m in ("fwd", "fwdbwd")}
+    cur = write_run(tmp_path / "cur.json", seed=2, drop=dropped)  # the same suite, fewer points
+    assert gate(cur, baseline, "--reference", "none", "--threshold", "10%").exit_code == 1  # LOST
+    res = gate(cur, baseline, "--reference", "none", "--threshold", "10%", "--common")
+    assert res.exit_code == 0, res.output
+    assert "LOST" not in res.output and "only the points both files measured" in res.output
+    slow = write_run(tmp_path / "slow.json", seed=2, machine=1.37, drop=dropped)
+    assert gate(slow, baseline, "--reference", "none", "--threshold", "10%", "--common").exit_code == 1
