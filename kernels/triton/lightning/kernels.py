@@ -317,7 +317,7 @@ def _chunk_pass(
             H0_TRANS=H0_TRANS, STORE_HT=STORE_HT, BWD_STATE=BWD_STATE, IS_VARLEN=IS_VARLEN, DOT_PREC=DOT_PREC)
 
 
-@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
+@triton.jit(do_not_specialize=["T", "SHAPE_BUCKET"])
 def lightning_fwd_kernel(
     q, k, v, h0, g, cu,
     T, H, HKV, scale, SHAPE_BUCKET,
@@ -337,7 +337,7 @@ def lightning_fwd_kernel(
         STORE_HT=STORE_HT, BWD_STATE=False, IS_VARLEN=IS_VARLEN, DOT_PREC=DOT_PREC, TR=TR)
 
 
-@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
+@triton.jit(do_not_specialize=["T", "SHAPE_BUCKET"])
 def lightning_bwd_kernel(
     q, k, v, do, h0, dht, g, cu,
     T, H, HKV, scale, SHAPE_BUCKET,

@@ -124,3 +124,16 @@ def test_ensure_allocator_sets_only_a_missing_one():
         return var.get() is mine
 
     assert contextvars.copy_context().run(users)
+
+
+def test_the_kernels_take_the_length_unspecialized():
+    """A length equal to 1 must not compile kernels of its own (tests/gpu/test_lightning_short.py
+    says why); Triton specializes integer arguments equal to 1 unless told not to."""
+    from lattnbench.kernels.triton.lightning import kernels as K
+
+    for kernel in (K.lightning_fwd_kernel, K.lightning_bwd_kernel):
+        if hasattr(kernel, "params"):  # compiled: the flag per parameter
+            unspecialized = {p.name for p in kernel.params if p.do_not_specialize}
+        else:  # interpreted: the decorator's arguments, kept as they were given
+            unspecialized = set(kernel.kwargs["do_not_specialize"])
+        assert unspecialized == {"T", "SHAPE_BUCKET"}
