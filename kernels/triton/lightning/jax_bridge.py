@@ -5,7 +5,7 @@ jax-triton is imported lazily: importing it (0.3.1) sets ``triton.knobs.cache.di
 which breaks every later torch-Triton compile, so the knob is restored right after the import.
 jax-triton refuses autotuned kernels whose key lacks a scalar argument, so the plain kernels are
 launched with one fixed config (``configs.JAX_CONFIG``, ``configs.JAX_WIDE_CONFIG`` for wide
-head dims); the backward is the three passes, one ``triton_call`` each.
+head dims, ``configs.FP32_CONFIG`` for fp32); the backward is the three passes, one ``triton_call`` each.
 """
 from __future__ import annotations
 
@@ -35,9 +35,15 @@ def _jax_triton():
     return _JT
 
 
-def _config(d: int, e: int) -> tuple:
-    """(BT, BV, num_warps, num_stages, TR) for head dims d, e: JAX_CONFIG, or JAX_WIDE_CONFIG when
-    it is transposed and a padded head dim exceeds 128."""
+def _config(d: int, e: int, dtype) -> tuple:
+    """(BT, BV, num_warps, num_stages, TR) for head dims d, e and the input dtype: the torch path's
+    FP32_CONFIG for fp32 (IEEE dots at the big tiles take long to compile, and at D 48 / E 96 the
+    call with JAX_CONFIG ended the process on the H200), else JAX_CONFIG, or JAX_WIDE_CONFIG when that is
+    transposed and a padded head dim exceeds 128."""
+    import jax.numpy as jnp
+
+    if dtype == jnp.float32:
+        return _cfg.FP32_CONFIG
     cfg = _cfg.JAX_CONFIG
     if cfg[4] and max(_cfg.pow2(d), _cfg.pow2(e)) > 128:
         return _cfg.JAX_WIDE_CONFIG
@@ -57,7 +63,7 @@ def _fwd_call(q, k, v, g, h0, scale, reverse, store_ht=True):
     jt = _jax_triton()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
-    bt, bv, w, s, tr = _config(d, e)
+    bt, bv, w, s, tr = _config(d, e, q.dtype)
     outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
     o, ht = jt.triton_call(
         q, k, v, h0 if h0 is not None else g, g, g, t, h, hkv, np.float32(scale), _cfg.shape_bucket(t, b * h),
@@ -76,7 +82,7 @@ def _bwd_call(q, k, v, do, g, h0, dht, scale, reverse):
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
-    bt, bv, w, s, tr = _config(d, e)
+    bt, bv, w, s, tr = _config(d, e, q.dtype)
     gdt = q.dtype if grp == 1 else jnp.float32
     kw = dict(num_warps=w, num_stages=s, KD=d, VD=e, BKD=_cfg.pow2(d), BVD=_cfg.pow2(e), REVERSE=bool(reverse),
               HAS_H0=h0 is not None, HAS_DHT=True, IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv,

@@ -64,10 +64,13 @@ def test_scalars_reach_jax_triton_as_fp32_not_fp64(monkeypatch):
         assert any(isinstance(a, np.float32) and a == np.float32(0.25) for a in scalars)
 
 
-@pytest.mark.parametrize("d,e,want_tr", [(16, 16, 1), (128, 96, 1), (192, 64, 0), (64, 130, 0)])
-def test_launch_config_orientation(monkeypatch, d, e, want_tr):
+@pytest.mark.parametrize("d,e,dtype,want", [
+    (16, 16, "bfloat16", (1, 128, 8)), (128, 96, "float16", (1, 128, 8)), (192, 64, "bfloat16", (0, 64, 4)),
+    (64, 130, "float16", (0, 64, 4)), (48, 96, "float32", (0, 32, 4)), (192, 64, "float32", (0, 32, 4))])
+def test_launch_config_orientation(monkeypatch, d, e, dtype, want):
     """The transposed pass (TR=1, BV=128) for head dims up to 128; the row-wise config when a padded
-    head dim passes 128. Every launch of a call carries the same TR and BV."""
+    head dim passes 128; fp32 (IEEE dots) the torch path's small fp32 config at any head dim. Every
+    launch of a call carries the same TR, BV and warps."""
     import jax.numpy as jnp
 
     from lattnbench.kernels.triton.lightning import jax_bridge
@@ -81,11 +84,12 @@ def test_launch_config_orientation(monkeypatch, d, e, want_tr):
             return [jnp.zeros(s.shape, s.dtype) for s in out_shape]
 
     monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: FakeJaxTriton)
-    q, k = jnp.asarray(_x(1, 8, 2, d)), jnp.asarray(_x(1, 8, 2, d))
-    v = jnp.asarray(_x(1, 8, 2, e))
+    dt = getattr(jnp, dtype)
+    q, k = jnp.asarray(_x(1, 8, 2, d), dt), jnp.asarray(_x(1, 8, 2, d), dt)
+    v = jnp.asarray(_x(1, 8, 2, e), dt)
     g = jnp.zeros(2, jnp.float32)
     jax_bridge._fwd_call(q, k, v, g, None, 0.25, False)
-    jax_bridge._bwd_call(q, k, v, jnp.asarray(_x(1, 8, 2, e)), g, None, jnp.zeros((1, 2, d, e), jnp.float32),
+    jax_bridge._bwd_call(q, k, v, jnp.asarray(_x(1, 8, 2, e), dt), g, None, jnp.zeros((1, 2, d, e), jnp.float32),
                          0.25, False)
     assert len(metas) == 4
-    assert {m[1:] for m in metas} == {(1, 128, 8) if want_tr else (0, 64, 4)}
+    assert {m[1:] for m in metas} == {want}
