@@ -37,7 +37,7 @@ def fwd_job(bt: int, bs: int, w: int, s: int) -> Job:
 
 def bwd_qk_job(bt: int, bs: int, w: int, s: int) -> Job:
     types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, h0=_F32, dht=_F32, cu=_F32, dq=_BF, dk=_BF, dg=_F32,
-                 dh0=_F32, **_SCALARS)
+                 dh0=_F32, hc=_BF, **_SCALARS)
     return _job("gla/triton:bwd-dqdkdg", "gla_bwd_qk_kernel", types,
                 dict(BV=E, SPLIT=D, HAS_H0=False, HAS_DHT=True), bt, bs, w, s)
 

@@ -59,8 +59,9 @@ def bwd_call(q, k, v, g, do, h0, dht, scale, reverse):
     flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, **_flags(q.dtype))
     bt, bs, w, s = _cfg.JAX_BWD_K_CONFIG
     outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),
-            jax.ShapeDtypeStruct((b, t, h, d), jnp.float32), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
-    dq, dk, dg, dh0 = jt.triton_call(
+            jax.ShapeDtypeStruct((b, t, h, d), jnp.float32), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32),
+            jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype)]  # chunk entry states (scratch)
+    dq, dk, dg, dh0, _ = jt.triton_call(
         q, k, v, g, do, h0 if h0 is not None else g, dht, g, *sc, kernel=_k.gla_bwd_qk_kernel, out_shape=outs,
         grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BV=_cfg.pow2(e), SPLIT=d,
         HAS_H0=h0 is not None, BT=bt, BS=bs, **flags)

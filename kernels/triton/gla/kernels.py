@@ -15,9 +15,12 @@ Three kernels, one launch each:
   gla_fwd_kernel     o (and S_T); programs own an E-slice, state [D, BS]
   gla_bwd_qk_kernel  dq (forward sweep, state S rows), then dk, dg and dh0 (backward sweep, state
                      dS rows); programs own a D-slice (GLA's state rows evolve independently),
-                     state [BS, E]; dg_t = Σ_{t'≥t} (q⊙dq − k⊙dk)_{t'} + rowsum(dS_T ⊙ S_T)
+                     state [BS, E]; dg from q⊙dq − k⊙dk inside each chunk, pinned at both chunk
+                     ends by rowsum(dS ⊙ S) (``_chunk_dg``)
   gla_bwd_v_kernel   dv (backward sweep); programs own an E-slice, state dS [D, BS]
-The backward recomputes every state it needs; nothing per chunk is stored.
+The backward recomputes every state it needs; the one thing stored per chunk is the state entering
+it (the qk launch's forward sweep writes it in the input dtype, its backward sweep reads it back
+for dg).
 
 Tensors are contiguous ``[B, T, heads, dim]`` (q, g, do, o, dq, dg with H heads; k, v with HKV);
 kernels take inputs, then scalars, then outputs (jax-triton appends outputs last), so the same
@@ -105,6 +108,30 @@ def _state_tile(ptr, s_off, m_s, PRESENT: tl.constexpr, ROWS: tl.constexpr, COLS
         return tl.load(ptr + s_off, mask=m_s, other=0.0).to(tl.float32)
     else:
         return tl.zeros([ROWS, COLS], dtype=tl.float32)
+
+
+@triton.jit
+def _entry_state(hc, bos, i_n, i_c, i_h, H, KD: tl.constexpr, VD: tl.constexpr, o_k, o_e, BT: tl.constexpr):
+    """Pointers of a program's [BS, E] tile of the state entering chunk i_c of sequence i_n in hc
+    [slots, H, D, E]: slot bos // BT + i_n + i_c. A sequence of L rows from row bos uses
+    cdiv(L, BT) ≤ (bos + L) // BT + 1 − bos // BT slots, so the sequences' slots never overlap and
+    all fit in (total rows) // BT + N."""
+    slot = (bos // BT + i_n + i_c).to(tl.int64)
+    return hc + (slot * H + i_h) * (KD * VD) + o_k[:, None] * VD + o_e[None, :]
+
+
+@triton.jit
+def _chunk_dg(dG, dg_end, dg_start, p, n_valid, BACK: tl.constexpr):
+    """dg of a chunk's rows from their terms dG = q⊙dq − k⊙dk and the chunk's exact ends:
+    dg_start, the first row's dg, and dg_end, the dg just after its last row (processing order).
+
+    dg_t = dg_end + Σ_{t'≥t} dG_t' = dg_start − Σ_{t'<t} dG_t' in exact arithmetic. The terms
+    nearly cancel, so either sum's rounding error drifts like a random walk from its end; each row
+    blends the two by inverse variance (weight 1 − p/n_valid on the prefix side), which spreads
+    the chunk's mismatch linearly over its rows. Nothing accumulates across chunks."""
+    mismatch = dg_start - dg_end - tl.sum(dG, 0)
+    w = 1.0 - p.to(tl.float32) / n_valid
+    return tl.cumsum(dG, 0, reverse=not BACK) + dg_end[None, :] + w[:, None] * mismatch[None, :]
 
 
 @triton.jit
@@ -229,7 +256,7 @@ def gla_fwd_kernel(
 def gla_bwd_qk_kernel(
     q, k, v, g, do, h0, dht, cu,
     T, H, HKV, scale, SHAPE_BUCKET,
-    dq, dk, dg, dh0,
+    dq, dk, dg, dh0, hc,
     KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_SPREAD: tl.constexpr,
@@ -237,8 +264,9 @@ def gla_bwd_qk_kernel(
 ):
     """dq, dk (per query head), dg and dh0 for one D-slice of BS key channels; grid
     (cdiv(D, BS), N·H). BV is E padded to a power of two. The forward sweep rebuilds S (its rows
-    of this slice) and writes dq; the backward sweep carries dS, writes dk, then dg from the dq it
-    wrote, and dh0 at the end."""
+    of this slice), writes dq and the state entering every chunk into hc (input
+    dtype, [(total rows) // BT + N, H, D, E]); the backward sweep carries dS, writes dk, then dg from
+    the dq and the entry states it wrote, and dh0 at the end."""
     i_kb = tl.program_id(0)
     i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
@@ -264,6 +292,7 @@ def gla_bwd_qk_kernel(
     # forward sweep: dq_t = scale·S_t do_t
     S = _state_tile(h0, s_off, m_s, HAS_H0, BS, BV)
     for i_c in range(0, n_chunks):
+        tl.store(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), S.to(hc.dtype.element_ty), mask=m_s)
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
         bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
@@ -276,14 +305,14 @@ def gla_bwd_qk_kernel(
         _store(dq_base, rows, H * KD, o_k, valid, m_k, acc * scale)
         kd = (bk * tl.exp(Bl[None, :] - B)).to(dt)
         S = tl.dot(tl.trans(kd), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
-    # S is now S_T: the final state's own share of dg, rowsum(dS_T ⊙ S_T), reaches every token
+    # S is now S_T: dg just after the last row is rowsum(dS_T ⊙ S_T)
     if HAS_DHT:
         X = tl.load(dht + s_off, mask=m_s, other=0.0).to(tl.float32)
-        carry = tl.sum(X * S, 1)
+        dg_end = tl.sum(X * S, 1)
     else:
         X = tl.zeros([BS, BV], dtype=tl.float32)
-        carry = tl.zeros([BS], dtype=tl.float32)
-    tl.debug_barrier()  # the backward sweep reads the dq that other threads of this program wrote
+        dg_end = tl.zeros([BS], dtype=tl.float32)
+    tl.debug_barrier()  # the backward sweep reads the dq and hc that other threads of this program wrote
 
     # backward sweep: dS_s carried as X (the state's gradient entering the chunk from its future)
     keep_t = p[None, :] >= p[:, None]  # [s, t]: t at or after s
@@ -297,16 +326,19 @@ def gla_bwd_qk_kernel(
         bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
         B, Bl = _log_gates(bg, REVERSE)
         acc = tl.dot(bv, tl.trans(X.to(dt)), input_precision=DOT_PREC) * tl.exp(Bl[None, :] - B)
+        qd = (bq * tl.exp(B) * scale).to(dt)
+        X = tl.dot(tl.trans(qd), bdo, X * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+        # X is now the gradient of the state entering the chunk: the first row's dg is rowsum(X ⊙ S_in)
+        S_in = tl.load(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), mask=m_s, other=0.0)
+        dg_start = tl.sum(X * S_in.to(tl.float32), 1)
         W = tl.where(keep_t, tl.dot(bv, tl.trans(bdo), input_precision=DOT_PREC), 0.0)
         acc += _gated_apply(W, bq, B, p, o_t, -1.0, GATE_BF16, DOT_PREC, SAFE_SPREAD, BT, BS) * scale
         _store(dk_base, rows, H * KD, o_k, valid, m_k, acc)
         bdq = _load(dq_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         dG = bq.to(tl.float32) * bdq - bk.to(tl.float32) * acc
-        # dg_t = Σ_{t' ≥ t} dG_t' (in processing order) + what the later chunks and S_T gave
-        _store(dg_base, rows, H * KD, o_k, valid, m_k, tl.cumsum(dG, 0, reverse=not REVERSE) + carry[None, :])
-        carry += tl.sum(dG, 0)
-        qd = (bq * tl.exp(B) * scale).to(dt)
-        X = tl.dot(tl.trans(qd), bdo, X * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+        n_valid = tl.minimum(seq_len - i_c * BT, BT).to(tl.float32)
+        _store(dg_base, rows, H * KD, o_k, valid, m_k, _chunk_dg(dG, dg_end, dg_start, p, n_valid, REVERSE))
+        dg_end = dg_start
     if HAS_H0:
         tl.store(dh0 + s_off, X, mask=m_s)
 

@@ -70,9 +70,17 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
     return o, ht
 
 
+def _qk_chunk() -> int:
+    """The shortest chunk the qk launch may run with: it sizes the buffer of chunk entry states."""
+    if _cfg.INTERPRET:
+        return _INTERP_META["BT"]
+    return min(c.kwargs["BT"] for c in _cfg.autotune_configs(_cfg.BWD_K_CONFIGS))
+
+
 def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
     """The two backward launches: dq, dk, dg, dh0 (D-slices); dv (E-slices). GQA sums dk, dv over
-    each kv head's query heads (per query head in fp32 first)."""
+    each kv head's query heads (per query head in fp32 first). The qk launch also takes a scratch
+    buffer for the state entering each chunk (input dtype), freed on return."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
@@ -82,6 +90,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
     dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
     dg = _empty(*q.shape, dtype=torch.float32, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
+    hc = _empty(b * t // _qk_chunk() + n, h, d, e, dtype=q.dtype, device=q.device)
     ph = g  # placeholder pointer for absent tensors
     common = (t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h))
     flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=dht is not None, IS_VARLEN=cu is not None,
@@ -92,7 +101,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
            cu is not None, bool(reverse), _alignment(q, k, v, g, do, h0, dht, cu))
     stream = _raw_stream(q)
     _BWD_QK(key, (q, k, v, g, do, h0 if h0 is not None else ph, dht_arg, cu_arg) + common
-            + (dq, dk, dg, dh0 if dh0 is not None else ph),
+            + (dq, dk, dg, dh0 if dh0 is not None else ph, hc),
             lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),
                      dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None)), stream)
     _BWD_V(key, (q, k, g, do, dht_arg, cu_arg) + common + (dv,),
