@@ -63,8 +63,14 @@ def test_gla_triton_every_tensor_within_tolerance(problem):
 
 def test_gla_jax_triton_every_tensor_within_tolerance(problem):
     jax = pytest.importorskip("jax")
-    pytest.importorskip("jax_triton")
     import jax.numpy as jnp
+
+    from lattnbench.kernels.triton.lightning.jax_bridge import _jax_triton
+
+    try:  # through the bridge: a bare import of jax_triton breaks every later torch-Triton compile
+        _jax_triton()
+    except ImportError:
+        pytest.skip("jax-triton is not installed")
 
     from lattnbench.kernels.triton.gla.jax_bridge import gla_jax_triton
 

@@ -38,11 +38,12 @@ def fwd_call(q, k, v, g, h0, scale, reverse):
     hkv, e = k.shape[2], v.shape[3]
     bt, bs, w, s = _cfg.JAX_FWD_CONFIG
     outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
-    return jt.triton_call(
+    o, ht = jt.triton_call(
         q, k, v, g, h0 if h0 is not None else g, g, *_scalars(t, h, hkv, scale, b * h),
         kernel=_k.gla_fwd_kernel, out_shape=outs, grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s,
         KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=True,
         IS_VARLEN=False, BT=bt, BS=bs, **_flags(q.dtype))
+    return o, ht  # a tuple, as the torch entry point returns (triton_call gives a list)
 
 
 def bwd_call(q, k, v, g, do, h0, dht, scale, reverse):
