@@ -41,6 +41,7 @@ def write_run(path: Path, seed: int, slow: dict[str, float] | None = None, machi
                                    "commit": f"{seed:07x}", "time": "2026-11-29T10:00:00Z"},
                       {"copy_gbps": 4230.0, "matmul_tflops": 701.0})
     overrides = overrides or {}
+    rows: list[dict] = []  # added at once: the writer rewrites its whole file after every add
     for kernel, (family, fw, a, b) in KERNELS.items():
         base = dict(kernel=kernel, family=family, framework=fw, **CASE)
         for n in NS:
@@ -58,7 +59,7 @@ def write_run(path: Path, seed: int, slow: dict[str, float] | None = None, machi
                 for r, key in ((row, (kernel, n, mode, "time_ms")), (mem, (kernel, n, mode, "peak_mb"))):
                     r.update(overrides.get(key, {}))
                     if key not in drop:
-                        w.add(r)
+                        rows.append(r)
         if family != "softmax":
             for tensor in ("o", "final_state", "dq", "dk", "dv"):
                 e = float(rng.uniform(1e-3, 6e-3))
@@ -67,7 +68,8 @@ def write_run(path: Path, seed: int, slow: dict[str, float] | None = None, machi
                 key = (kernel, 4096, "fwdbwd", "err_ratio", tensor)
                 r.update(overrides.get(key, {}))
                 if key not in drop:
-                    w.add(r)
+                    rows.append(r)
+    w.add(rows)
     return path
 
 

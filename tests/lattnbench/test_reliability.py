@@ -25,8 +25,13 @@ from lattnbench.results import load, row_key
 from lattnbench.spec import Case
 
 HERE = Path(__file__).parent
-BOOT = [sys.executable, "-c", "import sys; sys.argv[0] = 'lattnbench'; from lattnbench.cli import main; main()"]
+# SIGINT gets Python's own handler, as in a terminal: a shell that starts pytest in the background
+# (`pytest &` from a script) hands every child SIGINT ignored, and a CLI that ignores Ctrl-C would
+# leave the Ctrl-C tests waiting for an exit that never comes
+BOOT = [sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'lattnbench'; from lattnbench.cli import main; main()"]
 runner = CliRunner()
+_started: list[subprocess.Popen] = []
 
 
 def invoke(*args):
@@ -40,8 +45,37 @@ def env_with_plugins() -> dict[str, str]:
 
 
 def start(*args, **kw) -> subprocess.Popen:
-    return subprocess.Popen([*BOOT, *map(str, args)], env=env_with_plugins(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*BOOT, *map(str, args)], env=env_with_plugins(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
+    _started.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def _no_cli_left_running():
+    """A test that fails half-way leaves no CLI running (its workers die with it: PDEATHSIG)."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def ctrl_c(proc: subprocess.Popen, limit_s: float = 60) -> str:
+    """Send SIGINT as Ctrl-C does and wait for the exit; returns stderr. Fails with what the CLI said
+    if it is still running after limit_s."""
+    ignored = int(next(ln for ln in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                       if ln.startswith("SigIgn:")).split()[1], 16)
+    assert not ignored & (1 << (signal.SIGINT - 1)), "the CLI process ignores SIGINT"
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, stderr = proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, stderr = proc.communicate()
+        pytest.fail(f"still running {limit_s:g} s after SIGINT; stderr:\n{stderr[-2000:]}")
+    return stderr
 
 
 def rows_in(path: Path) -> list[dict]:
@@ -129,8 +163,7 @@ def test_ctrl_c_stops_cleanly_after_saving(tmp_path):
     proc = start("speed", "--kernel", "hang_kernels:hang", "-k", "lightning/naive-torch,plugin/hang",
                  "--n", "32", "--mode", "fwd", "--budget", "0.05", "--device", "cpu", "--out", out)
     wait_for_rows(out, proc, 1, limit_s=120)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    stderr = ctrl_c(proc)
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
     rows = load(out)["rows"]
@@ -145,8 +178,7 @@ def test_ctrl_c_reaches_the_worker_and_keeps_its_rows(tmp_path, isolate):
                  "--n", "32", "--mode", "fwd", "--budget", "0.05", "--device", "cpu", "--out", out,
                  "--isolate", isolate, "--point-timeout", "600")
     wait_for_rows(out, proc, 1, limit_s=120)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    stderr = ctrl_c(proc)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert [(r["kernel"], r["status"]) for r in load(out)["rows"]] == [("lightning/naive-torch", "ok")]
@@ -161,8 +193,7 @@ def test_ctrl_c_stops_every_parallel_check_worker_and_keeps_the_finished_rows(tm
                  "--out", out)
     wait_for_rows(out, proc, 5, limit_s=120)  # the faithful kernel's five tensors
     assert workers_of(proc.pid), "the hung kernel's worker should still be running"
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    stderr = ctrl_c(proc)
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     rows = load(out)["rows"]

@@ -38,10 +38,18 @@ def assert_fits(text: str, width: int = 80) -> None:
     assert not too_wide, too_wide
 
 
+class RowsWriter(ResultsWriter):
+    """The results writer's rows and run merging, without rewriting its file after every add (the
+    tables read the rows; a rewrite per add makes building this sweep quadratic in its rows)."""
+
+    def _flush(self) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory) -> list[dict]:
     """A GPU-sized sweep: 8 kernels × 7 n, repeated runs, host-bound / throttled points, failures."""
-    w = ResultsWriter(tmp_path_factory.mktemp("r") / "r.json", "t", {}, {})
+    w = RowsWriter(tmp_path_factory.mktemp("r") / "r.json", "t", {}, {})
     for i, (kernel, t) in enumerate(KERNELS.items()):
         for j, n in enumerate(NS):
             b = base(kernel, n)

@@ -1,8 +1,6 @@
 """Shared helpers of the JAX kernel tests: random inputs, the fp64 torch reference with grads."""
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -13,6 +11,12 @@ from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
 #: compile the test graphs with little backend optimisation: 3-4x faster compiles on CPU, same numerics
 FAST_COMPILE = {"xla_backend_optimization_level": 0}
+
+
+def fast_jit(fn):
+    """fn jitted with FAST_COMPILE: on CPU one such compile costs far less than running fn eagerly,
+    where every primitive is dispatched (and compiled) on its own."""
+    return jax.jit(fn, compiler_options=FAST_COMPILE)
 
 
 def round_to(x, jdt) -> np.ndarray:
@@ -80,7 +84,7 @@ def jax_run(fn, inputs, do, ds, dtype="fp32", **kw):
     def f(*a):
         return fn(**dict(zip(names, a)), **kw)
 
-    @partial(jax.jit, compiler_options=FAST_COMPILE)
+    @fast_jit
     def run(args, do, ds):
         (o, s), vjp = jax.vjp(f, *args)
         return o, s, vjp((do.astype(o.dtype), ds))

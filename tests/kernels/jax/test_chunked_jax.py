@@ -42,25 +42,24 @@ def test_lightning_chunked_dense(dtype, reverse, scan):
     assert_close(got, ref, dtype)
 
 
-# the Lightning tests below run both algorithms; test_lightning_vjp_jax.py covers the "vjp" one in depth
-@pytest.mark.parametrize("lightning", ["autodiff", "vjp"])
+# the Lightning tests below run the "autodiff" algorithm; test_lightning_vjp_jax.py runs the "vjp" one
+# on these same options (test_vjp_varlen, test_vjp_no_decay_no_state_scale_chunk_over_t) and in depth
 @pytest.mark.parametrize("dtype,reverse", [("fp32", False), ("bf16", True)])
-def test_lightning_chunked_varlen(dtype, reverse, lightning):
+def test_lightning_chunked_varlen(dtype, reverse):
     inp, do, ds = _case(32, dtype, True, ())
     gamma = _gamma(2)
     ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(gamma),
                           reverse=reverse, cu_seqlens=CU)
     got = jax_run(chunked_attention, inp, do, ds, dtype, g_gamma=gamma, reverse=reverse,
-                  cu_seqlens=CU, chunk=8, lightning=lightning)
+                  cu_seqlens=CU, chunk=8, lightning="autodiff")
     assert_close(got, ref, dtype)
 
 
-@pytest.mark.parametrize("lightning", ["autodiff", "vjp"])
-def test_lightning_chunked_no_decay_no_state_scale(lightning):
+def test_lightning_chunked_no_decay_no_state_scale():
     """Plain linear attention (γ absent), no initial state, explicit scale, chunk > T."""
     inp, do, ds = _case(33, "fp32", False, (), t=21, h0=False)
     ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, scale=0.7)
-    got = jax_run(chunked_attention, inp, do, ds, "fp32", scale=0.7, chunk=64, lightning=lightning)
+    got = jax_run(chunked_attention, inp, do, ds, "fp32", scale=0.7, chunk=64, lightning="autodiff")
     assert_close(got, ref, "fp32")
 
 

@@ -9,7 +9,7 @@ import torch
 import jax
 import jax.numpy as jnp
 
-from jax_testutil import assert_close, cotangents, jax_run, make_inputs, torch_reference
+from jax_testutil import assert_close, cotangents, fast_jit, jax_run, make_inputs, torch_reference
 from lattnbench.kernels.jax import chunked
 from lattnbench.kernels.jax.api import lightning_attn
 from lattnbench.kernels.jax.chunked import chunked_attention
@@ -98,25 +98,7 @@ def test_vjp_state_precision_default():
 
 def test_vjp_fp16():
     """fp16 inputs (fp16 operands, fp32 accumulation), against the fp16 bound."""
-    b, t = 2, 45
-    rng = np.random.default_rng(49)
-    r16 = lambda shape, s=1.0: (s * rng.standard_normal(shape)).astype(np.float16).astype(np.float64)  # noqa: E731
-    inp = {"q": r16((b, t, H, D)), "k": r16((b, t, HK, D)), "v": r16((b, t, HK, E)),
-           "initial_state": r16((b, H, D, E), 0.5)}
-    do, ds = cotangents(49, (b, t, H, E), (b, H, D, E))
-    g = _gamma(49)
-    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(g))
-    names = list(inp)
-    args = [jnp.asarray(inp[nm], jnp.float32 if nm == "initial_state" else jnp.float16) for nm in names]
-
-    def f(*a):
-        return chunked_attention(*a[:3], g_gamma=g, initial_state=a[3], chunk=16, lightning="vjp")
-
-    (o, s), vjp = jax.vjp(f, *args)
-    grads = vjp((jnp.asarray(do, jnp.float16), jnp.asarray(ds, jnp.float32)))
-    assert o.dtype == jnp.float16 and grads[0].dtype == jnp.float16 and s.dtype == jnp.float32
-    got = {"o": o, "final_state": s, **{"d" + nm: gr for nm, gr in zip(names, grads)}}
-    assert_close(got, ref, "fp16")
+    _check_fp16(49)
 
 
 @pytest.mark.parametrize("seed,dtype,kw", [
@@ -137,15 +119,16 @@ def test_vjp_grad_through_final_state_only(seed, dtype, kw):
 
 
 def test_vjp_is_the_default_and_api_routes_to_it(monkeypatch):
-    """lightning_attn(impl='chunked') takes LIGHTNING_ALGO; flipping it flips the path."""
+    """lightning_attn(impl='chunked') takes LIGHTNING_ALGO; flipping it flips the path (chosen while
+    tracing, so a fresh jitted function per setting)."""
     q = jnp.asarray(np.random.default_rng(51).standard_normal((1, 50, 2, 16)), jnp.float32)
     calls = []
     real = chunked._lightning_vjp
     monkeypatch.setattr(chunked, "_lightning_vjp", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    o_new, s_new = lightning_attn(q, q, q, 1, 4, impl="chunked", chunk=16)
+    o_new, s_new = fast_jit(lambda x: lightning_attn(x, x, x, 1, 4, impl="chunked", chunk=16))(q)
     assert calls and chunked.LIGHTNING_ALGO == "vjp"
     monkeypatch.setattr(chunked, "LIGHTNING_ALGO", "autodiff")
-    o_old, s_old = lightning_attn(q, q, q, 1, 4, impl="chunked", chunk=16)
+    o_old, s_old = fast_jit(lambda x: lightning_attn(x, x, x, 1, 4, impl="chunked", chunk=16))(q)
     assert len(calls) == 1
     assert err_ratio(o_new, o_old) < 1e-6 and err_ratio(s_new, s_old) < 1e-6
 
@@ -188,7 +171,8 @@ def test_vjp_combine(combine, dtype, varlen, reverse):
 
 
 def _check_fp16(seed, **kw):
-    """fp16 inputs (fp32 h0) through the vjp path against the fp64 reference, the fp16 bound."""
+    """fp16 inputs (fp32 h0) through the vjp path against the fp64 reference, the fp16 bound; o and the
+    input gradients stay fp16, S_T fp32."""
     b, t = 2, 45
     rng = np.random.default_rng(seed)
     r16 = lambda shape, s=1.0: (s * rng.standard_normal(shape)).astype(np.float16).astype(np.float64)  # noqa: E731
@@ -203,8 +187,13 @@ def _check_fp16(seed, **kw):
     def f(*a):
         return chunked_attention(*a[:3], g_gamma=g, initial_state=a[3], chunk=16, lightning="vjp", **kw)
 
-    (o, s), vjp = jax.vjp(f, *args)
-    grads = vjp((jnp.asarray(do, jnp.float16), jnp.asarray(ds, jnp.float32)))
+    @fast_jit  # one compile of forward and backward instead of an op-by-op dispatch of each
+    def run(args, do, ds):
+        (o, s), vjp = jax.vjp(f, *args)
+        return o, s, vjp((do, ds))
+
+    o, s, grads = run(args, jnp.asarray(do, jnp.float16), jnp.asarray(ds, jnp.float32))
+    assert o.dtype == jnp.float16 and grads[0].dtype == jnp.float16 and s.dtype == jnp.float32
     got = {"o": o, "final_state": s, **{"d" + nm: gr for nm, gr in zip(names, grads)}}
     assert_close(got, ref, "fp16")
 
@@ -302,8 +291,10 @@ def test_vjp_fold(dtype, t, reverse, kw, fold_calls):
     args = {nm: jnp.asarray(x.astype(np.float32)).astype(jnp.float32 if nm == "initial_state" else
                                                          {"fp32": jnp.float32, "bf16": jnp.bfloat16}[dtype])
             for nm, x in inp.items()}
-    o, fin = chunked_attention(**args, g_gamma=g, reverse=reverse, chunk=8, state="direct", intra="fold",
-                               lightning="vjp", **({} if scale is None else dict(scale=scale)), **kw)
+    primal = fast_jit(lambda a: chunked_attention(**a, g_gamma=g, reverse=reverse, chunk=8, state="direct",
+                                                  intra="fold", lightning="vjp",
+                                                  **({} if scale is None else dict(scale=scale)), **kw))
+    o, fin = primal(args)  # g stays a concrete constant under jit: the fold is decided as it is eagerly
     assert fold_calls, "the primal call did not take the folded form"
     assert_close({"o": o, "final_state": fin}, ref, dtype, keys=["o", "final_state"])
 
@@ -315,13 +306,16 @@ def test_fold_auto_picks_fold_when_safe_and_mask_otherwise(fold_calls):
     q, k, v = (jnp.asarray(rng.standard_normal((1, 40, 2, 16)), jnp.float32) for _ in range(3))
     mild, strong = -rng.uniform(0.05, 0.5, 2), np.array([-0.3, -16.0])  # strong: 16·4 > 60 at chunk 8
     kw = dict(chunk=8, lightning="vjp")
-    chunked_attention(q, k, v, g_gamma=mild, **kw)
+    # jitted with the decay closed over (a concrete constant, decided on as it is eagerly), or passed
+    # as an argument (a tracer)
+    fast_jit(lambda q, k, v: chunked_attention(q, k, v, g_gamma=mild, **kw))(q, k, v)
     assert len(fold_calls) == 1
     for name, run in [
-        ("strong", lambda intra: chunked_attention(q, k, v, g_gamma=strong, intra=intra, **kw)),
-        ("fp16", lambda intra: chunked_attention(*(x.astype(jnp.float16) for x in (q, k, v)), g_gamma=mild,
-                                                 intra=intra, **kw)),
-        ("traced", lambda intra: jax.jit(lambda g: chunked_attention(q, k, v, g_gamma=g, intra=intra, **kw))(
+        ("strong", lambda intra: fast_jit(lambda q, k, v: chunked_attention(q, k, v, g_gamma=strong, intra=intra,
+                                                                            **kw))(q, k, v)),
+        ("fp16", lambda intra: fast_jit(lambda q, k, v: chunked_attention(q, k, v, g_gamma=mild, intra=intra, **kw))(
+            *(x.astype(jnp.float16) for x in (q, k, v)))),
+        ("traced", lambda intra: fast_jit(lambda g: chunked_attention(q, k, v, g_gamma=g, intra=intra, **kw))(
             jnp.asarray(mild, jnp.float32))),
     ]:
         auto, mask = run("auto"), run("mask")
