@@ -70,11 +70,9 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
     return o, ht
 
 
-def _qk_chunk() -> int:
-    """The shortest chunk the qk launch may run with: it sizes the buffer of chunk entry states."""
-    if _cfg.INTERPRET:
-        return _INTERP_META["BT"]
-    return min(c.kwargs["BT"] for c in _cfg.autotune_configs(_cfg.BWD_K_CONFIGS))
+# the shortest chunk the qk launch may run with (the interpreter's config included): it sizes the
+# buffer of chunk entry states; fixed at import, as the autotune list is
+_QK_MIN_CHUNK = min(c.kwargs["BT"] for c in _cfg.autotune_configs(_cfg.BWD_K_CONFIGS))
 
 
 def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
@@ -90,7 +88,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
     dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
     dg = _empty(*q.shape, dtype=torch.float32, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
-    hc = _empty(b * t // _qk_chunk() + n, h, d, e, dtype=q.dtype, device=q.device)
+    hc = _empty(b * t // _QK_MIN_CHUNK + n, h, d, e, dtype=q.dtype, device=q.device)
     ph = g  # placeholder pointer for absent tensors
     common = (t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h))
     flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=dht is not None, IS_VARLEN=cu is not None,
