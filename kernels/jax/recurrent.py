@@ -27,24 +27,30 @@ def _ein(spec, *ops):
     return jnp.einsum(spec, *ops, precision=HIGHEST)
 
 
-#: the decay's exponential; tests swap in one that is off by some ulps, as a GPU's exp may be
+#: the decay's exponentials; tests swap in ones that are off by some ulps, as a GPU's may be
 _exp = jnp.exp
+_expm1 = jnp.expm1
+
+#: λ above which 1 + expm1(γ) holds λ more precisely than fp32(exp(γ)); below it λ's terms die out
+#: within a few dozen tokens, so λ's own rounding cannot build up
+_NEAR_ONE_LOG = -0.6931471805599453  # log(1/2)
 
 
 def _decay(lk_t, lv_t, gamma, val_t):
     """(a, a_lo): the per-token decay factor, broadcastable to [B, H, D, E] (shape follows the
-    gates present; None: no decay), and for a per-head decay alone the fp32 residue of exp(γ)
-    that a drops (else None); a·s + a_lo·s carries the decay to about twice fp32's precision.
+    gates present; None: no decay), and for a per-head decay alone a second term with
+    λ = a + a_lo to well past fp32's precision (else None); the state is decayed as a·s + a_lo·s.
 
     Why: the per-head λ = exp(γ) is the same rounded fp32 number at every token, so its rounding
     error does not average out: after t tokens the state's oldest terms are off by t times it
     (λ^1000 by up to 7e-5 at the ALiBi slopes, more than the fp32 tolerance of 1e-5). Data-dependent
-    gates round differently at every token and need no residue. a_lo = a·(γ − log a): exp(γ) =
-    a·exp(γ − log a), and γ − log a is exact (Sterbenz)."""
+    gates round differently at every token and need no second term. For λ ≥ 1/2 the pair is
+    (1, expm1(γ)): expm1 keeps γ's relative precision. A residue a·(γ − log a) would not do: XLA
+    rewrites log(exp(x)) to x, so under jit it is zero."""
     if lk_t is None and lv_t is None and gamma is not None:
         logk = (gamma * val_t)[None, :, None, None]
-        a = _exp(logk)
-        return a, a * (logk - jnp.log(a))
+        near_one = logk > _NEAR_ONE_LOG
+        return jnp.where(near_one, 1.0, _exp(logk)), jnp.where(near_one, _expm1(logk), 0.0)
     return _gate_factor(lk_t, lv_t, gamma, val_t), None
 
 
@@ -61,7 +67,7 @@ def _gate_factor(lk_t, lv_t, gamma, val_t):
 
 
 def _decayed(a, a_lo, s, add):
-    """a·s + add (a None: no decay; add None: nothing added), with the residue a_lo·s if any."""
+    """a·s + add (a None: no decay; add None: nothing added), plus a_lo·s if any."""
     if a is None:
         return s if add is None else s + add
     if a_lo is not None:
@@ -160,7 +166,7 @@ def _core_bwd(scale, varlen, res, cts):
                 dlk = dlv = None
                 ds_prev = ds
             else:
-                da = ds * a * sp_t
+                da = ds * (a if a_lo is None else a + a_lo) * sp_t  # dλ/dlog λ = λ
                 dlk = da.sum(-1) if (lk_t is not None or gamma is not None) else None
                 dlv = da.sum(-2) if lv_t is not None else None
                 if gamma is not None:
