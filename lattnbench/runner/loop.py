@@ -107,8 +107,11 @@ def expand_runs(tasks: list[Task], repeat: int) -> list[list[Task]]:
     return runs
 
 
-def make_jobs(runs: list[list[Task]], isolate: str, timeout_s: float) -> list[Job]:
-    """Group each run's tasks into processes; gradient checks after all timing of their run."""
+def make_jobs(runs: list[list[Task]], isolate: str, timeout_s: float, parallel_checks: bool = False) -> list[Job]:
+    """Group each run's tasks into processes; gradient checks after all timing of their run.
+
+    With ``parallel_checks`` a kernel's checks split by dtype: compiled and tuned state is per
+    dtype, so the split loses no reuse and gives parallel workers three times the jobs."""
     if isolate == "none":
         flat = [t for run in runs for t in run if t.times] + [t for run in runs for t in run if not t.times]
         return [Job(flat, worker=timeout_s > 0)] if flat else []
@@ -126,8 +129,9 @@ def make_jobs(runs: list[list[Task]], isolate: str, timeout_s: float) -> list[Jo
     if isolate == "point":
         jobs.extend(Job([t], worker=True) for t in checks)
     else:
-        for kernel in dict.fromkeys(t.kernel for t in checks):
-            jobs.append(Job([t for t in checks if t.kernel == kernel], worker=True))
+        group = (lambda t: (t.kernel, t.case.dtype if t.case else "")) if parallel_checks else (lambda t: t.kernel)
+        for key in dict.fromkeys(map(group, checks)):
+            jobs.append(Job([t for t in checks if group(t) == key], worker=True))
     return jobs
 
 
@@ -167,7 +171,7 @@ class Runner:
             runs = [pending(run, writer, cfg.device, registry) for run in runs]
         from lattnbench.runner.ranks import split_jobs, under_torchrun
 
-        self.jobs = split_jobs(make_jobs(runs, cfg.isolate, cfg.point_timeout),
+        self.jobs = split_jobs(make_jobs(runs, cfg.isolate, cfg.point_timeout, parallel_checks=cfg.check_jobs > 1),
                                lambda name: registry[name].framework, in_workers=not under_torchrun())
         self.total = sum(len(j.tasks) for j in self.jobs)
         #: held while a worker's rows go into the writer and the hooks (check workers run in threads)
@@ -213,6 +217,8 @@ class Runner:
         their points is timed, so they may share the machine. On Ctrl-C every worker is stopped."""
         from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
+        # the longest jobs first, so that no long one starts last while the others sit idle
+        jobs = sorted(jobs, key=lambda j: -len(j.tasks))
         workers = [WorkerJob(self, job, shares_gpu=True) for job in jobs]
         pool = ThreadPoolExecutor(max_workers=self.cfg.check_jobs, thread_name_prefix="lattnbench-check")
         futures = [pool.submit(w.run) for w in workers]

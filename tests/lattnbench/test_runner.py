@@ -55,6 +55,18 @@ def test_kernel_isolation_gives_each_kernel_and_run_a_worker_and_checks_their_ow
     assert all(not j.forget_tuning and {t.kind for t in j.tasks} == {"check-grad"} for j in checks)
 
 
+def test_parallel_checks_split_each_kernel_by_dtype():
+    c16 = Case(1, 16, 2, 2, 8, 8, "fp16")
+    runs = expand_runs(tasks(("check-grad",), cases=(C1, c16, C2)), 1)
+    serial = make_jobs(runs, "kernel", 0)
+    parallel = make_jobs(runs, "kernel", 0, parallel_checks=True)
+    assert [(j.tasks[0].kernel, len(j.tasks)) for j in serial] == [("a", 3), ("b", 3), ("c", 3)]
+    groups = sorted((j.tasks[0].kernel, {t.kernel for t in j.tasks} == {j.tasks[0].kernel},
+                     "/".join(sorted({t.case.dtype for t in j.tasks})), len(j.tasks)) for j in parallel)
+    assert groups == [("a", True, "fp16", 1), ("a", True, "fp32", 2), ("b", True, "fp16", 1), ("b", True, "fp32", 2),
+                      ("c", True, "fp16", 1), ("c", True, "fp32", 2)]
+
+
 def test_point_isolation_and_none():
     runs = expand_runs(tasks(("speed",)), 1)
     assert [len(j.tasks) for j in make_jobs(runs, "point", 0)] == [1] * 6
