@@ -7,7 +7,7 @@
     threshold = "10%"                     # the gate's default threshold against this suite's runs
 
     [env]                                 # environment knobs the run sets (and records), e.g.
-    LIGHTNING_TRITON_AUTOTUNE = "0"       # one config per launch, for correctness sweeps
+    LATTNBENCH_AUTOTUNE = "first"         # first config that fits, for correctness sweeps
 
     [axes]                                # range grammar strings or integers
     n = "512..32768"
@@ -45,7 +45,7 @@ AXIS_KEYS = ("n", "batch", "heads", "kv_heads", "dim", "dim_v", "dtype", "decay"
 TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device", "axes", "env", "speed",
             "memory", "check-grad", "check-rows")
 #: the knobs a suite may set: the kernels' and compilers' own (lattnbench.env.KNOB_PREFIXES)
-ENV_PREFIXES = ("LIGHTNING_TRITON_", "TRITON_", "FLA_", "JAX_", "XLA_")
+ENV_PREFIXES = ("LIGHTNING_TRITON_", "TRITON_", "FLA_", "JAX_", "XLA_", "LATTNBENCH_AUTOTUNE")
 SECTION_KEYS = {"speed": ("modes", "budget", "settle", "kernels", "axes"),
                 "memory": ("modes", "kernels", "axes"),
                 "check-grad": ("kernels", "axes", "seed"),

@@ -240,6 +240,9 @@ class Runner:
 
     def _run_here(self, job: Job) -> None:
         from lattnbench.measure.points import execute
+        from lattnbench.runner import first_config
+
+        first_config.install_if_requested()
 
         if self._want_ceilings():
             from lattnbench.measure.roofline import measure_ceilings

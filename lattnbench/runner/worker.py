@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from lattnbench.runner import tuning
+from lattnbench.runner import first_config, tuning
 
 #: the parent's pid: a worker whose parent is gone stops
 PARENT_ENV = "LATTNBENCH_PARENT_PID"
@@ -60,6 +60,7 @@ def run_job(job: dict) -> None:
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")
     registry = registry_with(job.get("plugins") or [])
+    first_config.install_if_requested()
     if int(job.get("ranks", 1)) > 1:
         from lattnbench.adapters import sharded
 

@@ -170,7 +170,8 @@ def env_summary(doc: dict) -> str:
             parts.append(f"{key} {str(v)[:12] if key == 'commit' else v}")
     knobs = env.get("knobs")
     if isinstance(knobs, dict):  # only the kernels' own switches: Triton / JAX options stay in the JSON
-        set_knobs = [f"{k}={v}" for k, v in sorted(knobs.items()) if k.startswith("LIGHTNING_TRITON_")]
+        own = ("LIGHTNING_TRITON_", "LATTNBENCH_AUTOTUNE")
+        set_knobs = [f"{k}={v}" for k, v in sorted(knobs.items()) if k.startswith(own)]
         if set_knobs:
             parts.append("knobs " + " ".join(set_knobs))
     return " · ".join(parts)

@@ -26,7 +26,7 @@ BWD_K_CONFIGS = [(64, 32, 8, 1), (64, 32, 8, 2)]
 BWD_V_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (32, 64, 8, 2), (32, 64, 4, 2)]
 # The interpreter cannot autotune ("0 active drivers"): small chunks, so that tests cross chunks.
 INTERP_CONFIG = (16, 16, 4, 1)
-# jax-triton launches the plain kernels with one fixed config per pass.
+# jax-triton launches the plain kernels with one fixed config per pass (jax_config).
 JAX_FWD_CONFIG = (64, 64, 8, 2)
 JAX_BWD_K_CONFIG = (64, 32, 8, 1)
 JAX_BWD_V_CONFIG = (64, 64, 8, 2)
@@ -36,6 +36,14 @@ JAX_BWD_V_CONFIG = (64, 64, 8, 2)
 # Up to this spread (per key channel, fp32 range e^88 with headroom for a dot's sum) the factors
 # cannot overflow; a chunk with a wider spread takes the exact token-by-token path.
 SAFE_SPREAD = 120.0
+
+
+def jax_config(config: tuple, d: int, e: int, gate_bf16: bool) -> tuple:
+    """A jax-triton pass's fixed config for head dims d, e: one pipeline stage where the chunk's
+    gate operands are fp32 (fp16, fp32 inputs) and a head dim pads past 128; two stages of
+    [64, 256] fp32 tiles need 280-340 KB of shared memory (ptxas, sm_90), one 136-192 KB."""
+    bt, bs, w, s = config
+    return (bt, bs, w, 1) if not gate_bf16 and pow2(max(d, e)) > 128 else config
 
 
 def autotune_configs(table) -> list[triton.Config]:

@@ -36,7 +36,7 @@ def fwd_call(q, k, v, g, h0, scale, reverse):
     jt = _jax_triton()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
-    bt, bs, w, s = _cfg.JAX_FWD_CONFIG
+    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_FWD_CONFIG, d, e, q.dtype == jnp.bfloat16)
     outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
     o, ht = jt.triton_call(
         q, k, v, g, h0 if h0 is not None else g, g, *_scalars(t, h, hkv, scale, b * h),
@@ -58,7 +58,7 @@ def bwd_call(q, k, v, g, do, h0, dht, scale, reverse):
     gdt = q.dtype if grp == 1 else jnp.float32
     sc = _scalars(t, h, hkv, scale, b * h)
     flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, **_flags(q.dtype))
-    bt, bs, w, s = _cfg.JAX_BWD_K_CONFIG
+    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_K_CONFIG, d, e, q.dtype == jnp.bfloat16)
     outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),
             jax.ShapeDtypeStruct((b, t, h, d), jnp.float32), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32),
             jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype)]  # chunk entry states (scratch)
@@ -66,7 +66,7 @@ def bwd_call(q, k, v, g, do, h0, dht, scale, reverse):
         q, k, v, g, do, h0 if h0 is not None else g, dht, g, *sc, kernel=_k.gla_bwd_qk_kernel, out_shape=outs,
         grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BV=_cfg.pow2(e), SPLIT=d,
         HAS_H0=h0 is not None, BT=bt, BS=bs, **flags)
-    bt, bs, w, s = _cfg.JAX_BWD_V_CONFIG
+    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, q.dtype == jnp.bfloat16)
     dv = jt.triton_call(
         q, k, g, do, dht, g, *sc, kernel=_k.gla_bwd_v_kernel, out_shape=[jax.ShapeDtypeStruct((b, t, h, e), gdt)],
         grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s, BK=_cfg.pow2(d), SPLIT=e, BT=bt, BS=bs,
