@@ -66,7 +66,7 @@ def _restore(value: Any) -> Any:
 
 
 #: what a resumed call records of its own env
-RESUMED_FIELDS = ("time", "host", "commit", "gpu", "gpu_uuid", "driver")
+RESUMED_FIELDS = ("time", "host", "commit", "gpu", "gpu_uuid", "driver", "knobs")
 
 
 class ResultsWriter:

@@ -30,6 +30,10 @@ def report(
         help="Only these modes: fwd, bwd, fwdbwd (comma list).")] = None,
     metric: Annotated[Optional[str], typer.Option(
         help="Only these tables: speed, memory, check (comma list).")] = None,
+    findings: Annotated[bool, typer.Option(
+        "--findings", help="Agreement as a line per kernel (points passed, failed, refused) and a line "
+        "per finding (kernel, dtype, way of failing, tensors, cases), not a table per case: for wide "
+        "runs such as the option matrix.")] = False,
 ) -> None:
     """Markdown speed / memory / agreement tables in the lightning_attn README's shape.
 
@@ -53,7 +57,7 @@ def report(
                 plot_links(plots, base, [Path(p).stem for p in results])
             if not links:
                 err.print(f"warning: no PNG or SVG plots in {plots}", highlight=False)
-        markdown = render(docs, reference=reference, plots=links, timer=timer)
+        markdown = render(docs, reference=reference, plots=links, timer=timer, findings=findings)
         if readme is not None:
             block = name or str(docs[0].get("suite") or Path(results[0]).stem)
             try:

@@ -26,6 +26,15 @@ def to_numpy64(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
+def why_infinite(x, ref) -> str:
+    """Why err_ratio(x, ref) is inf: the shapes, or how many values are NaN / Inf."""
+    a, b = to_numpy64(x), to_numpy64(ref)
+    if a.shape != b.shape:
+        return f"shape {tuple(a.shape)} where the reference has {tuple(b.shape)}"
+    nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+    return f"not finite: {nan} NaN and {inf} Inf of {a.size} values"
+
+
 def err_ratio(x, ref) -> float:
     """RMS(x − ref) / RMS(ref); inf when x has NaN/Inf or the shapes differ."""
     a, b = to_numpy64(x), to_numpy64(ref)

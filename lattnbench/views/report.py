@@ -168,23 +168,33 @@ def env_summary(doc: dict) -> str:
         v = env.get(key)
         if isinstance(v, (str, int, float)) and v != "":
             parts.append(f"{key} {str(v)[:12] if key == 'commit' else v}")
+    own = ("LIGHTNING_TRITON_", "LATTNBENCH_AUTOTUNE")  # the kernels' and the harness's own switches
     knobs = env.get("knobs")
     if isinstance(knobs, dict):  # only the kernels' own switches: Triton / JAX options stay in the JSON
-        own = ("LIGHTNING_TRITON_", "LATTNBENCH_AUTOTUNE")
         set_knobs = [f"{k}={v}" for k, v in sorted(knobs.items()) if k.startswith(own)]
         if set_knobs:
             parts.append("knobs " + " ".join(set_knobs))
+    resumed = [r for r in doc.get("resumed") or [] if isinstance(r, dict)]
+    if resumed:  # rows of later commits too: say so, with the last one
+        last = resumed[-1]
+        lknobs = last.get("knobs") if isinstance(last.get("knobs"), dict) else {}
+        set_last = " ".join(f"{k}={v}" for k, v in sorted(lknobs.items()) if k.startswith(own))
+        parts.append(f"resumed {len(resumed)}× (last: commit {str(last.get('commit') or '?')[:12]}, "
+                     f"{last.get('time') or '?'}{', knobs ' + set_last if set_last else ''})")
     return " · ".join(parts)
 
 
 def render(docs: Sequence[dict], reference: str | None = None,
-           plots: Sequence[str] = (), timer: str = "device") -> str:
+           plots: Sequence[str] = (), timer: str = "device", findings: bool = False) -> str:
     """The markdown for ``docs``: per file an env line, speed, memory and agreement tables.
 
     ``reference`` must be timed in at least one file (ReportError otherwise); ``plots`` are
     relative links, shown as images after the tables; speed tables show ``timer``'s medians
     (``—`` where a point has no such timer, as files from before the timers were split).
+    ``findings``: agreement as a line per kernel and per finding (views.findings), not per case.
     """
+    from lattnbench.views.findings import render_findings
+
     all_rows = [r for d in docs for r in d["rows"]]
     if reference is not None:
         pick_reference(all_rows, reference)  # validates
@@ -196,8 +206,10 @@ def render(docs: Sequence[dict], reference: str | None = None,
         interp = sum(1 for r in doc["rows"] if r.get("metric") == "time_ms" and r.get("interpreted"))
         if interp:
             parts.append(f"\n{interp} Triton-interpreter timings left out of the speed tables.\n")
+        agreement = (([render_findings(doc["rows"])] if any(r.get("metric") == "err_ratio" for r in doc["rows"])
+                      else []) if findings else _agreement_tables(doc["rows"]))
         for table in (_metric_tables(doc["rows"], "time_ms", ref, timer)
-                      + _metric_tables(doc["rows"], "peak_mb", ref) + _agreement_tables(doc["rows"])):
+                      + _metric_tables(doc["rows"], "peak_mb", ref) + agreement):
             parts.append("\n" + table)
         if not doc["rows"]:
             parts.append("\nNo points measured.\n")

@@ -1,4 +1,6 @@
 """Reasons recorded for failed points stay one line and keep the actual error."""
+import numpy as np
+
 from lattnbench.measure.points import one_line
 
 
@@ -93,3 +95,14 @@ def test_a_failed_capture_is_not_retried_in_later_rounds(monkeypatch):
     for r in range(3):
         sweeper._graph_timers(timed, None, 3, r)
     assert calls == ["fwd"] and timed["fwd"][1].timers["graph"].samples_ms == [2.0]
+
+
+def test_why_infinite_names_the_shapes_or_the_non_finite_values():
+    from lattnbench.measure.tolerance import err_ratio, why_infinite
+
+    ref = np.random.default_rng(3).standard_normal((2, 3))
+    assert err_ratio(ref[:1], ref) == float("inf")
+    assert why_infinite(ref[:1], ref) == "shape (1, 3) where the reference has (2, 3)"
+    bad = ref.copy()
+    bad[0, 1], bad[1, 2] = np.nan, -np.inf
+    assert why_infinite(bad, ref) == "not finite: 1 NaN and 1 Inf of 6 values"

@@ -306,6 +306,16 @@ def test_nan_error_and_oom_points_are_rows_and_the_sweep_goes_on(plugins, tmp_pa
         assert by["plugin/faithful", n]["status"] == "ok"
 
 
+def test_check_grad_says_why_an_error_is_infinite(plugins, tmp_path):
+    out = tmp_path / "cg.json"
+    res = invoke("check-grad", "--kernel", "hang_kernels:nan", "-k", "plugin/nan", "--n", "16",
+                 "--initial-state", "off", "--device", "cpu", "--out", out)
+    assert res.exit_code == 1, res.output
+    o = next(r for r in load(out)["rows"] if r["tensor"] == "o")
+    size = o["batch"] * o["seqlen"] * o["heads"] * o["dim_v"]
+    assert o["status"] == "fail" and o["reason"] == f"not finite: {size} NaN and 0 Inf of {size} values"
+
+
 def test_oom_alone_is_not_a_failure_exit(plugins, tmp_path):
     res = invoke("speed", "--kernel", "hang_kernels:oom", "-k", "plugin/oom", "--n", "16", "--mode", "fwd",
                  "--device", "cpu", "--out", tmp_path / "s.json")

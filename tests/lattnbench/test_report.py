@@ -371,3 +371,61 @@ def test_mode_and_metric_keep_only_those_tables(tmp_path):
     for bad in (("--mode", "fwd,back"), ("--metric", "time")):
         res = run(res_path, *bad)
         assert res.exit_code == 2 and bad[0] in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def _pipe_tables(markdown: str) -> list[list[dict[str, str]]]:
+    """Every pipe table in order, as rows of column name -> cell."""
+    out, lines = [], markdown.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| ") and i + 1 < len(lines) and lines[i + 1][:2] in ("|:", "|-"):
+            header = [c.strip() for c in line.strip("|").split("|")]
+            body = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                body.append(dict(zip(header, (c.strip() for c in row.strip("|").split("|")))))
+            out.append(body)
+    return out
+
+
+def test_findings_give_a_line_per_kernel_and_per_way_of_failing(tmp_path):
+    rng = np.random.default_rng()
+    w = ResultsWriter(tmp_path / "m.json", "matrix", {"commit": "abc"})
+    tensors = ("o", "final_state", "dq", "dk", "dv")
+    over = {}
+    for n in (1, 65, 1000):
+        for dtype, tol in (("fp32", 1e-5), ("fp16", 2e-3)):
+            case = dict(CASE, framework="torch", dtype=dtype, batch=2, heads=4, kv_heads=4, dim_qk=64, dim_v=64, seqlen=n,
+                        mode="fwdbwd", metric="err_ratio", tol=tol)
+            for t in tensors:
+                ok = float(rng.uniform(0.01, 0.5) * tol)
+                w.add(dict(case, kernel="lightning/triton", family="lightning", tensor=t, median=ok, err=ok,
+                           status="ok", reason=None, deterministic=True))
+                e = float(rng.uniform(2, 90) * tol) if dtype == "fp32" else ok
+                if dtype == "fp32" and t == "final_state" and n > 1:
+                    e = math.inf
+                elif dtype == "fp32":
+                    over.setdefault("fla", []).append(e)
+                w.add(dict(case, kernel="lightning/fla-chunk", family="lightning", tensor=t, median=e, err=e,
+                           status="ok" if e <= tol else "fail", reason=None, deterministic=t != "dq"))
+                oom = dtype == "fp32" and n == 65 and t.startswith("d")
+                w.add(dict(case, kernel="lightning/opennlplab", family="lightning", tensor=t,
+                           status="error" if oom else "unsupported", median=None,
+                           reason="backward: OutOfResources: out of resource: shared memory, Required: 262144"
+                           if oom else "no initial_state support: the official kernel takes none"))
+    res = run(tmp_path / "m.json", "--findings")
+    assert res.exit_code == 0, res.output
+    summary, findings = _pipe_tables(res.stdout)
+    by = {r["kernel"]: r for r in summary}
+    assert [by["lightning/triton"][c] for c in ("points", "pass", "fail", "refused", "refusals")] == ["6", "6", "0", "0", "—"]
+    assert [by["lightning/fla-chunk"][c] for c in ("pass", "fail", "refused")] == ["3", "3", "0"]
+    assert by["lightning/fla-chunk"]["bitwise repeatable"] == "no (6 of 30 tensors)"
+    assert [by["lightning/opennlplab"][c] for c in ("pass", "fail", "refused")] == ["0", "1", "5"]
+    assert by["lightning/opennlplab"]["refusals"] == "no initial_state support"
+    lines = [(r["kernel"], r["dtype"], r["finding"], r["tensors"], r["cases"]) for r in findings]
+    assert lines == [("lightning/fla-chunk", "fp32", "not finite", "final_state", "2 of 3"),
+                     ("lightning/fla-chunk", "fp32", "over tolerance", "o, final_state, dq, dk, dv", "3 of 3"),
+                     ("lightning/opennlplab", "fp32", "out of shared memory", "dq, dk, dv", "1 of 1")]
+    assert findings[1]["err"] == f"{min(over['fla']):.1e} – {max(over['fla']):.1e}"
+    assert findings[0]["e.g."] == "B2 T65 D64 decay=alibi" and findings[1]["e.g."] == "B2 T1 D64 decay=alibi"
+    assert "lightning/triton" not in {r["kernel"] for r in findings}
