@@ -45,7 +45,8 @@ AXIS_KEYS = ("n", "batch", "heads", "kv_heads", "dim", "dim_v", "dtype", "decay"
 TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device", "axes", "env", "speed",
             "memory", "check-grad", "check-rows")
 #: the knobs a suite may set: the kernels' and compilers' own (lattnbench.env.KNOB_PREFIXES)
-ENV_PREFIXES = ("LIGHTNING_TRITON_", "TRITON_", "FLA_", "JAX_", "XLA_", "LATTNBENCH_AUTOTUNE")
+ENV_PREFIXES = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "TRITON_", "FLA_", "JAX_", "XLA_",
+                "LATTNBENCH_AUTOTUNE")
 SECTION_KEYS = {"speed": ("modes", "budget", "settle", "kernels", "axes"),
                 "memory": ("modes", "kernels", "axes"),
                 "check-grad": ("kernels", "axes", "seed"),

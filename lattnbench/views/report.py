@@ -168,7 +168,7 @@ def env_summary(doc: dict) -> str:
         v = env.get(key)
         if isinstance(v, (str, int, float)) and v != "":
             parts.append(f"{key} {str(v)[:12] if key == 'commit' else v}")
-    own = ("LIGHTNING_TRITON_", "LATTNBENCH_AUTOTUNE")  # the kernels' and the harness's own switches
+    own = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "LATTNBENCH_AUTOTUNE")  # the kernels' and harness's switches
     knobs = env.get("knobs")
     if isinstance(knobs, dict):  # only the kernels' own switches: Triton / JAX options stay in the JSON
         set_knobs = [f"{k}={v}" for k, v in sorted(knobs.items()) if k.startswith(own)]

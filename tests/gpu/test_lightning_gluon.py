@@ -3,8 +3,10 @@ fp64 quadratic reference, over odd T, D ≠ E, GQA, reverse, an initial state an
 the outputs poisoned (NaN) before the kernel writes them; plus the fallback rule on the device.
 
 Each case first asserts which path the call takes (``gluon_path`` is None for the Gluon forward;
-a reversed call names why it runs the Triton kernel), so a silent fallback to the Triton kernel
-cannot pass for the Gluon kernel.
+a reversed call names why it runs the Triton kernel unless ``LIGHTNING_GLUON_REVERSE=1``), so a
+silent fallback to the Triton kernel cannot pass for the Gluon kernel. Run the reversed cases on
+the Gluon forward in a process of their own (a fault ends the process):
+``LIGHTNING_GLUON_REVERSE=1 pytest tests/gpu/test_lightning_gluon.py -k reverse``.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 import torch
 
 from lattnbench.kernels.gluon.lightning import gluon_path, lightning_attn_gluon
+from lattnbench.kernels.gluon.lightning import configs as gcfg
 from lattnbench.kernels.gluon.lightning import ops as gops
 from lattnbench.kernels.naive.torch_ref import lightning_naive
 from lattnbench.kernels.triton.lightning import lightning_attn_triton
@@ -49,18 +52,25 @@ CASES = [  # b, t, h, hkv, d, e, reverse, h0, strong decay
     (2, 64, 2, 2, 64, 64, False, False, False),
     (2, 1000, 4, 4, 128, 128, False, True, False),     # odd T: a partial last chunk
     (1, 333, 4, 2, 128, 64, False, True, False),       # GQA, D ≠ E
-    (2, 517, 4, 1, 64, 128, True, True, False),        # reverse: a partial first chunk below row 0
+    (2, 517, 4, 1, 64, 128, True, True, False),        # reverse: the partial chunk processed first
     (1, 4096, 8, 8, 128, 128, False, False, True),     # strong decay: λ^64 underflows
     (1, 130, 2, 2, 128, 128, True, False, True),
+    (2, 520, 4, 4, 64, 64, True, True, False),
+    (1, 64, 2, 2, 128, 128, True, True, True),         # reverse, one full chunk
+    (1, 40, 2, 2, 64, 64, True, False, False),         # reverse, one partial chunk
 ]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("b,t,h,hkv,d,e,reverse,h0,strong", CASES)
+@pytest.mark.parametrize("b,t,h,hkv,d,e,reverse,h0,strong", CASES,
+                         ids=[f"T{c[1]}-{'reverse' if c[6] else 'forward'}" for c in CASES])
 def test_gluon_forward_and_its_gradients_match_the_fp64_reference(b, t, h, hkv, d, e, reverse, h0, strong, dtype):
     x = _draw(t + d, b, t, h, hkv, d, e, dtype, h0)
     why = gluon_path(x["q"], x["v"], reverse=reverse)
-    assert ("reverse" in why) if reverse else why is None  # reversed calls run the Triton kernel
+    if reverse and not gcfg.REVERSE_ON_GLUON:
+        assert "reverse" in why  # reversed calls run the Triton kernel by default
+    else:
+        assert why is None
     gamma = (-torch.linspace(2.0, 8.0, h) if strong else -torch.linspace(0.01, 0.5, h)).to(DEV)
     leaves = {n: x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "h0") if x[n] is not None}
     o, st = lightning_attn_gluon(leaves["q"], leaves["k"], leaves["v"], gamma=gamma,

@@ -32,8 +32,8 @@ A fresh mbarrier is in phase 0; waiting for parity 1 returns at once, so produce
 
 Layout: q ``[B, T, H, D]``, k ``[B, T, HKV, D]``, v ``[B, T, HKV, E]``, o ``[B, T, H, E]``, moved by
 3-D tensor descriptors over ``[B, T, heads·dim]`` with boxes ``[1, BT, D]`` / ``[1, BT, BV]``:
-rows outside [0, T) (a partial last chunk, a reversed first chunk starting below row 0) read as
-zeros and are not written, so odd T needs no masks on the tiles; only the decay vectors mask the
+rows past T (the partial chunk: the last one processed, or reversed the first) read as zeros and
+are not written, so odd T needs no masks on the tiles; only the decay vectors mask the
 rows past the sequence. GQA: query head h reads kv head h // (H / HKV).
 """
 from __future__ import annotations
@@ -44,17 +44,19 @@ from .compat import tma_load, tma_store, warpgroup_mma_wait
 if IMPORT_ERROR is None:
 
     @gluon.jit
-    def _chunk_row(T, c, BT: gl.constexpr, REVERSE: gl.constexpr):
-        """First row (lowest address) of the chunk at processing index c; below 0 for a reversed
-        partial chunk."""
+    def _chunk_row(c, n_chunks, BT: gl.constexpr, REVERSE: gl.constexpr):
+        """First row of the chunk at processing index c. Chunks sit at multiples of BT from row 0
+        in both directions, so no TMA box starts below row 0; reversed, the partial chunk (rows
+        past T read as zeros) is the first one processed."""
         if REVERSE:
-            return T - (c + 1) * BT
+            return (n_chunks - 1 - c) * BT
         else:
             return c * BT
 
     @gluon.jit
     def _positions(BT: gl.constexpr, layout: gl.constexpr, REVERSE: gl.constexpr):
-        """The processing position p of each of the BT rows of a tile, as fp32 in ``layout``."""
+        """The processing position p of each of the BT rows of a full tile, as fp32 in ``layout``;
+        a reversed chunk of L < BT valid rows adds L − BT (rows past T then get p < 0)."""
         r = gl.arange(0, BT, layout=layout)
         if REVERSE:
             r = BT - 1 - r
@@ -77,7 +79,7 @@ if IMPORT_ERROR is None:
         for c in range(n_chunks):
             slot = c % NBUF
             mbarrier.wait(ld_empty.index(slot), ((c // NBUF) & 1) ^ 1)
-            t0 = _chunk_row(T, c, BT, REVERSE)
+            t0 = _chunk_row(c, n_chunks, BT, REVERSE)
             bar = ld_ready.index(slot)
             mbarrier.expect(bar, nbytes)
             tma_load(q_desc, [i_b, t0, i_h * D], bar, q_bufs.index(slot))
@@ -125,8 +127,12 @@ if IMPORT_ERROR is None:
 
             slot = c % NBUF
             mbarrier.wait(ld_ready.index(slot), (c // NBUF) & 1)
-            n_valid = gl.minimum(T - c * BT, BT).to(gl.float32)
-            kd = gl.where(pk < n_valid, gl.exp(gam * gl.maximum(n_valid - 1.0 - pk, 0.0)), 0.0)
+            n_valid = gl.minimum(T - _chunk_row(c, n_chunks, BT, REVERSE), BT).to(gl.float32)
+            if REVERSE:  # a partial chunk shifts every position by L − BT; rows past T get p < 0
+                p = pk + (n_valid - BT)
+            else:
+                p = pk
+            kd = gl.where((p >= 0.0) & (p < n_valid), gl.exp(gam * gl.maximum(n_valid - 1.0 - p, 0.0)), 0.0)
             k_t = k_bufs.index(slot).reshape([BT, D]).permute((1, 0)).load(ka_layout)
             k_t = (k_t.to(gl.float32) * kd[None, :]).to(dtype)
             v_s = v_bufs.index(slot).reshape([BT, BV])
@@ -170,7 +176,8 @@ if IMPORT_ERROR is None:
         p_c = _positions(BT, gl.SliceLayout(0, qk_layout), REVERSE)
         diff = p_r[:, None] - p_c[None, :]
         mask = gl.where(diff >= 0.0, gl.exp(gam * gl.maximum(diff, 0.0)), 0.0) * scale
-        qd = gl.exp(gam * (_positions(BT, gl.SliceLayout(1, a_layout), REVERSE) + 1.0)) * scale
+        p_a = _positions(BT, gl.SliceLayout(1, a_layout), REVERSE)
+        qd = gl.exp(gam * (p_a + 1.0)) * scale
         zero_qk = gl.full([BT, BT], 0.0, gl.float32, qk_layout)
         zero_o = gl.full([BT, BV], 0.0, gl.float32, o_layout)
 
@@ -181,6 +188,10 @@ if IMPORT_ERROR is None:
             k_s = k_bufs.index(slot).reshape([BT, D])
             v_s = v_bufs.index(slot).reshape([BT, BV])
             qk = warpgroup_mma(q_s, k_s.permute((1, 0)), zero_qk, use_acc=False, is_async=True)
+            t0 = _chunk_row(c, n_chunks, BT, REVERSE)
+            if REVERSE:  # a partial chunk shifts every position by L − BT; rows past T get 0
+                p_q = p_a + (gl.minimum(T - t0, BT) - BT).to(gl.float32)
+                qd = gl.where(p_q >= 0.0, gl.exp(gam * (p_q + 1.0)), 0.0) * scale
             q_a = (q_s.load(a_layout).to(gl.float32) * qd[:, None]).to(dtype)
             sb = c % NS
             mbarrier.wait(s_ready.index(sb), (c // NS) & 1)
@@ -199,7 +210,6 @@ if IMPORT_ERROR is None:
             tma.store_wait(NO - 1)  # the store that last used buffer ob has read it
             o_bufs.index(ob).reshape([BT, BV]).store(acc.to(dtype))
             fence_async_shared()
-            t0 = _chunk_row(T, c, BT, REVERSE)
             tma_store(o_desc, [i_b, t0, i_h * E + i_v * BV], o_bufs.index(ob))
         tma.store_wait(0)
 
