@@ -355,7 +355,7 @@ def real_ejkernel(test):
 def test_real_ejkernel_check_grad_is_recorded_as_found(fresh, tmp_path, kernel):
     out = tmp_path / "cg.json"
     res = invoke("check-grad", "-k", kernel, "--device", "cpu", "--n", "64", "--heads", "2", "--dim", "16",
-                 "--out", str(out))
+                 "--initial-state", "on", "--out", str(out))
     rows = json.loads(out.read_text())["rows"]
     expected = set(LIN + ["dh0"] + (["dg"] if kernel.startswith("gla") else []))
     assert {r["tensor"] for r in rows} == expected

@@ -248,7 +248,7 @@ def expected_cases(ax: dict[str, Piece]) -> list[Case] | None:
     return sorted(out, key=repr)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_random_suites_parse_exactly_or_raise_spec_error(parts):
     top, kernels, axes, sections = parts

@@ -150,7 +150,7 @@ def check(seed=0, b=2, t=100, h=3, hkv=None, d=48, e=48, dtype=torch.float32, ga
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_decay_initial_state_final_state(dtype):
-    check(seed=1, dtype=dtype)
+    check(seed=1, t=52, dtype=dtype)  # three whole chunks of the interpreter's 16 and a partial one
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
