@@ -69,24 +69,25 @@ def run(*args: str):
     return runner.invoke(app, ["report", *map(str, args)])
 
 
-def tables(markdown: str) -> dict[str, list[dict[str, str]]]:
-    """Heading -> rows (column name -> cell) for every pipe table in the markdown."""
-    out: dict[str, list[dict[str, str]]] = {}
-    heading = None
-    lines = markdown.splitlines()
+def _each_table(markdown: str):
+    """(the last #### heading above it, rows of column name -> cell) for every pipe table."""
+    heading, lines = None, markdown.splitlines()
     for i, line in enumerate(lines):
         if line.startswith("#### "):
             heading = line[5:]
-        elif line.startswith("| ") and i + 1 < len(lines) and lines[i + 1].startswith("|") \
-                and set(lines[i + 1]) <= set("|-:"):
+        elif line.startswith("| ") and i + 1 < len(lines) and lines[i + 1][:2] in ("|:", "|-"):
             header = [c.strip() for c in line.strip("|").split("|")]
             body = []
             for row in lines[i + 2:]:
                 if not row.startswith("|"):
                     break
                 body.append(dict(zip(header, (c.strip() for c in row.strip("|").split("|")))))
-            out[heading] = body
-    return out
+            yield heading, body
+
+
+def tables(markdown: str) -> dict[str, list[dict[str, str]]]:
+    """Heading -> rows (column name -> cell) for every pipe table in the markdown."""
+    return dict(_each_table(markdown))
 
 
 def rows_of(path: Path) -> list[dict]:
@@ -375,17 +376,7 @@ def test_mode_and_metric_keep_only_those_tables(tmp_path):
 
 def _pipe_tables(markdown: str) -> list[list[dict[str, str]]]:
     """Every pipe table in order, as rows of column name -> cell."""
-    out, lines = [], markdown.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith("| ") and i + 1 < len(lines) and lines[i + 1][:2] in ("|:", "|-"):
-            header = [c.strip() for c in line.strip("|").split("|")]
-            body = []
-            for row in lines[i + 2:]:
-                if not row.startswith("|"):
-                    break
-                body.append(dict(zip(header, (c.strip() for c in row.strip("|").split("|")))))
-            out.append(body)
-    return out
+    return [body for _, body in _each_table(markdown)]
 
 
 def test_findings_give_a_line_per_kernel_and_per_way_of_failing(tmp_path):
