@@ -6,7 +6,8 @@ combination would otherwise compile and time a peer's whole list (fla's chunk_gl
 point in fp32), and a timing says nothing about agreement. The choice goes through each
 autotuner's own pruning, and a config that is out of resources is skipped as Triton's autotuner
 skips it, so no point fails that a tuned call would pass. Each config tried runs once, untimed.
-Speed points made so are not tuned, so the mode belongs to check-grad alone.
+Speed points made so are not tuned, so the mode belongs to check-grad alone: nothing it picks is
+kept where a later timed run would restore it (Triton's autotune disk cache, the tuning store).
 """
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ def install() -> bool:
 
     def prune_configs(self, *args, **kwargs):
         self._lattnbench_found = False  # one benchmark round per key follows each pruning
+        # no autotune results on disk either way: none of a tuned run's is read, and this mode's
+        # untimed choice is never written where a later timed run would take it as tuned
+        self.cache_results = False
         return prune(self, *args, **kwargs)
 
     def _bench(self, *args, config, **meta):

@@ -96,7 +96,11 @@ def tuning_dir() -> Path:
 
 
 def store_enabled() -> bool:
-    return os.environ.get(STORE_ENV, "1").strip() != "0"
+    """Off under ``LATTNBENCH_TUNING_CACHE=0``, and under ``LATTNBENCH_AUTOTUNE=first``, whose
+    untimed choices a later run must not restore as tuned."""
+    from lattnbench.runner import first_config
+
+    return os.environ.get(STORE_ENV, "1").strip() != "0" and not first_config.requested()
 
 
 def point_file(kernel: str, case_fields: dict, machine: dict) -> Path:

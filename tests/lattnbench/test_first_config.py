@@ -29,11 +29,13 @@ SCRIPT = textwrap.dedent('''
         tl.store(y + i, tl.load(x + i, mask=i < n) * 2, mask=i < n)
 
     assert first_config.install()
+    double.cache_results = True  # as fla's autotuners ask: this mode must neither read nor write it
     for n in (40, 7):
         x = torch.randn(n)
         y = torch.full_like(x, float("nan"))
         double[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, y, n)
         assert torch.equal(y, 2 * x), (y, x)
+    assert double.cache_results is False
     print(calls)
 ''')
 
@@ -44,3 +46,13 @@ def test_first_config_skips_what_does_not_fit_and_times_nothing():
     # per key: the out-of-resources config is skipped, the next runs once to try it and once for
     # real, the last is never compiled
     assert out.stdout.strip().splitlines()[-1] == "[16, 16, 16, 16]"
+
+
+def test_the_tuning_store_is_off_in_this_mode(monkeypatch):
+    from lattnbench.runner import tuning
+
+    monkeypatch.delenv("LATTNBENCH_TUNING_CACHE", raising=False)
+    monkeypatch.delenv("LATTNBENCH_AUTOTUNE", raising=False)
+    assert tuning.store_enabled()
+    monkeypatch.setenv("LATTNBENCH_AUTOTUNE", "first")
+    assert not tuning.store_enabled()  # its untimed choices must not come back as tuned
