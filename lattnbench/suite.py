@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lattnbench.env import KNOB_PREFIXES
 from lattnbench.spec import (DECAYS, DTYPES, MODES, Case, SpecError, expand, parse_choices, parse_range,
                              with_world_sizes)
 
@@ -44,9 +45,8 @@ AXIS_KEYS = ("n", "batch", "heads", "kv_heads", "dim", "dim_v", "dtype", "decay"
              "reverse", "varlen", "input_scale", "world_size")
 TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device", "axes", "env", "speed",
             "memory", "check-grad", "check-rows")
-#: the knobs a suite may set: the kernels' and compilers' own (lattnbench.env.KNOB_PREFIXES)
-ENV_PREFIXES = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "TRITON_", "FLA_", "JAX_", "XLA_",
-                "LATTNBENCH_AUTOTUNE")
+#: the knobs a suite may set: the kernels' and compilers' own, as every result records them
+ENV_PREFIXES = KNOB_PREFIXES
 SECTION_KEYS = {"speed": ("modes", "budget", "settle", "kernels", "axes"),
                 "memory": ("modes", "kernels", "axes"),
                 "check-grad": ("kernels", "axes", "seed"),
