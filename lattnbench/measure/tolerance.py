@@ -35,6 +35,11 @@ def why_infinite(x, ref) -> str:
     return f"not finite: {nan} NaN and {inf} Inf of {a.size} values"
 
 
+def fail_reason(x, ref, err: float, tol: float) -> str:
+    """What a failing agreement row says: why err is inf, else err against the tolerance."""
+    return why_infinite(x, ref) if math.isinf(err) else f"err {err:.3g} > tol {tol:g}"
+
+
 def err_ratio(x, ref) -> float:
     """RMS(x − ref) / RMS(ref); inf when x has NaN/Inf or the shapes differ."""
     a, b = to_numpy64(x), to_numpy64(ref)

@@ -7,15 +7,13 @@ Long sequences use the fp64 chunked reference (itself tested against the quadrat
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from lattnbench.measure.inputs import constants, numpy_inputs
 from lattnbench.measure.points import base_row, classify, make_problem, point_gate
 from lattnbench.registry import KernelEntry
 from lattnbench.spec import Case
-from lattnbench.measure.tolerance import TOLERANCE, err_ratio, why_infinite
+from lattnbench.measure.tolerance import TOLERANCE, err_ratio, fail_reason
 
 #: beyond this many B·H·T² scores the quadratic fp64 reference hands over to the chunked one
 QUADRATIC_REF_LIMIT = 2**26
@@ -129,9 +127,8 @@ def check(entry: KernelEntry, case: Case, device: str, seed: int = 0) -> list[di
         err = err_ratio(value, ref[name])
         ok = err <= tol
         same = None if twin is None else bool(np.array_equal(_numpy(value), _numpy(twin), equal_nan=True))
-        why = why_infinite(value, ref[name]) if math.isinf(err) else f"err {err:.3g} > tol {tol:g}"
         return row(name, median=err, err=err, status="ok" if ok else "fail", deterministic=same,
-                   reason=None if ok else why, **extra)
+                   reason=None if ok else fail_reason(value, ref[name], err, tol), **extra)
 
     rows = []
     for name in expected:
@@ -212,8 +209,7 @@ def check_rows(entry: KernelEntry, case: Case, device: str, seed: int = 0) -> li
                 continue
             err = err_ratio(mine[b:b + 1], ref)
             ok = err <= tol
-            why = why_infinite(mine[b:b + 1], ref) if math.isinf(err) else f"err {err:.3g} > tol {tol:g}"
-            out.append(row(name, b, median=err, err=err, status="ok" if ok else "fail",
-                           reason=None if ok else f"row {b} in the batch differs from it alone: {why}"))
+            why = None if ok else f"row {b} in the batch differs from it alone: " + fail_reason(mine[b:b + 1], ref, err, tol)
+            out.append(row(name, b, median=err, err=err, status="ok" if ok else "fail", reason=why))
         del alone
     return out
