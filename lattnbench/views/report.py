@@ -168,20 +168,24 @@ def env_summary(doc: dict) -> str:
         v = env.get(key)
         if isinstance(v, (str, int, float)) and v != "":
             parts.append(f"{key} {str(v)[:12] if key == 'commit' else v}")
-    own = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "LATTNBENCH_AUTOTUNE")  # the kernels' and harness's switches
-    knobs = env.get("knobs")
-    if isinstance(knobs, dict):  # only the kernels' own switches: Triton / JAX options stay in the JSON
-        set_knobs = [f"{k}={v}" for k, v in sorted(knobs.items()) if k.startswith(own)]
-        if set_knobs:
-            parts.append("knobs " + " ".join(set_knobs))
+    set_knobs = _own_knobs(env)
+    if set_knobs:
+        parts.append("knobs " + set_knobs)
     resumed = [r for r in doc.get("resumed") or [] if isinstance(r, dict)]
     if resumed:  # rows of later commits too: say so, with the last one
         last = resumed[-1]
-        lknobs = last.get("knobs") if isinstance(last.get("knobs"), dict) else {}
-        set_last = " ".join(f"{k}={v}" for k, v in sorted(lknobs.items()) if k.startswith(own))
+        set_last = _own_knobs(last)
         parts.append(f"resumed {len(resumed)}× (last: commit {str(last.get('commit') or '?')[:12]}, "
                      f"{last.get('time') or '?'}{', knobs ' + set_last if set_last else ''})")
     return " · ".join(parts)
+
+
+def _own_knobs(env: dict) -> str:
+    """``K=V`` of the kernels' and the harness's own switches in an env block's knobs (Triton and
+    JAX options stay in the JSON)."""
+    knobs = env.get("knobs")
+    own = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "LATTNBENCH_AUTOTUNE")
+    return " ".join(f"{k}={v}" for k, v in sorted(knobs.items()) if k.startswith(own)) if isinstance(knobs, dict) else ""
 
 
 def render(docs: Sequence[dict], reference: str | None = None,
@@ -206,8 +210,10 @@ def render(docs: Sequence[dict], reference: str | None = None,
         interp = sum(1 for r in doc["rows"] if r.get("metric") == "time_ms" and r.get("interpreted"))
         if interp:
             parts.append(f"\n{interp} Triton-interpreter timings left out of the speed tables.\n")
-        agreement = (([render_findings(doc["rows"])] if any(r.get("metric") == "err_ratio" for r in doc["rows"])
-                      else []) if findings else _agreement_tables(doc["rows"]))
+        if not findings:
+            agreement = _agreement_tables(doc["rows"])
+        else:
+            agreement = [render_findings(doc["rows"])] if any(r.get("metric") == "err_ratio" for r in doc["rows"]) else []
         for table in (_metric_tables(doc["rows"], "time_ms", ref, timer)
                       + _metric_tables(doc["rows"], "peak_mb", ref) + agreement):
             parts.append("\n" + table)
