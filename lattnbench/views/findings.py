@@ -13,17 +13,15 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
-from lattnbench.views.rows import DASH, TENSOR_ORDER, agreement_passes, kernel_sort_key
+from lattnbench.views.rows import DASH, SHAPE_FIELDS, TENSOR_ORDER, agreement_passes, kernel_sort_key, shape_label
 
 _DTYPES = ("fp32", "fp16", "bf16")
 _REFUSED = ("unsupported", "unavailable")
-#: the fields that tell one case of a kernel from another (besides the dtype)
-_CASE = ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v", "decay", "varlen", "initial_state",
-         "reverse", "input_scale", "world_size")
 
 
 def _case_key(row: dict) -> tuple:
-    return tuple(str(row.get(f)) for f in _CASE) + (str(row.get("dtype")),)
+    """What tells one point of a kernel from another: its shape group and length."""
+    return tuple(str(row.get(f)) for f in (*SHAPE_FIELDS, "seqlen"))
 
 
 def _case_order(row: dict) -> tuple:
@@ -33,14 +31,8 @@ def _case_order(row: dict) -> tuple:
 
 
 def _case_text(row: dict) -> str:
-    """``T65 D48/E96``, ``T1000 H8/2``, ``T766 varlen h0 rev``: what the case changes from a base."""
-    dims = f"D{row['dim_qk']}" if row.get("dim_qk") == row.get("dim_v") else f"D{row['dim_qk']}/E{row['dim_v']}"
-    kv = f" H{row['heads']}/{row['kv_heads']}" if row.get("kv_heads") != row.get("heads") else ""
-    flags = [f"decay={row['decay']}" if row.get("decay") else "", "varlen" if row.get("varlen") else "",
-             "h0" if row.get("initial_state") else "", "rev" if row.get("reverse") else "",
-             f"x{row['input_scale']:g}" if row.get("input_scale") not in (None, 1) else "",
-             str(row["check"]) if row.get("check") else ""]
-    return " ".join([f"B{row.get('batch')} T{row.get('seqlen')} {dims}{kv}", *(f for f in flags if f)])
+    """``B2 T65 H4 D48E96 fp32 decay=lightning``, plus the batch row of a check-rows point."""
+    return shape_label(row, seqlen=True) + (f" {row['check']}" if row.get("check") else "")
 
 
 def _what(row: dict) -> str:
@@ -116,7 +108,7 @@ def render_findings(rows: Sequence[dict]) -> str:
     run_points = defaultdict(int)  # points not refused, per (kernel, dtype)
     for (k, key), prow in points.items():
         if verdict(prow) != "refused":
-            run_points[(k, key[-1])] += 1
+            run_points[(k, str(prow[0].get("dtype")))] += 1
     order = lambda g: (kernel_sort_key(g[0], families),  # noqa: E731
                        _DTYPES.index(g[1]) if g[1] in _DTYPES else 9, g[1], g[2])
     found = []

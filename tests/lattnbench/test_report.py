@@ -418,5 +418,5 @@ def test_findings_give_a_line_per_kernel_and_per_way_of_failing(tmp_path):
                      ("lightning/fla-chunk", "fp32", "over tolerance", "o, final_state, dq, dk, dv", "3 of 3"),
                      ("lightning/opennlplab", "fp32", "out of shared memory", "dq, dk, dv", "1 of 1")]
     assert findings[1]["err"] == f"{min(over['fla']):.1e} – {max(over['fla']):.1e}"
-    assert findings[0]["e.g."] == "B2 T65 D64 decay=alibi" and findings[1]["e.g."] == "B2 T1 D64 decay=alibi"
+    assert findings[0]["e.g."] == "B2 T65 H4 D64 fp32 decay=alibi" and findings[1]["e.g."] == "B2 T1 H4 D64 fp32 decay=alibi"
     assert "lightning/triton" not in {r["kernel"] for r in findings}
