@@ -22,4 +22,3 @@ os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="lattnbench-test-cache-")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       os.path.join(tempfile.gettempdir(), f"lattnbench-test-jax-cache-{os.getuid()}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
-
