@@ -361,9 +361,10 @@ class WorkerJob:
         how = _describe(rc)
         describe = getattr(self.proc, "describe", None)
         if describe is None:
-            return how
-        tail = self._log_tail(self.proc.failed_rank)
-        return describe(how) + (f": {tail}" if tail else "")
+            tail = self._log_tail()
+        else:
+            how, tail = describe(how), self._log_tail(self.proc.failed_rank)
+        return how + (f": {tail}" if tail else "")
 
     def _log_tail(self, rank: int | None = None) -> str:
         pattern = "log-*.txt" if not rank else f"log-*-rank{rank}.txt"

@@ -4,6 +4,7 @@ Use with ``--kernel hang_kernels:NAME`` and ``tests/lattnbench`` on the import p
 """
 import os
 import signal
+import sys
 import time
 
 import torch
@@ -39,8 +40,16 @@ def crash(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
     time.sleep(60)
 
 
+def abort(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+    """Ends the process from native code after saying why on stderr (a CUDA assert, a library's abort)."""
+    sys.stderr.write("fatal: the kernel's library gave up\n")
+    sys.stderr.flush()
+    os._exit(1)
+
+
 hang.lattnbench_name = "plugin/hang"
 nan.lattnbench_name = "plugin/nan"
 boom.lattnbench_name = "plugin/boom"
 oom.lattnbench_name = "plugin/oom"
 crash.lattnbench_name = "plugin/crash"
+abort.lattnbench_name = "plugin/abort"

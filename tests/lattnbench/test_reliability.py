@@ -235,6 +235,18 @@ def test_a_crashing_kernel_is_an_error_row_and_the_others_run(tmp_path):
     assert {r["status"] for r in rows if r["kernel"] == "plugin/faithful"} == {"ok"}
 
 
+def test_a_worker_that_exits_names_its_last_words(tmp_path):
+    out = tmp_path / "a.json"
+    proc = start("speed", "--kernel", "hang_kernels:abort", "-k", "plugin/abort", "--n", "32", "--mode", "fwd",
+                 "--budget", "0.05", "--device", "cpu", "--isolate", "kernel", "--out", out)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 1, stderr
+    [row] = load(out)["rows"]
+    assert row["status"] == "error"
+    assert row["reason"] == ("the process died (exit status 1: fatal: the kernel's library gave up) "
+                             "while running this point")
+
+
 def test_a_killed_parent_takes_its_worker_along(tmp_path):
     out = tmp_path / "r.json"
     proc = start("speed", "--kernel", "hang_kernels:hang", "-k", "plugin/hang", "--n", "32", "--mode", "fwd",
