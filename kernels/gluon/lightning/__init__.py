@@ -4,7 +4,7 @@ Public API (registered as ``lightning/gluon``)::
 
     lightning_attn_gluon(q, k, v, gamma=None, scale=None, initial_state=None,
                          output_final_state=True, reverse=False, cu_seqlens=None) -> (o, S_T)
-    gluon_path(q, v, cu_seqlens=None, reverse=False) -> None | why the Triton kernel runs the call instead
+    gluon_path(q, v, cu_seqlens=None) -> None | why the Triton kernel runs the call instead
 
 The kernel module imports only where Triton's Gluon Hopper API is importable (see ``compat``).
 """

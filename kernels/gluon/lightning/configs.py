@@ -8,16 +8,11 @@ up to a warpgroup), and the load warp gives most of its share to the two compute
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 BT = 64               # chunk length: the M of every wgmma of the output partition
 HEAD_DIMS = (64, 128)  # D and E the kernel takes (TMA boxes and wgmma shapes are fixed per value)
 DTYPES = ("bfloat16", "float16")
-# LIGHTNING_GLUON_REVERSE=1 (read at import): reversed calls take the Gluon forward. Its reversed
-# chunks now sit at multiples of BT from row 0; until the GPU tests pass them, the Triton kernel
-# runs reversed calls by default.
-REVERSE_ON_GLUON = os.environ.get("LIGHTNING_GLUON_REVERSE", "0").strip() == "1"
 
 
 @dataclass(frozen=True)
@@ -40,16 +35,13 @@ def config_for(e: int) -> Config:
     return Config(bv=min(e, 128))
 
 
-def fallback_reason(dtype_name: str, d: int, e: int, varlen: bool, reverse: bool = False) -> str | None:
+def fallback_reason(dtype_name: str, d: int, e: int, varlen: bool) -> str | None:
     """None when the Gluon forward takes the call, else why the Triton kernel does instead.
 
-    The rule: bf16 / fp16, D and E each 64 or 128, no packed varlen, forward order. fp32 has no
+    The rule: bf16 / fp16, D and E each 64 or 128, no packed varlen; either order. fp32 has no
     bf16/fp16 wgmma path; other head dims would need other TMA boxes and wgmma shapes; varlen
     would need a descriptor per sequence (a device-side descriptor), and the Triton kernel handles
-    it at no loss. Reversed calls take the Triton kernel unless ``REVERSE_ON_GLUON``: with the
-    reversed chunks' last one starting below row 0, the TMA copies stopped the H200 with an
-    illegal instruction (T = 130, 517 and 520); the chunks are aligned to row 0 now, which the GPU
-    has still to pass.
+    it at no loss.
     """
     if dtype_name not in DTYPES:
         return f"dtype {dtype_name} (the Gluon forward is bf16 / fp16 only)"
@@ -57,6 +49,4 @@ def fallback_reason(dtype_name: str, d: int, e: int, varlen: bool, reverse: bool
         return f"head dims D={d}, E={e} (the Gluon forward takes D, E in {HEAD_DIMS})"
     if varlen:
         return "packed varlen (cu_seqlens)"
-    if reverse and not REVERSE_ON_GLUON:
-        return "reverse (the Gluon forward's reversed chunks are not yet verified on the GPU)"
     return None

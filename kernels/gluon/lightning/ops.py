@@ -34,11 +34,11 @@ def device_reason(device: torch.device) -> str | None:
     return None
 
 
-def gluon_path(q: Tensor, v: Tensor, cu_seqlens=None, reverse: bool = False) -> str | None:
+def gluon_path(q: Tensor, v: Tensor, cu_seqlens=None) -> str | None:
     """None when a call with these inputs takes the Gluon forward, else why the Triton kernel runs
     it instead: the device (``device_reason``), then the options (``configs.fallback_reason``)."""
     reason = _cfg.fallback_reason(str(q.dtype).removeprefix("torch."), q.shape[3], v.shape[3],
-                                  cu_seqlens is not None, bool(reverse))
+                                  cu_seqlens is not None)
     return reason if reason is not None else device_reason(q.device)
 
 
@@ -104,11 +104,11 @@ def lightning_attn_gluon(
     """Lightning Attention with the Gluon sm_90 forward; layout [B, T, H, D]; returns (o, S_T).
 
     Same contract as ``lightning_attn_triton``. Calls ``gluon_path`` refuses run the Triton kernel
-    instead (fp32, D or E not 64 / 128, varlen, reverse, no sm_90, no Gluon); gradients always come from the
-    Triton kernel's backward.
+    instead (fp32, D or E not 64 / 128, varlen, no sm_90, no Gluon); gradients always come from the Triton
+    kernel's backward.
     """
     n, _, _ = checks.validate(q, k, v, initial_state, cu_seqlens)
-    if gluon_path(q, v, cu_seqlens, reverse) is not None or q.shape[1] == 0 or torch.compiler.is_compiling():
+    if gluon_path(q, v, cu_seqlens) is not None or q.shape[1] == 0 or torch.compiler.is_compiling():
         return triton_ops.lightning_attn_triton(q, k, v, gamma=gamma, scale=scale, initial_state=initial_state,
                                                 output_final_state=output_final_state, reverse=reverse,
                                                 cu_seqlens=cu_seqlens)

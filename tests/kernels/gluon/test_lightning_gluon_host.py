@@ -35,19 +35,6 @@ def test_the_fallback_rule_names_what_the_gluon_forward_does_not_take(dtype, d, 
     assert needle in gcfg.fallback_reason(dtype, d, e, varlen)
 
 
-def test_reversed_calls_go_to_the_triton_kernel_and_say_why(monkeypatch):
-    monkeypatch.setattr(gcfg, "REVERSE_ON_GLUON", False)
-    assert "reverse" in gcfg.fallback_reason("bfloat16", 128, 128, False, reverse=True)
-    wide = torch.randn(1, 8, 2, 128, dtype=torch.bfloat16)
-    assert "reverse" in gluon_path(wide, wide, reverse=True)  # the option is named before the device
-
-
-def test_the_reverse_knob_lets_reversed_calls_take_the_gluon_forward(monkeypatch):
-    monkeypatch.setattr(gcfg, "REVERSE_ON_GLUON", True)
-    assert gcfg.fallback_reason("bfloat16", 128, 128, False, reverse=True) is None
-    assert "varlen" in gcfg.fallback_reason("bfloat16", 128, 128, True, reverse=True)
-
-
 @pytest.mark.parametrize("d,e", [(64, 64), (128, 128), (64, 128), (128, 64)])
 def test_the_fallback_rule_takes_half_precision_at_64_and_128(d, e):
     assert gcfg.fallback_reason("bfloat16", d, e, False) is None
