@@ -97,3 +97,21 @@ def test_check_jobs_run_kernels_at_once_and_keep_every_row(plugins, tmp_path, mo
 def test_check_jobs_without_workers_is_a_usage_error(tmp_path):
     res = invoke("check-grad", "--device", "cpu", "--isolate", "none", "--jobs", "2", "--out", tmp_path / "x.json")
     assert res.exit_code == 2 and "--jobs" in res.output
+
+
+def test_batch_rows_that_cannot_fit_are_oom_rows_naming_need_and_free(monkeypatch):
+    from lattnbench.measure import memory_estimate, verify
+    from lattnbench.registry import default_registry
+    from lattnbench.spec import Case
+
+    entry = default_registry()["lightning/jax-chunked"]
+    case = Case(4, 131072, 32, 32, 128, 128, "bf16", initial_state=True)
+    need = memory_estimate.estimate_bytes(entry, case.with_(batch=5), "fwdbwd")  # the batch and a row alone
+    monkeypatch.setattr(memory_estimate, "free_bytes", lambda device: need - 1)
+    rows = verify.check_rows(entry, case, "cpu")
+    assert {r["check"] for r in rows} == {"row 0", "row 3"}
+    assert {r["status"] for r in rows} == {"oom"}
+    assert {r["reason"] for r in rows} == {f"needs ~{memory_estimate.gb(need)} GB, "
+                                           f"device has {memory_estimate.gb(need - 1)} GB free"}
+    monkeypatch.setattr(memory_estimate, "free_bytes", lambda device: need)
+    assert memory_estimate.too_big(entry, case.with_(batch=5), "fwdbwd", "cpu") is None  # exactly enough runs
