@@ -12,15 +12,19 @@ import functools
 import pytest
 import torch
 
+from lattnbench.kernels.triton.lightning import kernels as K
 from lattnbench.kernels.triton.lightning import lightning_attn_triton
+from lattnbench.kernels.triton.lightning.launch import forget_tuning
+from lattnbench.kernels.triton.lightning.scratch import scratch
 
 pytestmark = pytest.mark.gpu
 
 DEV = "cuda"
 B, T, H, HKV, D, E = 2, 384, 4, 2, 64, 64
+LONG = 4160  # past 4096 tokens: the tensor-descriptor configs may run (configs.descriptors_pay)
 
 
-def _draw(seed: int, varlen: bool, dtype=torch.bfloat16) -> dict[str, torch.Tensor]:
+def _draw(seed: int, varlen: bool, dtype=torch.bfloat16, t: int = T) -> dict[str, torch.Tensor]:
     g = torch.Generator(device=DEV).manual_seed(seed)
     b = 1 if varlen else B
     n = 3 if varlen else B
@@ -28,11 +32,11 @@ def _draw(seed: int, varlen: bool, dtype=torch.bfloat16) -> dict[str, torch.Tens
     def rnd(*shape, dt=dtype):
         return torch.randn(*shape, generator=g, device=DEV, dtype=torch.float32).to(dt)
 
-    x = {"q": rnd(b, T, H, D), "k": rnd(b, T, HKV, D), "v": rnd(b, T, HKV, E),
-         "h0": rnd(n, H, D, E, dt=torch.float32), "do": rnd(b, T, H, E), "ds": rnd(n, H, D, E, dt=torch.float32)}
+    x = {"q": rnd(b, t, H, D), "k": rnd(b, t, HKV, D), "v": rnd(b, t, HKV, E),
+         "h0": rnd(n, H, D, E, dt=torch.float32), "do": rnd(b, t, H, E), "ds": rnd(n, H, D, E, dt=torch.float32)}
     if varlen:  # three sequences, a different split per draw
-        cuts = torch.randperm(T - 2, generator=torch.Generator().manual_seed(seed))[:2].sort().values + 1
-        x["cu"] = torch.tensor([0, int(cuts[0]), int(cuts[1]), T], dtype=torch.int32, device=DEV)
+        cuts = torch.randperm(t - 2, generator=torch.Generator().manual_seed(seed))[:2].sort().values + 1
+        x["cu"] = torch.tensor([0, int(cuts[0]), int(cuts[1]), t], dtype=torch.int32, device=DEV)
     return x
 
 
@@ -52,9 +56,10 @@ def _leaves(x: dict) -> dict:
     return {n: (t.clone().requires_grad_(True) if n in ("q", "k", "v", "h0") else t.clone()) for n, t in x.items()}
 
 
-@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
-def test_cuda_graph_replays_fwd_bwd_with_new_inputs(varlen):
-    static = _leaves(_draw(0, varlen))
+def _replays_equal_eager(varlen: bool, t: int = T) -> None:
+    """Capture one fwd+bwd after a warm-up, replay it on two new draws (outputs NaN-poisoned
+    first), and compare every tensor with an eager call on the same draw."""
+    static = _leaves(_draw(0, varlen, t=t))
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm up: autotuning and the launch caches, outside the capture
@@ -65,7 +70,7 @@ def test_cuda_graph_replays_fwd_bwd_with_new_inputs(varlen):
     with torch.cuda.graph(graph):
         outs = _step(**static)
     for seed in (1, 2):
-        new = _draw(seed, varlen)
+        new = _draw(seed, varlen, t=t)
         with torch.no_grad():
             for name, x in new.items():
                 static[name].copy_(x)
@@ -77,6 +82,32 @@ def test_cuda_graph_replays_fwd_bwd_with_new_inputs(varlen):
         for name, got, ref in zip(("o", "S_T", "dq", "dk", "dv", "dh0"), outs, want):
             assert torch.isfinite(got).all(), name
             assert torch.equal(got, ref), name
+
+
+@pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])
+def test_cuda_graph_replays_fwd_bwd_with_new_inputs(varlen):
+    _replays_equal_eager(varlen)
+
+
+@pytest.fixture
+def descriptor_configs(monkeypatch):
+    """Only the tensor-descriptor configs (TR 3) in both autotune lists: every launch takes
+    Triton's global scratch."""
+    tuners = [K.lightning_fwd, K.lightning_bwd]
+    for tuner in tuners:
+        monkeypatch.setattr(tuner, "configs", [c for c in tuner.configs if c.kwargs["TR"] == 3])
+        tuner.cache.clear()
+    forget_tuning()
+    scratch.buffers.clear()
+    yield
+    for tuner in tuners:
+        tuner.cache.clear()
+    forget_tuning()
+
+
+def test_descriptor_launches_keep_their_scratch_and_replay_from_a_graph(descriptor_configs):
+    _replays_equal_eager(False, t=LONG)
+    assert scratch.buffers  # the eager launches went through the kept scratch
 
 
 @pytest.mark.parametrize("varlen", [False, True], ids=["dense", "varlen"])

@@ -18,17 +18,12 @@ from . import checks
 from . import configs as _cfg
 from . import kernels as _k
 from .launch import Launcher
+from .scratch import scratch
 
 Tensor = torch.Tensor
 
 # fixed launch config under the interpreter (autotune cannot run there); tests set TR
 _INTERP_META = dict(zip(("BT", "BV", "num_warps", "num_stages"), _cfg.INTERP_CONFIG), TR=0)
-
-
-def _scratch(size: int, alignment: int, stream) -> Tensor:
-    """Triton's global scratch (the device-side tensor descriptors of the TR=3 configs)."""
-    device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
-    return torch.empty(size, dtype=torch.int8, device=device)
 
 
 def ensure_allocator() -> None:
@@ -39,7 +34,7 @@ def ensure_allocator() -> None:
     if _cfg.TMA_OK and isinstance(alloc._allocator.get(), alloc.NullAllocator):
         import triton
 
-        triton.set_allocator(_scratch)
+        triton.set_allocator(scratch)
 
 
 def _empty(*shape, dtype, device) -> Tensor:

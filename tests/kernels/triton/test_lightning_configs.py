@@ -115,7 +115,7 @@ def test_ensure_allocator_sets_only_a_missing_one():
         tl_ops.ensure_allocator()
         return var.get()
 
-    assert contextvars.copy_context().run(fresh) is tl_ops._scratch
+    assert contextvars.copy_context().run(fresh) is tl_ops.scratch
 
     def users():
         mine = lambda size, align, stream: None  # noqa: E731
