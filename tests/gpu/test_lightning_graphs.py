@@ -21,10 +21,12 @@ pytestmark = pytest.mark.gpu
 
 DEV = "cuda"
 B, T, H, HKV, D, E = 2, 384, 4, 2, 64, 64
-LONG = 4160  # past 4096 tokens: the tensor-descriptor configs may run (configs.descriptors_pay)
+# past 4096 tokens the tensor-descriptor configs may run (configs.descriptors_pay); they move tiles
+# by descriptors only where D fills its block and E is a multiple of BV = 128
+LONG, WIDE = 4160, 128
 
 
-def _draw(seed: int, varlen: bool, dtype=torch.bfloat16, t: int = T) -> dict[str, torch.Tensor]:
+def _draw(seed: int, varlen: bool, dtype=torch.bfloat16, t: int = T, d: int = D, e: int = E) -> dict[str, torch.Tensor]:
     g = torch.Generator(device=DEV).manual_seed(seed)
     b = 1 if varlen else B
     n = 3 if varlen else B
@@ -32,8 +34,8 @@ def _draw(seed: int, varlen: bool, dtype=torch.bfloat16, t: int = T) -> dict[str
     def rnd(*shape, dt=dtype):
         return torch.randn(*shape, generator=g, device=DEV, dtype=torch.float32).to(dt)
 
-    x = {"q": rnd(b, t, H, D), "k": rnd(b, t, HKV, D), "v": rnd(b, t, HKV, E),
-         "h0": rnd(n, H, D, E, dt=torch.float32), "do": rnd(b, t, H, E), "ds": rnd(n, H, D, E, dt=torch.float32)}
+    x = {"q": rnd(b, t, H, d), "k": rnd(b, t, HKV, d), "v": rnd(b, t, HKV, e),
+         "h0": rnd(n, H, d, e, dt=torch.float32), "do": rnd(b, t, H, e), "ds": rnd(n, H, d, e, dt=torch.float32)}
     if varlen:  # three sequences, a different split per draw
         cuts = torch.randperm(t - 2, generator=torch.Generator().manual_seed(seed))[:2].sort().values + 1
         x["cu"] = torch.tensor([0, int(cuts[0]), int(cuts[1]), t], dtype=torch.int32, device=DEV)
@@ -56,10 +58,11 @@ def _leaves(x: dict) -> dict:
     return {n: (t.clone().requires_grad_(True) if n in ("q", "k", "v", "h0") else t.clone()) for n, t in x.items()}
 
 
-def _replays_equal_eager(varlen: bool, t: int = T) -> None:
+def _replays_equal_eager(varlen: bool, t: int = T, dim: int | None = None) -> None:
     """Capture one fwd+bwd after a warm-up, replay it on two new draws (outputs NaN-poisoned
     first), and compare every tensor with an eager call on the same draw."""
-    static = _leaves(_draw(0, varlen, t=t))
+    dims = {} if dim is None else {"d": dim, "e": dim}
+    static = _leaves(_draw(0, varlen, t=t, **dims))
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm up: autotuning and the launch caches, outside the capture
@@ -70,7 +73,7 @@ def _replays_equal_eager(varlen: bool, t: int = T) -> None:
     with torch.cuda.graph(graph):
         outs = _step(**static)
     for seed in (1, 2):
-        new = _draw(seed, varlen, t=t)
+        new = _draw(seed, varlen, t=t, **dims)
         with torch.no_grad():
             for name, x in new.items():
                 static[name].copy_(x)
@@ -106,7 +109,7 @@ def descriptor_configs(monkeypatch):
 
 
 def test_descriptor_launches_keep_their_scratch_and_replay_from_a_graph(descriptor_configs):
-    _replays_equal_eager(False, t=LONG)
+    _replays_equal_eager(False, t=LONG, dim=WIDE)
     assert scratch.buffers  # the eager launches went through the kept scratch
 
 
