@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -271,6 +272,9 @@ class Runner:
         return rows
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b.*:")
+
+
 def _describe(rc: int) -> str:
     if rc < 0:
         try:
@@ -373,7 +377,9 @@ class WorkerJob:
         if not logs:
             return ""
         lines = [ln.strip() for ln in logs[-1].read_text(errors="replace").splitlines() if ln.strip()]
-        return lines[-1][:200] if lines else ""
+        # an exception's own line, not the hints printed after it (CUDA's "Compile with ...")
+        errors = [ln for ln in lines if _EXCEPTION_LINE.match(ln)]
+        return (errors or lines or [""])[-1][:200]
 
     def run(self) -> None:
         runner, todo = self.runner, list(self.job.tasks)

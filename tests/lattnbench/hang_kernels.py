@@ -41,8 +41,10 @@ def crash(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
 
 
 def abort(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
-    """Ends the process from native code after saying why on stderr (a CUDA assert, a library's abort)."""
-    sys.stderr.write("fatal: the kernel's library gave up\n")
+    """Ends the process after a CUDA error's traceback and the hint CUDA prints after it."""
+    sys.stderr.write("Traceback (most recent call last):\n  File \"kernel.py\", line 1, in <module>\n"
+                     "torch.AcceleratorError: CUDA error: an illegal memory access was encountered\n"
+                     "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
     sys.stderr.flush()
     os._exit(1)
 
