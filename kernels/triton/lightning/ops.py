@@ -135,6 +135,21 @@ def _gqa_sum(dq, dk, dv, dh0, grp, dtype):
     return dq, dk, dv, dh0
 
 
+def grad_outputs(q: Tensor, v: Tensor, do: Tensor | None, dht: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """dO contiguous in q's dtype (zeros when o got no gradient) and dS_T fp32 contiguous or None.
+    This runs on autograd's device thread, where every torch call that releases the GIL costs
+    several µs more than on the main thread: it makes as few as it can."""
+    if do is None:
+        do = torch.zeros(*q.shape[:3], v.shape[3], dtype=q.dtype, device=q.device)
+    if do.dtype != q.dtype:
+        do = do.to(q.dtype)
+    if not do.is_contiguous():
+        do = do.contiguous()
+    if dht is not None and (dht.dtype != torch.float32 or not dht.is_contiguous()):
+        dht = dht.float().contiguous()
+    return do, dht
+
+
 class LightningAttnFunction(torch.autograd.Function):
     """Autograd of the fused chunked kernels; inputs contiguous, h0 fp32 or None. ``rest`` is
     (g, scale, reverse, cu, store_ht, n), none of them differentiable: one argument instead of six,
@@ -155,16 +170,7 @@ class LightningAttnFunction(torch.autograd.Function):
     def backward(ctx, do, dht):
         q, k, v, h0 = ctx.saved_tensors
         g, scale, reverse, cu, _, n = ctx.rest
-        # this runs on autograd's device thread, where every torch call that releases the GIL
-        # costs several µs more than on the main thread: make as few as possible
-        if do is None:
-            do = torch.zeros(*q.shape[:3], v.shape[3], dtype=q.dtype, device=q.device)
-        if do.dtype != q.dtype:
-            do = do.to(q.dtype)
-        if not do.is_contiguous():
-            do = do.contiguous()
-        if dht is not None and (dht.dtype != torch.float32 or not dht.is_contiguous()):
-            dht = dht.float().contiguous()
+        do, dht = grad_outputs(q, v, do, dht)
         align = (ctx.align, _alignment(do, dht))
         dq, dk, dv, dh0 = lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, align)
         return dq, dk, dv, dh0, None
