@@ -1,16 +1,19 @@
-"""lightning/gluon on the H200: the Gluon forward (and the Triton backward behind it) against the
-fp64 quadratic reference, over odd T, D ≠ E, GQA, reverse, an initial state and strong decay, with
-the outputs poisoned (NaN) before the kernel writes them; plus the fallback rule on the device.
+"""lightning/gluon on the H200: the Gluon forward and its backward against the fp64 quadratic
+reference, over odd T, D ≠ E, GQA, reverse, an initial state and strong decay, with the outputs
+poisoned (NaN) before the kernels write them; plus the fallback rule on the device.
 
-Each case first asserts that the call takes the Gluon forward (``gluon_path`` is None), so a silent
-fallback to the Triton kernel cannot pass for the Gluon kernel.
+Each case first asserts that the call takes the Gluon forward (``gluon_path`` is None) and which
+backward its gradients come from (``gluon_backward_path``), so a silent fallback to the Triton
+kernel cannot pass for the Gluon kernel. The backward is three Gluon forward passes only with
+``LIGHTNING_GLUON_BACKWARD=1`` (bf16, no grouped heads): run the file under it too.
 """
 from __future__ import annotations
 
 import pytest
 import torch
 
-from lattnbench.kernels.gluon.lightning import gluon_path, lightning_attn_gluon
+from lattnbench.kernels.gluon.lightning import gluon_backward_path, gluon_path, lightning_attn_gluon
+from lattnbench.kernels.gluon.lightning import configs as gcfg
 from lattnbench.kernels.gluon.lightning import ops as gops
 from lattnbench.kernels.naive.torch_ref import lightning_naive
 from lattnbench.kernels.triton.lightning import lightning_attn_triton
@@ -63,6 +66,8 @@ CASES = [  # b, t, h, hkv, d, e, reverse, h0, strong decay
 def test_gluon_forward_and_its_gradients_match_the_fp64_reference(b, t, h, hkv, d, e, reverse, h0, strong, dtype):
     x = _draw(t + d, b, t, h, hkv, d, e, dtype, h0)
     assert gluon_path(x["q"], x["v"]) is None
+    on_gluon = gcfg.BACKWARD_ON_GLUON and dtype == torch.bfloat16 and h == hkv
+    assert (gluon_backward_path(x["q"], x["k"]) is None) == on_gluon
     gamma = (-torch.linspace(2.0, 8.0, h) if strong else -torch.linspace(0.01, 0.5, h)).to(DEV)
     leaves = {n: x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "h0") if x[n] is not None}
     o, st = lightning_attn_gluon(leaves["q"], leaves["k"], leaves["v"], gamma=gamma,

@@ -8,11 +8,16 @@ up to a warpgroup), and the load warp gives most of its share to the two compute
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 BT = 64               # chunk length: the M of every wgmma of the output partition
 HEAD_DIMS = (64, 128)  # D and E the kernel takes (TMA boxes and wgmma shapes are fixed per value)
 DTYPES = ("bfloat16", "float16")
+# LIGHTNING_GLUON_BACKWARD=1 (read at import): the backward of a Gluon forward runs as three
+# passes of the Gluon forward (``backward``) where backward_reason allows; otherwise, and by
+# default until the GPU tests and a timed run show it right and faster, it is the Triton kernel's.
+BACKWARD_ON_GLUON = os.environ.get("LIGHTNING_GLUON_BACKWARD", "0").strip() == "1"
 
 
 @dataclass(frozen=True)
@@ -49,4 +54,17 @@ def fallback_reason(dtype_name: str, d: int, e: int, varlen: bool) -> str | None
         return f"head dims D={d}, E={e} (the Gluon forward takes D, E in {HEAD_DIMS})"
     if varlen:
         return "packed varlen (cu_seqlens)"
+    return None
+
+
+def backward_reason(dtype_name: str, heads: int, kv_heads: int) -> str | None:
+    """None when the backward of a Gluon forward runs as three Gluon forward passes, else why the
+    Triton kernel's backward runs it. bf16 only: the reversed passes start from dS_T / (scale·λ),
+    which leaves fp16's range under strong decay; no GQA: those passes take dO as their keys."""
+    if not BACKWARD_ON_GLUON:
+        return "the Gluon backward is off (LIGHTNING_GLUON_BACKWARD=1 turns it on)"
+    if dtype_name != "bfloat16":
+        return f"dtype {dtype_name} (the Gluon backward is bf16 only)"
+    if heads != kv_heads:
+        return f"grouped heads ({heads} over {kv_heads}; the Gluon backward takes H = H_kv)"
     return None

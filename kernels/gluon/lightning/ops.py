@@ -1,11 +1,12 @@
-"""torch entry point of the Gluon Lightning forward; the backward is the Triton kernel's.
+"""torch entry point of the Gluon Lightning kernel.
 
 ``lightning_attn_gluon`` has the contract and options of ``lightning_attn_triton``. It runs the
 Gluon forward where ``gluon_path`` says it can (a CUDA sm_90 device, Gluon importable, bf16 /
 fp16, D and E in {64, 128}, no varlen); every other call goes to the Triton kernel whole, so the
 function is correct everywhere and fast where the Gluon kernel applies. The backward of a Gluon
-forward is the Triton kernel's three backward passes (``LightningAttnFunction.backward``): the
-forward saves the same tensors the Triton forward saves.
+forward is three passes of the Gluon forward (``backward``) where ``configs.backward_reason``
+allows, else the Triton kernel's three backward passes (``LightningAttnFunction.backward``): the
+forward saves the same tensors the Triton forward saves, so either can run.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ...triton.lightning import checks
 from ...triton.lightning import ops as triton_ops
 from . import compat
 from . import configs as _cfg
+from .backward import backward_by_forwards
 
 Tensor = torch.Tensor
 
@@ -82,9 +84,16 @@ def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tens
     return o, ht
 
 
+def gluon_backward_path(q: Tensor, k: Tensor) -> str | None:
+    """None when the backward of a Gluon forward on these inputs runs on the Gluon kernel, else why
+    the Triton kernel's backward does."""
+    return _cfg.backward_reason(str(q.dtype).removeprefix("torch."), q.shape[2], k.shape[2])
+
+
 class GluonForwardFunction(triton_ops.LightningAttnFunction):
-    """The Gluon forward with the Triton kernel's backward (inherited): the forward saves what
-    that backward reads (q, k, v, h0, the non-differentiable rest, the inputs' alignment)."""
+    """The Gluon forward; its backward by three Gluon forward passes, or the Triton kernel's
+    (inherited), for which the forward saves what it reads (q, k, v, h0, the non-differentiable
+    rest, the inputs' alignment)."""
 
     @staticmethod
     def forward(ctx, q, k, v, h0, rest):
@@ -92,8 +101,20 @@ class GluonForwardFunction(triton_ops.LightningAttnFunction):
         o, ht = gluon_fwd(q, k, v, g, scale, h0, reverse, store_ht)
         ctx.save_for_backward(q, k, v, h0)
         ctx.rest, ctx.align = rest, triton_ops._alignment(q, k, v, g, h0, cu)
+        ctx.on_gluon = gluon_backward_path(q, k) is None
         ctx.set_materialize_grads(False)
         return o, ht
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        if not ctx.on_gluon:
+            return triton_ops.LightningAttnFunction.backward(ctx, do, dht)
+        q, k, v, h0 = ctx.saved_tensors
+        g, scale, reverse, _, _, _ = ctx.rest
+        do, dht = triton_ops.grad_outputs(q, v, do, dht)
+        dq, dk, dv, dh0 = backward_by_forwards(gluon_fwd, q, k, v, do, dht, g, scale, h0, reverse,
+                                               want_dh0=h0 is not None)
+        return dq, dk, dv, dh0, None
 
 
 def lightning_attn_gluon(
@@ -104,8 +125,8 @@ def lightning_attn_gluon(
     """Lightning Attention with the Gluon sm_90 forward; layout [B, T, H, D]; returns (o, S_T).
 
     Same contract as ``lightning_attn_triton``. Calls ``gluon_path`` refuses run the Triton kernel
-    instead (fp32, D or E not 64 / 128, varlen, no sm_90, no Gluon); gradients always come from the Triton
-    kernel's backward.
+    instead (fp32, D or E not 64 / 128, varlen, no sm_90, no Gluon); ``gluon_backward_path`` says
+    which backward a Gluon forward's gradients come from.
     """
     n, _, _ = checks.validate(q, k, v, initial_state, cu_seqlens)
     if gluon_path(q, v, cu_seqlens) is not None or q.shape[1] == 0 or torch.compiler.is_compiling():

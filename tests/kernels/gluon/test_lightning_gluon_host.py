@@ -14,7 +14,10 @@ import torch
 from lattnbench.kernels.gluon.lightning import compat, gluon_path, lightning_attn_gluon
 from lattnbench.kernels.gluon.lightning import configs as gcfg
 from lattnbench.kernels.gluon.lightning import ops as gops
+from lattnbench.kernels.naive.torch_ref import lightning_naive
 from lattnbench.kernels.triton.lightning import lightning_attn_triton
+from lattnbench.kernels.triton.lightning import ops as tops
+from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 from lattnbench.registry import default_registry
 from lattnbench.spec import Case
 
@@ -127,3 +130,45 @@ def test_the_forward_compiles_for_sm90_with_async_wgmma_and_warp_specialization(
     assert m["registers"] <= cfg.maxnreg and m["spilled_bytes"] == 0
     assert 0 < m["shared_bytes"] <= 227 * 1024
     assert m["tma_stores"] >= 1 and m["mbarrier_waits"] >= 4
+
+
+def test_the_gluon_backward_is_off_unless_asked_and_then_takes_bf16_without_grouped_heads(monkeypatch):
+    monkeypatch.setattr(gcfg, "BACKWARD_ON_GLUON", False)
+    assert "LIGHTNING_GLUON_BACKWARD=1" in gcfg.backward_reason("bfloat16", 4, 4)
+    monkeypatch.setattr(gcfg, "BACKWARD_ON_GLUON", True)
+    assert gcfg.backward_reason("bfloat16", 4, 4) is None
+    assert "bf16 only" in gcfg.backward_reason("float16", 4, 4)
+    assert "grouped heads" in gcfg.backward_reason("bfloat16", 4, 2)
+    wide = torch.randn(1, 8, 4, 64, dtype=torch.bfloat16)
+    assert gops.gluon_backward_path(wide, wide) is None
+    assert "grouped" in gops.gluon_backward_path(wide, wide[:, :, :2])
+
+
+@pytest.mark.parametrize("on_gluon", [True, False], ids=["gluon-backward", "triton-backward"])
+def test_a_gluon_forward_takes_the_backward_its_rule_names(monkeypatch, on_gluon):
+    """The autograd wiring, with the interpreter's Triton forward standing in for the Gluon one
+    (same contract): three more forward calls when the rule says Gluon, none otherwise, and the
+    fp64 gradients either way."""
+    calls = []
+
+    def stand_in(q, k, v, g, scale, h0, reverse, store_ht):
+        calls.append(reverse)
+        return tops.lightning_fwd(q, k, v, g, scale, h0, reverse, None, store_ht, q.shape[0])
+
+    monkeypatch.setattr(gops, "gluon_path", lambda q, v, cu_seqlens=None: None)
+    monkeypatch.setattr(gops, "gluon_fwd", stand_in)
+    monkeypatch.setattr(gops, "gluon_backward_path", lambda q, k: None if on_gluon else "off")
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = _qkv(gen, b=2, t=37, h=4, hkv=4, d=16, e=8)
+    h0 = torch.randn(2, 4, 16, 8, generator=gen)
+    gamma = -torch.rand(4, generator=gen) * 2
+    do, ds = torch.randn(2, 37, 4, 8, generator=gen), torch.randn(2, 4, 16, 8, generator=gen)
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v, h0)]
+    o, s = lightning_attn_gluon(*leaves[:3], gamma=gamma, initial_state=leaves[3], reverse=True)
+    grads = torch.autograd.grad((o, s), leaves, (do, ds))
+    assert calls == ([True, True, False, False] if on_gluon else [True])  # the dq pass keeps the order
+    ref = [x.double().requires_grad_(True) for x in (q, k, v, h0)]
+    ro, rs = lightning_naive(*ref[:3], gamma.double(), 16**-0.5, ref[3], True)
+    want = torch.autograd.grad((ro, rs), ref, (do.double(), ds.double()))
+    errors = [err_ratio(x, y) for x, y in zip(grads, want)]
+    assert all(err <= TOLERANCE["fp32"] for err in errors), errors

@@ -1,0 +1,119 @@
+"""The Lightning backward as three forward passes (``backward.backward_by_forwards``) on the CPU,
+against torch autograd through the fp64 quadratic reference.
+
+Two forwards stand in for the Gluon one, which has the same contract: the fp64 quadratic
+reference, where the algebra must hold to rounding, and the Triton kernel's forward in the
+interpreter (fp32, its outputs NaN-poisoned), which starts a reversed call from its initial state
+the way the Gluon kernel does. Decays cover none, mild, the seeds' strongest and heads past
+``LOG_DECAY_FLOOR``, where the last-token correction carries dS_T.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lattnbench.kernels.gluon.lightning.backward import LOG_DECAY_FLOOR, backward_by_forwards
+from lattnbench.kernels.naive.torch_ref import lightning_naive
+from lattnbench.kernels.triton.lightning import ops as tops
+from lattnbench.measure.tolerance import TOLERANCE, err_ratio
+
+GAMMAS = [0.0, -0.05, -8.0, LOG_DECAY_FLOOR - 10.0]  # one head each: none, mild, strong, past the floor
+
+
+def _naive_fwd(q, k, v, g, scale, h0, reverse, store_ht):
+    o, s = lightning_naive(q, k, v, g, scale, h0, reverse)
+    return o, (s if store_ht else None)
+
+
+def _triton_fwd(q, k, v, g, scale, h0, reverse, store_ht):
+    return tops.lightning_fwd(q, k, v, g, scale, h0, reverse, None, store_ht, q.shape[0])
+
+
+def _problem(seed, t, d, e, with_h0, with_dht, dtype):
+    gen = torch.Generator().manual_seed(seed)
+
+    def rnd(*s):
+        return torch.randn(*s, generator=gen, dtype=torch.float64)
+    b, h = 2, len(GAMMAS)
+    x = dict(q=rnd(b, t, h, d), k=rnd(b, t, h, d), v=rnd(b, t, h, e), do=rnd(b, t, h, e),
+             h0=rnd(b, h, d, e) if with_h0 else None, dht=rnd(b, h, d, e) if with_dht else None)
+    x = {n: (None if a is None else a.to(dtype).double()) for n, a in x.items()}  # values the kernel dtype holds
+    return x, torch.tensor(GAMMAS, dtype=torch.float64)
+
+
+def _reference(x, gamma, scale, reverse):
+    leaves = {n: x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "h0") if x[n] is not None}
+    o, s = lightning_naive(leaves["q"], leaves["k"], leaves["v"], gamma, scale, leaves.get("h0"), reverse)
+    loss = (o * x["do"]).sum() + ((s * x["dht"]).sum() if x["dht"] is not None else 0.0)
+    grads = torch.autograd.grad(loss, list(leaves.values()))
+    return dict(zip(("dq", "dk", "dv", "dh0"), grads))
+
+
+CASES = [  # t, d, e, h0, dS_T
+    (1, 8, 8, True, True),       # one token: the correction and λ^T·w·dS_T carry everything
+    (5, 8, 16, True, True),      # D ≠ E
+    (37, 16, 8, False, True),    # E < D, no initial state
+    (37, 8, 8, True, False),     # no gradient into the final state
+    (64, 16, 16, False, False),  # whole chunks only
+]
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+@pytest.mark.parametrize("t,d,e,h0,dht", CASES, ids=[f"T{c[0]}-D{c[1]}E{c[2]}{'-h0' if c[3] else ''}"
+                                                     f"{'-dST' if c[4] else ''}" for c in CASES])
+def test_three_reference_forwards_give_the_exact_gradients(t, d, e, h0, dht, reverse):
+    x, gamma = _problem(t * 7 + d, t, d, e, h0, dht, torch.float64)
+    scale = d**-0.5
+    want = _reference(x, gamma, scale, reverse)
+    dq, dk, dv, dh0 = backward_by_forwards(_naive_fwd, x["q"], x["k"], x["v"], x["do"], x["dht"], gamma, scale,
+                                           x["h0"], reverse, want_dh0=h0)
+    got = {"dq": dq, "dk": dk, "dv": dv, **({"dh0": dh0} if h0 else {})}
+    assert (dh0 is None) == (not h0)
+    errors = {n: err_ratio(got[n], want[n]) for n in got}
+    assert all(err <= 1e-12 for err in errors.values()), errors
+
+
+@pytest.fixture
+def poisoned(monkeypatch):
+    """The Triton forward's outputs start as NaN: a row it leaves unwritten fails."""
+    def nan_empty(*shape, dtype, device):
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    monkeypatch.setattr(tops, "_empty", nan_empty)
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+@pytest.mark.parametrize("t,d,e,h0,dht", CASES[:3], ids=["T1", "T5-DneE", "T37"])
+def test_three_triton_forwards_match_the_fp64_gradients(poisoned, t, d, e, h0, dht, reverse):
+    x, gamma = _problem(t * 11 + e, t, d, e, h0, dht, torch.float32)
+    scale = d**-0.5
+    want = _reference(x, gamma, scale, reverse)
+    f32 = {n: (None if a is None else a.float().contiguous()) for n, a in x.items()}
+    dq, dk, dv, dh0 = backward_by_forwards(_triton_fwd, f32["q"], f32["k"], f32["v"], f32["do"], f32["dht"],
+                                           gamma.float(), scale, f32["h0"], reverse, want_dh0=h0)
+    got = {"dq": dq, "dk": dk, "dv": dv, **({"dh0": dh0} if h0 else {})}
+    errors = {n: err_ratio(got[n], want[n]) for n in got}
+    assert all(err <= TOLERANCE["fp32"] for err in errors.values()), errors
+
+
+def test_without_the_last_token_correction_a_head_past_the_floor_is_wrong(monkeypatch):
+    """The correction is what carries dS_T into the last token of a head past the floor."""
+    from lattnbench.kernels.gluon.lightning import backward
+
+    class NoCorrection:  # torch, but the correction's einsums give nothing
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def einsum(equation, *operands):
+            return torch.zeros((), dtype=operands[0].dtype)
+
+    x, gamma = _problem(3, 5, 8, 8, True, True, torch.float64)
+    want = _reference(x, gamma, 8**-0.5, False)
+    monkeypatch.setattr(backward, "torch", NoCorrection())
+    _, dk, dv, _ = backward_by_forwards(_naive_fwd, x["q"], x["k"], x["v"], x["do"], x["dht"], gamma, 8**-0.5,
+                                        x["h0"], False, want_dh0=True)
+    past = len(GAMMAS) - 1
+    for got, ref in ((dk, want["dk"]), (dv, want["dv"])):
+        assert err_ratio(got[:, -1, past], ref[:, -1, past]) > 0.1
+        assert err_ratio(got[:, -1, :past], ref[:, -1, :past]) <= 1e-12  # the other heads need none
+        assert err_ratio(got[:, :-1], ref[:, :-1]) <= 1e-8  # earlier tokens miss at most λ ≤ 2e-9 of it
