@@ -114,8 +114,8 @@ def _fp32_only(config) -> bool:
 
 def descriptors_pay(allargs) -> bool:
     """Whether the tensor-descriptor configs may run for these launch arguments: descriptors need
-    16-byte-aligned bases, and up to 4096 tokens a torch call is host-bound, where the scratch
-    allocation of each descriptor launch costs more than the descriptors save."""
+    16-byte-aligned bases, and up to 4096 tokens a torch call is host-bound, where descriptor
+    launches measured slower (docs/design/lightning-triton.md, "TR 3 only beyond 4096 tokens")."""
     tensors = [a for a in allargs.values() if hasattr(a, "data_ptr")]
     return (TMA_OK and long_sequence(allargs.get("SHAPE_BUCKET", 2))
             and not any(a.data_ptr() % 16 for a in tensors))
