@@ -203,24 +203,21 @@ def test_ctrl_c_stops_every_parallel_check_worker_and_keeps_the_finished_rows(tm
 
 # ---- per-point timeout and crashes (workers) ----------------------------------------------------
 
-def test_a_hung_kernel_times_out_and_the_sweep_finishes_the_others(tmp_path):
-    """In one worker for the sweep and in one per kernel; both sweeps at once, as each spends most
-    of its time waiting out the hung point."""
-    procs = {isolate: start("speed", "--kernel", "hang_kernels:hang", "--kernel", "fake_kernels:faithful",
-                            "-k", "lightning/naive-torch,plugin/hang,plugin/faithful",
-                            "--n", "32", "--mode", "fwd", "--budget", "0.05", "--device", "cpu",
-                            "--point-timeout", "5", "--isolate", isolate, "--out", tmp_path / f"{isolate}.json")
-             for isolate in ("none", "kernel")}
-    for isolate, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=180)
-        assert proc.returncode == 1, (isolate, stderr)
-        assert "Traceback" not in stderr
-        rows = load(tmp_path / f"{isolate}.json")["rows"]
-        status = {r["kernel"]: (r["status"], r["reason"]) for r in rows}
-        assert status["plugin/hang"] == ("timeout", "no result after 5 s (per-point timeout)"), isolate
-        assert status["lightning/naive-torch"][0] == "ok" and status["plugin/faithful"][0] == "ok", isolate
-        assert len(rows) == 3
-        assert "carrying on in a new worker" in stderr and "timeout" in stdout
+@pytest.mark.parametrize("isolate", ["none", "kernel"])
+def test_a_hung_kernel_times_out_and_the_sweep_finishes_the_others(tmp_path, isolate):
+    out = tmp_path / "t.json"
+    proc = start("speed", "--kernel", "hang_kernels:hang", "--kernel", "fake_kernels:faithful",
+                 "-k", "lightning/naive-torch,plugin/hang,plugin/faithful",
+                 "--n", "32", "--mode", "fwd", "--budget", "0.05", "--device", "cpu",
+                 "--point-timeout", "5", "--isolate", isolate, "--out", out)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 1, stderr
+    assert "Traceback" not in stderr
+    status = {r["kernel"]: (r["status"], r["reason"]) for r in load(out)["rows"]}
+    assert status["plugin/hang"] == ("timeout", "no result after 5 s (per-point timeout)")
+    assert status["lightning/naive-torch"][0] == "ok" and status["plugin/faithful"][0] == "ok"
+    assert len(load(out)["rows"]) == 3
+    assert "carrying on in a new worker" in stderr and "timeout" in stdout
 
 
 def test_a_crashing_kernel_is_an_error_row_and_the_others_run(tmp_path):
