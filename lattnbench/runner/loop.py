@@ -406,9 +406,9 @@ class WorkerJob:
                 elif rc in (130, -signal.SIGINT):
                     raise Interrupted(signal.SIGINT)
                 elif stuck is not None:
-                    task = listed[stuck]
-                    runner.record_failure(task, "error", f"the process died ({self._died(rc)}) while running this point")
-                    what = f"crash: the worker died ({self._died(rc)}) running {task.label()}"
+                    task, died = listed[stuck], self._died(rc)
+                    runner.record_failure(task, "error", f"the process died ({died}) while running this point")
+                    what = f"crash: the worker died ({died}) running {task.label()}"
                 else:  # died before its first point or between points: no point to blame
                     tail = self._log_tail()
                     why = f"the worker process ended ({_describe(rc)}) outside any point{': ' + tail if tail else ''}"
