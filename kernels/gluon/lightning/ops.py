@@ -10,12 +10,14 @@ forward saves the same tensors the Triton forward saves, so either can run.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 from ...triton.lightning import checks
 from ...triton.lightning import ops as triton_ops
+from ...triton.lightning.launch import PlainLauncher
 from . import compat
 from . import configs as _cfg
 from .backward import backward_by_forwards
@@ -49,38 +51,60 @@ def _empty(*shape, dtype, device) -> Tensor:
     return torch.empty(*shape, dtype=dtype, device=device)
 
 
+@functools.lru_cache(maxsize=None)
+def _layout(block: tuple[int, ...], dtype: torch.dtype):
+    """The NVMMA shared layout of a ``block`` tile (built once: it costs more host time than the
+    descriptor that carries it)."""
+    elem = compat.gl.bfloat16 if dtype == torch.bfloat16 else compat.gl.float16
+    return compat.gl.NVMMASharedLayout.get_default_for(list(block), elem)
+
+
 def _descriptor(x: Tensor, width: int, cfg_bt: int):
     """A TMA descriptor over ``x`` [B, T, heads, dim] viewed as [B, T, heads·dim], box
     [1, BT, width]: rows outside [0, T) read as zeros and are not written."""
     b, t, heads, dim = x.shape
-    block = [1, cfg_bt, width]
-    elem = compat.gl.bfloat16 if x.dtype == torch.bfloat16 else compat.gl.float16
-    layout = compat.gl.NVMMASharedLayout.get_default_for(block, elem)
-    return compat.TensorDescriptor(x, [b, t, heads * dim], [t * heads * dim, heads * dim, 1], block, layout)
+    block = (1, cfg_bt, width)
+    return compat.TensorDescriptor(x, [b, t, heads * dim], [t * heads * dim, heads * dim, 1], list(block),
+                                   _layout(block, x.dtype))
+
+
+_FWD_LAUNCH: PlainLauncher | None = None
+
+
+def _fwd_launcher() -> PlainLauncher:
+    """The forward's launcher, made at the first launch (the kernel module needs Gluon)."""
+    global _FWD_LAUNCH
+    if _FWD_LAUNCH is None:
+        from . import kernels as _k
+        _FWD_LAUNCH = PlainLauncher(_k, "lightning_fwd_kernel")
+    return _FWD_LAUNCH
 
 
 def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tensor | None, reverse: bool,
               store_ht: bool) -> tuple[Tensor, Tensor | None]:
-    """The Gluon forward on contiguous inputs the Gluon path takes; returns (o, S_T or None)."""
-    from . import kernels as _k
-
+    """The Gluon forward on contiguous inputs the Gluon path takes; returns (o, S_T or None).
+    After the first call of a shape and flag set, the launch goes straight to the compiled kernel
+    (``PlainLauncher``): only the four descriptors are made per call, as they carry the pointers."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     cfg = _cfg.config_for(e)
     o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
     ht = _empty(b, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
-    elem = compat.gl.bfloat16 if q.dtype == torch.bfloat16 else compat.gl.float16
-    grid = (e // cfg.bv, b * h)
-    _k.lightning_fwd_kernel[grid](
-        _descriptor(q, d, _cfg.BT), _descriptor(k, d, _cfg.BT), _descriptor(v, cfg.bv, _cfg.BT),
-        _descriptor(o, cfg.bv, _cfg.BT),
-        h0 if h0 is not None else g, ht if ht is not None else g, g,
-        t, h, hkv, scale,
-        E=e, S_LAYOUT=compat.gl.NVMMASharedLayout.get_default_for([d, cfg.bv], elem), REVERSE=bool(reverse),
-        HAS_H0=h0 is not None, STORE_HT=bool(store_ht), NBUF=cfg.load_stages, NS=cfg.state_stages,
-        NO=cfg.out_stages, LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1],
-        LOAD_REGS=cfg.worker_regs[0], STATE_REGS=cfg.worker_regs[1],
-        num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
+    args = (_descriptor(q, d, _cfg.BT), _descriptor(k, d, _cfg.BT), _descriptor(v, cfg.bv, _cfg.BT),
+            _descriptor(o, cfg.bv, _cfg.BT), h0 if h0 is not None else g, ht if ht is not None else g, g,
+            t, h, hkv, scale)
+    key = (q.shape, hkv, e, q.dtype, q.get_device(), bool(reverse), h0 is not None, bool(store_ht),
+           triton_ops._alignment(h0, g))
+
+    def spec():
+        grid = lambda meta: (e // cfg.bv, b * h)  # noqa: E731
+        return grid, dict(
+            E=e, S_LAYOUT=_layout((d, cfg.bv), q.dtype), REVERSE=bool(reverse), HAS_H0=h0 is not None,
+            STORE_HT=bool(store_ht), NBUF=cfg.load_stages, NS=cfg.state_stages, NO=cfg.out_stages,
+            LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1], LOAD_REGS=cfg.worker_regs[0],
+            STATE_REGS=cfg.worker_regs[1], num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
+
+    _fwd_launcher()(key, args, spec, triton_ops._raw_stream(q))
     return o, ht
 
 
@@ -113,7 +137,7 @@ class GluonForwardFunction(triton_ops.LightningAttnFunction):
         g, scale, reverse, _, _, _ = ctx.rest
         do, dht = triton_ops.grad_outputs(q, v, do, dht)
         dq, dk, dv, dh0 = backward_by_forwards(gluon_fwd, q, k, v, do, dht, g, scale, h0, reverse,
-                                               want_dh0=h0 is not None)
+                                               want_dh0=h0 is not None, stream=triton_ops._raw_stream(q))
         return dq, dk, dv, dh0, None
 
 

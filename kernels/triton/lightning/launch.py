@@ -98,9 +98,8 @@ class Launcher:
         """(runner of the compiled kernel at its tuned config and grid, values of the parameters
         after ``args``), or False."""
         try:
-            cfg = self.autotuned.best_config
-            meta = dict(cfg.kwargs)
-            compiled = self.plain.warmup(*args, grid=(1,), **kw, **cfg.all_kwargs())
+            meta, options = self._tuned()
+            compiled = self.plain.warmup(*args, grid=(1,), **kw, **options)
             values = {**self.defaults, **kw, **meta}
             tail = tuple(values[n] for n in self.names[len(args):])
             g = grid(meta)
@@ -108,3 +107,19 @@ class Launcher:
             return run, tail
         except Exception:  # noqa: BLE001 — an unknown Triton version: keep its own launch path
             return False
+
+    def _tuned(self) -> tuple[dict, dict]:
+        """(the tuned config's kernel parameters, every keyword its compile took)."""
+        cfg = self.autotuned.best_config
+        return dict(cfg.kwargs), cfg.all_kwargs()
+
+
+class PlainLauncher(Launcher):
+    """The same reuse for a kernel with one launch config and no autotuner (the Gluon kernels):
+    its keywords, launch options included, all come from the caller's spec."""
+
+    def __init__(self, module: Any, name: str):
+        super().__init__(module, name, name, {})
+
+    def _tuned(self) -> tuple[dict, dict]:
+        return {}, {}

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from lattnbench.kernels.triton.lightning.launch import Launcher
+from lattnbench.kernels.triton.lightning.launch import Launcher, PlainLauncher
 
 
 def kernel_fn(q, k, g, T, H, scale, T_BUCKET, o, KD, FLAG, BT, BV, EXTRA=0):
@@ -129,6 +129,32 @@ def test_unknown_triton_falls_back_once(monkeypatch):
     for _ in range(3):
         launch("key", args_for(), spec_of(KW))
     assert [e[0] for e in log] == ["autotuned"] * 3 and mod.plain.warmups == 1
+
+
+def test_plain_launcher_reuses_the_compiled_kernel_with_the_callers_keywords(monkeypatch):
+    """A kernel without an autotuner (Gluon's): the first call goes through its own launch with
+    every keyword (launch options too), the compile is asked for with the same ones, and later
+    calls reach the compiled kernel with the kernel's parameters bound, options left out."""
+    monkeypatch.delenv("LIGHTNING_TRITON_FAST_LAUNCH", raising=False)
+    log: list = []
+    mod = types.SimpleNamespace(plain=Plain(log))
+    warm_kw: list = []
+    mod.plain.warmup = lambda *a, grid, **kw: (warm_kw.append(kw), Compiled(log))[1]
+    launch = PlainLauncher(mod, "plain")
+    bv = int(16 * torch.randint(1, 5, ()))
+    kw = {**KW, "BT": 64, "BV": bv, "num_warps": 4, "maxnreg": 168}
+    grid = lambda meta: (128 // bv, 6)  # noqa: E731
+    first, second = args_for(), args_for()
+    launch("key", first, lambda: (grid, dict(kw)))
+    launch("key", second, lambda: (grid, dict(kw)))
+    assert [e[0] for e in log] == ["plain", "compiled"] and log[0][3] == kw
+    assert warm_kw == [kw]
+    bound = inspect.signature(kernel_fn).bind(*second, **{n: kw[n] for n in ("KD", "FLAG", "BT", "BV")})
+    bound.apply_defaults()
+    _, grid_used, passed, _ = log[1]
+    assert grid_used == (128 // bv, 6, 1)
+    assert len(passed) == len(bound.arguments)
+    assert all(a is b or a == b for a, b in zip(passed, bound.arguments.values()))
 
 
 def test_interpreter_runs_the_plain_kernel_with_the_fixed_config():
