@@ -29,8 +29,10 @@ def _desc_type(block: list[int], dtype: str):
 
 
 def forward_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool = False, has_h0: bool = True,
-                   store_ht: bool = True):
-    """(GluonASTSource, launch options) of the forward at the config ``configs.config_for(e)``."""
+                   store_ht: bool = True, h0_mode: int | None = None):
+    """(GluonASTSource, launch options) of the forward at the config ``configs.config_for(e)``;
+    ``h0_mode`` (``configs.H0_*``) as the backward's passes take it, else plain h0 or none by
+    ``has_h0``."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from lattnbench.kernels.gluon.lightning import configs as C
@@ -42,8 +44,10 @@ def forward_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: boo
     types = dict(q_desc=_desc_type([1, C.BT, d], dtype), k_desc=_desc_type([1, C.BT, d], dtype),
                  v_desc=_desc_type([1, C.BT, cfg.bv], dtype), o_desc=_desc_type([1, C.BT, cfg.bv], dtype),
                  h0="*fp32", ht="*fp32", g="*fp32", T="i32", H="i32", HKV="i32", scale="fp32")
+    if h0_mode is None:
+        h0_mode = C.H0_PLAIN if has_h0 else C.H0_NONE
     constexprs = dict(E=e, S_LAYOUT=gl.NVMMASharedLayout.get_default_for([d, cfg.bv], elem), REVERSE=reverse,
-                      HAS_H0=has_h0, STORE_HT=store_ht, NBUF=cfg.load_stages, NS=cfg.state_stages,
+                      H0_MODE=h0_mode, STORE_HT=store_ht, NBUF=cfg.load_stages, NS=cfg.state_stages,
                       NO=cfg.out_stages, LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1],
                       LOAD_REGS=cfg.worker_regs[0], STATE_REGS=cfg.worker_regs[1])
     fn = K.lightning_fwd_kernel

@@ -26,30 +26,38 @@ from collections.abc import Callable
 
 import torch
 
+from .configs import H0_FROM_DST, H0_PLAIN, H0_TRANSPOSED, LOG_DECAY_FLOOR
+
 Tensor = torch.Tensor
-# (q, k, v, g, scale, h0, reverse, store_ht) -> (o, S_T or None): the contract of the forward
-Forward = Callable[[Tensor, Tensor, Tensor, Tensor, float, Tensor | None, bool, bool], tuple[Tensor, Tensor | None]]
+# (q, k, v, g, scale, h0, reverse, store_ht, h0_mode) -> (o, S_T or None): the contract of the
+# forward; h0_mode (configs.H0_*) says how the start state comes from h0
+Forward = Callable[[Tensor, Tensor, Tensor, Tensor, float, Tensor | None, bool, bool, int],
+                   tuple[Tensor, Tensor | None]]
 
-LOG_DECAY_FLOOR = -20.0  # γ below which dS_T's start state is capped (λ < 2.1e-9 a token)
+
+def start_state_torch(h0: Tensor, g: Tensor, scale: float, h0_mode: int) -> Tensor:
+    """The start state a forward takes from ``h0`` under ``h0_mode``, in torch calls (the Gluon
+    kernel does this as it loads the state): ``c·h0`` for dS_T, transposed where asked."""
+    x = h0
+    if h0_mode & H0_FROM_DST:
+        x = x * (torch.exp(torch.clamp(-g, max=-LOG_DECAY_FLOOR)) / scale)[:, None, None]
+    if h0_mode & H0_TRANSPOSED:
+        x = x.transpose(-1, -2)
+    return x.contiguous()
 
 
-def start_states_torch(dht: Tensor | None, h0: Tensor | None, g: Tensor, scale: float, floor: float,
-                       stream=None) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """The reversed passes' start states from dS_T, ``x = c·dS_T`` [B, H, D, E] and ``y = xᵀ``, and
-    S_0ᵀ for the dq pass; each None where its input is (``state_terms.start_states`` in torch)."""
-    x = y = None
-    if dht is not None:
-        c = torch.exp(torch.clamp(-g, max=-floor)) / scale                   # [H]
-        x = (dht * c[:, None, None]).contiguous()                            # [B, H, D, E]
-        y = x.transpose(-1, -2).contiguous()                                 # [B, H, E, D]
-    h0t = None if h0 is None else h0.transpose(-1, -2).contiguous()
-    return x, y, h0t
+def with_start_states(fwd: Callable) -> Forward:
+    """A ``Forward`` from one that takes its start state as given (the CPU's reference forwards)."""
+    def forward(q, k, v, g, scale, h0, reverse, store_ht, h0_mode=H0_PLAIN):
+        start = None if h0 is None else start_state_torch(h0, g, scale, h0_mode)
+        return fwd(q, k, v, g, scale, start, reverse, store_ht)
+    return forward
 
 
 def end_terms_torch(dht: Tensor | None, k: Tensor, v: Tensor, dk: Tensor, dv: Tensor, s_end: Tensor | None,
                     g: Tensor, scale: float, floor: float, last: int, stream=None) -> Tensor | None:
     """The last token's dS_T correction of dk and dv (in place) and dS_0 from the dv pass's final
-    state (``state_terms.end_terms`` in torch)."""
+    state (``end_terms.end_terms`` in torch)."""
     t = k.shape[1]
     w = None if dht is None else -torch.expm1(torch.clamp(g - floor, max=0.0))  # [H]: 1 − scale·λ·c
     dh0 = None
@@ -64,29 +72,31 @@ def end_terms_torch(dht: Tensor | None, k: Tensor, v: Tensor, dk: Tensor, dv: Te
     return dh0
 
 
-def _terms_for(q: Tensor):
-    """The state terms' implementation for ``q``'s device: two Triton launches on a GPU, torch
-    calls elsewhere (the CPU's reference forwards run in fp64)."""
+def _end_terms_for(q: Tensor):
+    """The end terms' implementation for ``q``'s device: one Triton launch on a GPU, torch calls
+    elsewhere (the CPU's reference forwards run in fp64)."""
     if q.is_cuda:
-        from . import state_terms
-        return state_terms.start_states, state_terms.end_terms
-    return start_states_torch, end_terms_torch
+        from . import end_terms as _end
+        return _end.end_terms
+    return end_terms_torch
 
 
 def backward_by_forwards(fwd: Forward, q: Tensor, k: Tensor, v: Tensor, do: Tensor, dht: Tensor | None,
                          g: Tensor, scale: float, h0: Tensor | None, reverse: bool, want_dh0: bool,
-                         terms=None, stream=None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+                         end=None, stream=None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """(dq, dk, dv, dS_0 or None) of Lightning Attention, from three calls of ``fwd``.
 
     Inputs contiguous, [B, T, H, ·] with as many kv heads as query heads; ``do`` in q's dtype; ``g``
-    fp32 [H]; ``dht`` and ``h0`` fp32 [B, H, D, E] or None. ``terms``: the (start, end) state terms,
-    by default ``_terms_for(q)``; ``stream``: the raw CUDA stream, if the caller has it.
+    fp32 [H]; ``dht`` and ``h0`` fp32 [B, H, D, E] or None. ``end``: the end terms, by default
+    ``_end_terms_for(q)``; ``stream``: the raw CUDA stream, if the caller has it.
     """
-    start, end = terms if terms is not None else _terms_for(q)
-    x, y, h0t = start(dht, h0, g, scale, LOG_DECAY_FLOOR, stream=stream)
-    dq, _ = fwd(do, v, k, g, scale, h0t, reverse, False)      # q:[B,T,H,E] k:[B,T,H,E] v:[B,T,H,D]
-    dk, _ = fwd(v, do, q, g, scale, y, not reverse, False)    # q:[B,T,H,E] k:[B,T,H,E] v:[B,T,H,D]
-    dv, s_end = fwd(k, q, do, g, scale, x, not reverse, want_dh0)  # q:[B,T,H,D] k:[B,T,H,D] v:[B,T,H,E]
+    end = end if end is not None else _end_terms_for(q)
+    # q:[B,T,H,E] k:[B,T,H,E] v:[B,T,H,D], from S_0ᵀ
+    dq, _ = fwd(do, v, k, g, scale, h0, reverse, False, H0_TRANSPOSED)
+    # q:[B,T,H,E] k:[B,T,H,E] v:[B,T,H,D], from (c·dS_T)ᵀ
+    dk, _ = fwd(v, do, q, g, scale, dht, not reverse, False, H0_FROM_DST | H0_TRANSPOSED)
+    # q:[B,T,H,D] k:[B,T,H,D] v:[B,T,H,E], from c·dS_T
+    dv, s_end = fwd(k, q, do, g, scale, dht, not reverse, want_dh0, H0_FROM_DST)
     last = 0 if reverse else q.shape[1] - 1
     dh0 = end(dht, k, v, dk, dv, s_end, g, scale, LOG_DECAY_FLOOR, last, stream=stream)
     return dq, dk, dv, dh0

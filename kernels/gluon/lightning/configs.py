@@ -14,10 +14,24 @@ from dataclasses import dataclass
 BT = 64               # chunk length: the M of every wgmma of the output partition
 HEAD_DIMS = (64, 128)  # D and E the kernel takes (TMA boxes and wgmma shapes are fixed per value)
 DTYPES = ("bfloat16", "float16")
-# LIGHTNING_GLUON_BACKWARD=1 (read at import): the backward of a Gluon forward runs as three
-# passes of the Gluon forward (``backward``) where backward_reason allows; otherwise, and by
-# default until the GPU tests and a timed run show it right and faster, it is the Triton kernel's.
-BACKWARD_ON_GLUON = os.environ.get("LIGHTNING_GLUON_BACKWARD", "0").strip() == "1"
+# Which backward a Gluon forward takes (LIGHTNING_GLUON_BACKWARD, read at import): "auto" (the
+# default) three passes of the Gluon forward (``backward``) where backward_reason allows and the
+# call has at least GLUON_BACKWARD_MIN_ROWS rows (B·T·H), else the Triton kernel's; "1" the Gluon
+# passes wherever allowed; "0" the Triton kernel's always.
+BACKWARD_MODE = os.environ.get("LIGHTNING_GLUON_BACKWARD", "auto").strip().lower()
+BACKWARD_ON_GLUON = BACKWARD_MODE != "0"
+# Below this many rows a fwd+bwd is bound by host enqueue time, not by the GPU, and the Gluon
+# backward (three forward launches, four descriptors each, and one for the end terms) costs the
+# host more than the Triton kernel's three launches; 4·4096·32 is where the GPU time of the
+# passes outgrows that (docs/design/lightning-gluon.md).
+GLUON_BACKWARD_MIN_ROWS = 4 * 4096 * 32
+
+# The forward's start state from its h0 argument (the kernel's H0_MODE, bit flags): absent; h0
+# itself; its transpose (the dq pass's S_0ᵀ, the dk pass's dS_Tᵀ); and, for dS_T, scaled by the
+# start factor c = exp(min(−γ, −LOG_DECAY_FLOOR)) / scale (the reversed passes, see ``backward``).
+# Done as the state is loaded, so the backward makes no [B, H, D, E] copies of dS_T or S_0.
+H0_NONE, H0_PLAIN, H0_TRANSPOSED, H0_FROM_DST = 0, 1, 2, 4
+LOG_DECAY_FLOOR = -20.0  # γ below which dS_T's start state is capped (λ < 2.1e-9 a token)
 
 
 @dataclass(frozen=True)
@@ -57,14 +71,18 @@ def fallback_reason(dtype_name: str, d: int, e: int, varlen: bool) -> str | None
     return None
 
 
-def backward_reason(dtype_name: str, heads: int, kv_heads: int) -> str | None:
+def backward_reason(dtype_name: str, heads: int, kv_heads: int, rows: int) -> str | None:
     """None when the backward of a Gluon forward runs as three Gluon forward passes, else why the
     Triton kernel's backward runs it. bf16 only: the reversed passes start from dS_T / (scale·λ),
-    which leaves fp16's range under strong decay; no GQA: those passes take dO as their keys."""
+    which leaves fp16's range under strong decay; no GQA: those passes take dO as their keys;
+    ``rows`` (B·T·H) at least GLUON_BACKWARD_MIN_ROWS unless LIGHTNING_GLUON_BACKWARD=1."""
     if not BACKWARD_ON_GLUON:
-        return "the Gluon backward is off (LIGHTNING_GLUON_BACKWARD=1 turns it on)"
+        return "the Gluon backward is off (LIGHTNING_GLUON_BACKWARD=0)"
     if dtype_name != "bfloat16":
         return f"dtype {dtype_name} (the Gluon backward is bf16 only)"
     if heads != kv_heads:
         return f"grouped heads ({heads} over {kv_heads}; the Gluon backward takes H = H_kv)"
+    if BACKWARD_MODE != "1" and rows < GLUON_BACKWARD_MIN_ROWS:
+        return (f"{rows} rows (B·T·H) < {GLUON_BACKWARD_MIN_ROWS}: host-bound, where the Triton backward's "
+                "launches cost less (LIGHTNING_GLUON_BACKWARD=1 takes the Gluon one anyway)")
     return None

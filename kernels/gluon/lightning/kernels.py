@@ -40,6 +40,14 @@ from __future__ import annotations
 
 from .compat import IMPORT_ERROR, WS_LIST_FORM, fence_async_shared, gl, gluon, mbarrier, tma, warpgroup_mma
 from .compat import tma_load, tma_store, warpgroup_mma_wait
+from . import configs as _cfg
+
+# the start-state flags and the start factor's cap (-LOG_DECAY_FLOOR) as constexprs the kernels
+# read as globals
+if IMPORT_ERROR is None:
+    H0_NONE, H0_TRANSPOSED, H0_FROM_DST = (gl.constexpr(x) for x in (_cfg.H0_NONE, _cfg.H0_TRANSPOSED,
+                                                                     _cfg.H0_FROM_DST))
+    START_CAP = gl.constexpr(-_cfg.LOG_DECAY_FLOOR)
 
 if IMPORT_ERROR is None:
 
@@ -64,7 +72,7 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _load_partition(descs, bufs, bars, geo, ptrs, E: gl.constexpr, REVERSE: gl.constexpr,
-                        HAS_H0: gl.constexpr, STORE_HT: gl.constexpr):
+                        H0_MODE: gl.constexpr, STORE_HT: gl.constexpr):
         """One warp: keep the ring of q, k, v chunk tiles full."""
         q_desc, k_desc, v_desc, o_desc = descs
         q_bufs, k_bufs, v_bufs, s_bufs, o_bufs = bufs
@@ -88,7 +96,7 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _state_partition(descs, bufs, bars, geo, ptrs, E: gl.constexpr, REVERSE: gl.constexpr,
-                         HAS_H0: gl.constexpr, STORE_HT: gl.constexpr):
+                         H0_MODE: gl.constexpr, STORE_HT: gl.constexpr):
         """One warpgroup: the state recurrence. S [D, BV] fp32 is the wgmma accumulator; Kᵀ, decayed
         per token, is the register A operand; V comes straight from the ring."""
         q_desc, k_desc, v_desc, o_desc = descs
@@ -111,8 +119,13 @@ if IMPORT_ERROR is None:
         e_cols = i_v * BV + gl.arange(0, BV, layout=gl.SliceLayout(0, st_layout))
         state_off = (i_b * H + i_h).to(gl.int64) * (D * E)
         s_idx = d_rows[:, None] * E + e_cols[None, :]
-        if HAS_H0:
-            S = gl.load(h0_ptr + state_off + s_idx)
+        if H0_MODE != H0_NONE:
+            if (H0_MODE & H0_TRANSPOSED) != 0:  # h0 holds the state's transpose, [BV·, D]
+                S = gl.load(h0_ptr + state_off + e_cols[None, :] * D + d_rows[:, None])
+            else:
+                S = gl.load(h0_ptr + state_off + s_idx)
+            if (H0_MODE & H0_FROM_DST) != 0:  # h0 is dS_T: a reversed backward pass starts from c·dS_T
+                S = S * (gl.exp(gl.minimum(-gam, START_CAP)) / scale)
         else:
             S = gl.full([D, BV], 0.0, gl.float32, st_layout)
         pk = _positions(BT, gl.SliceLayout(0, ka_layout), REVERSE)
@@ -147,7 +160,7 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _output_partition(descs, bufs, bars, geo, ptrs, E: gl.constexpr, REVERSE: gl.constexpr,
-                          HAS_H0: gl.constexpr, STORE_HT: gl.constexpr):
+                          H0_MODE: gl.constexpr, STORE_HT: gl.constexpr):
         """The default warpgroup: per chunk three async wgmmas into one [BT, BV] accumulator,
         QKᵀ (its wait deferred past the issue of Q·S), Q·S_{c−1}, then (QKᵀ⊙M)·V; the output tile
         leaves by TMA store, NO tiles in flight."""
@@ -217,12 +230,14 @@ if IMPORT_ERROR is None:
     def lightning_fwd_kernel(
         q_desc, k_desc, v_desc, o_desc, h0, ht, g,
         T, H, HKV, scale,
-        E: gl.constexpr, S_LAYOUT: gl.constexpr, REVERSE: gl.constexpr, HAS_H0: gl.constexpr,
+        E: gl.constexpr, S_LAYOUT: gl.constexpr, REVERSE: gl.constexpr, H0_MODE: gl.constexpr,
         STORE_HT: gl.constexpr, NBUF: gl.constexpr, NS: gl.constexpr, NO: gl.constexpr,
         LOAD_WARPS: gl.constexpr, STATE_WARPS: gl.constexpr, LOAD_REGS: gl.constexpr, STATE_REGS: gl.constexpr,
     ):
         """The forward; grid (E // BV, B·H). h0 / ht: fp32 [B, H, D, E] (any pointer when unused);
-        g: fp32 [H] log decay; S_LAYOUT: the shared layout of a [D, BV] state buffer."""
+        H0_MODE (``configs.H0_*``): whether h0 is given, as the state or its transpose, and whether
+        it is dS_T to be scaled into a reversed backward pass's start state; g: fp32 [H] log decay;
+        S_LAYOUT: the shared layout of a [D, BV] state buffer."""
         BT: gl.constexpr = q_desc.block_type.shape[1]
         D: gl.constexpr = q_desc.block_type.shape[2]
         BV: gl.constexpr = v_desc.block_type.shape[2]
@@ -256,7 +271,7 @@ if IMPORT_ERROR is None:
         bars = (ld_ready, ld_empty, s_ready, s_empty)
         geo = (i_b, i_h, i_v, T, H, HKV, n_chunks)
         ptrs = (h0, ht, g, scale)
-        args = (descs, bufs, bars, geo, ptrs, E, REVERSE, HAS_H0, STORE_HT)
+        args = (descs, bufs, bars, geo, ptrs, E, REVERSE, H0_MODE, STORE_HT)
         if WS_LIST_FORM:
             gl.warp_specialize([(_output_partition, args), (_load_partition, args), (_state_partition, args)],
                                [LOAD_WARPS, STATE_WARPS], [LOAD_REGS, STATE_REGS])

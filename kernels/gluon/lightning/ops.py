@@ -10,6 +10,7 @@ forward saves the same tensors the Triton forward saves, so either can run.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import math
 
@@ -59,13 +60,32 @@ def _layout(block: tuple[int, ...], dtype: torch.dtype):
     return compat.gl.NVMMASharedLayout.get_default_for(list(block), elem)
 
 
+# a validated descriptor per (shape, dtype, box), its base cleared: later ones are its copies
+_DESCRIPTOR_TEMPLATES: dict[tuple, object] = {}
+
+
 def _descriptor(x: Tensor, width: int, cfg_bt: int):
     """A TMA descriptor over ``x`` [B, T, heads, dim] viewed as [B, T, heads·dim], box
-    [1, BT, width]: rows outside [0, T) read as zeros and are not written."""
-    b, t, heads, dim = x.shape
-    block = (1, cfg_bt, width)
-    return compat.TensorDescriptor(x, [b, t, heads * dim], [t * heads * dim, heads * dim, 1], list(block),
-                                   _layout(block, x.dtype))
+    [1, BT, width]: rows outside [0, T) read as zeros and are not written.
+
+    The descriptor's own checks (ranks, box, strides, layout) depend on the shape alone, and cost
+    more host time than the launch, so each shape is checked once; later calls copy that
+    descriptor with the new base, whose 16-byte alignment (the one check that reads it) is
+    checked here, by a full descriptor where it fails."""
+    key = (x.shape, x.dtype, width, cfg_bt)
+    template = _DESCRIPTOR_TEMPLATES.get(key)
+    if template is None or x.data_ptr() % 16:
+        b, t, heads, dim = x.shape
+        block = (1, cfg_bt, width)
+        desc = compat.TensorDescriptor(x, [b, t, heads * dim], [t * heads * dim, heads * dim, 1], list(block),
+                                       _layout(block, x.dtype))
+        template = copy.copy(desc)
+        template.base = None  # holds no tensor alive
+        _DESCRIPTOR_TEMPLATES[key] = template
+        return desc
+    desc = copy.copy(template)
+    desc.base = x
+    return desc
 
 
 _FWD_LAUNCH: PlainLauncher | None = None
@@ -81,8 +101,9 @@ def _fwd_launcher() -> PlainLauncher:
 
 
 def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tensor | None, reverse: bool,
-              store_ht: bool) -> tuple[Tensor, Tensor | None]:
+              store_ht: bool, h0_mode: int = _cfg.H0_PLAIN) -> tuple[Tensor, Tensor | None]:
     """The Gluon forward on contiguous inputs the Gluon path takes; returns (o, S_T or None).
+    ``h0_mode``: how the start state comes from ``h0`` (``configs.H0_*``, for the backward's passes).
     After the first call of a shape and flag set, the launch goes straight to the compiled kernel
     (``PlainLauncher``): only the four descriptors are made per call, as they carry the pointers."""
     b, t, h, d = q.shape
@@ -93,13 +114,13 @@ def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tens
     args = (_descriptor(q, d, _cfg.BT), _descriptor(k, d, _cfg.BT), _descriptor(v, cfg.bv, _cfg.BT),
             _descriptor(o, cfg.bv, _cfg.BT), h0 if h0 is not None else g, ht if ht is not None else g, g,
             t, h, hkv, scale)
-    key = (q.shape, hkv, e, q.dtype, q.get_device(), bool(reverse), h0 is not None, bool(store_ht),
-           triton_ops._alignment(h0, g))
+    mode = _cfg.H0_NONE if h0 is None else h0_mode
+    key = (q.shape, hkv, e, q.dtype, q.get_device(), bool(reverse), mode, bool(store_ht), triton_ops._alignment(h0, g))
 
     def spec():
         grid = lambda meta: (e // cfg.bv, b * h)  # noqa: E731
         return grid, dict(
-            E=e, S_LAYOUT=_layout((d, cfg.bv), q.dtype), REVERSE=bool(reverse), HAS_H0=h0 is not None,
+            E=e, S_LAYOUT=_layout((d, cfg.bv), q.dtype), REVERSE=bool(reverse), H0_MODE=mode,
             STORE_HT=bool(store_ht), NBUF=cfg.load_stages, NS=cfg.state_stages, NO=cfg.out_stages,
             LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1], LOAD_REGS=cfg.worker_regs[0],
             STATE_REGS=cfg.worker_regs[1], num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
@@ -111,7 +132,8 @@ def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tens
 def gluon_backward_path(q: Tensor, k: Tensor) -> str | None:
     """None when the backward of a Gluon forward on these inputs runs on the Gluon kernel, else why
     the Triton kernel's backward does."""
-    return _cfg.backward_reason(str(q.dtype).removeprefix("torch."), q.shape[2], k.shape[2])
+    b, t, h, _ = q.shape
+    return _cfg.backward_reason(str(q.dtype).removeprefix("torch."), h, k.shape[2], b * t * h)
 
 
 class GluonForwardFunction(triton_ops.LightningAttnFunction):

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lattnbench.kernels.gluon.lightning import state_terms
+from lattnbench.kernels.gluon.lightning import end_terms
 from lattnbench.kernels.gluon.lightning.backward import (LOG_DECAY_FLOOR, backward_by_forwards, end_terms_torch,
-                                                         start_states_torch)
+                                                         with_start_states)
 from lattnbench.kernels.naive.torch_ref import lightning_naive
 from lattnbench.kernels.triton.lightning import ops as tops
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio
@@ -22,11 +22,13 @@ from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 GAMMAS = [0.0, -0.05, -8.0, LOG_DECAY_FLOOR - 10.0]  # one head each: none, mild, strong, past the floor
 
 
+@with_start_states
 def _naive_fwd(q, k, v, g, scale, h0, reverse, store_ht):
     o, s = lightning_naive(q, k, v, g, scale, h0, reverse)
     return o, (s if store_ht else None)
 
 
+@with_start_states
 def _triton_fwd(q, k, v, g, scale, h0, reverse, store_ht):
     return tops.lightning_fwd(q, k, v, g, scale, h0, reverse, None, store_ht, q.shape[0])
 
@@ -81,21 +83,21 @@ def poisoned(monkeypatch):
     def nan_empty(*shape, dtype, device):
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     monkeypatch.setattr(tops, "_empty", nan_empty)
-    monkeypatch.setattr(state_terms, "_empty", nan_empty)
+    monkeypatch.setattr(end_terms, "_empty", nan_empty)
 
 
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 @pytest.mark.parametrize("t,d,e,h0,dht", CASES[:3], ids=["T1", "T5-DneE", "T37"])
 def test_three_triton_forwards_match_the_fp64_gradients(poisoned, t, d, e, h0, dht, reverse):
-    """The GPU's composition: the state terms as the two Triton launches, the passes as the
-    Triton forward."""
+    """The GPU's composition but for the passes (the Triton forward here): the end terms as their
+    Triton launch."""
     x, gamma = _problem(t * 11 + e, t, d, e, h0, dht, torch.float32)
     scale = d**-0.5
     want = _reference(x, gamma, scale, reverse)
     f32 = {n: (None if a is None else a.float().contiguous()) for n, a in x.items()}
     dq, dk, dv, dh0 = backward_by_forwards(_triton_fwd, f32["q"], f32["k"], f32["v"], f32["do"], f32["dht"],
                                            gamma.float(), scale, f32["h0"], reverse, want_dh0=h0,
-                                           terms=(state_terms.start_states, state_terms.end_terms))
+                                           end=end_terms.end_terms)
     got = {"dq": dq, "dk": dk, "dv": dv, **({"dh0": dh0} if h0 else {})}
     errors = {n: err_ratio(got[n], want[n]) for n in got}
     assert all(err <= TOLERANCE["fp32"] for err in errors.values()), errors
@@ -103,9 +105,9 @@ def test_three_triton_forwards_match_the_fp64_gradients(poisoned, t, d, e, h0, d
 
 @pytest.mark.parametrize("grad_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("d,e", [(48, 80), (64, 64)], ids=["D48E80", "D64E64"])
-def test_state_term_launches_match_their_torch_form(poisoned, d, e, grad_dtype):
-    """The two Triton launches against the torch calls they replace (in fp64), at dims that are
-    not one tile (masks, two row tiles) and with dk, dv in bf16 (read, added to, rounded once)."""
+def test_end_term_launch_matches_its_torch_form(poisoned, d, e, grad_dtype):
+    """The Triton launch against the torch calls it replaces (in fp64), at dims that are not one
+    tile (masks, two row tiles), with dk, dv in bf16 (read, added to, rounded once), both ends."""
     gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
     b, t = 2, 9
     gamma = torch.tensor(GAMMAS, dtype=torch.float32)
@@ -113,21 +115,17 @@ def test_state_term_launches_match_their_torch_form(poisoned, d, e, grad_dtype):
 
     def rnd(*s, dtype=torch.float32):
         return torch.randn(*s, generator=gen).to(dtype)
-    dht, h0, s_end = rnd(b, h, d, e), rnd(b, h, d, e), rnd(b, h, d, e)
+    dht, s_end = rnd(b, h, d, e), rnd(b, h, d, e)
     k, v = rnd(b, t, h, d, dtype=grad_dtype), rnd(b, t, h, e, dtype=grad_dtype)
     dk, dv = rnd(b, t, h, d, dtype=grad_dtype), rnd(b, t, h, e, dtype=grad_dtype)
     scale = float(torch.rand((), generator=gen)) + 0.1
-    f64 = {n: a.double() for n, a in dict(dht=dht, h0=h0, s_end=s_end, k=k, v=v, dk=dk, dv=dv).items()}
-    want_x, want_y, want_h0t = start_states_torch(f64["dht"], f64["h0"], gamma.double(), scale, LOG_DECAY_FLOOR)
-    x, y, h0t = state_terms.start_states(dht, h0, gamma, scale, LOG_DECAY_FLOOR)
-    for got, want in ((x, want_x), (y, want_y), (h0t, want_h0t)):
-        assert err_ratio(got, want) <= 1e-6
+    f64 = {n: a.double() for n, a in dict(dht=dht, s_end=s_end, k=k, v=v, dk=dk, dv=dv).items()}
     for last in (0, t - 1):
         want_dk, want_dv = f64["dk"].clone(), f64["dv"].clone()
         want_dh0 = end_terms_torch(f64["dht"], f64["k"], f64["v"], want_dk, want_dv, f64["s_end"], gamma.double(),
                                    scale, LOG_DECAY_FLOOR, last)
         got_dk, got_dv = dk.clone(), dv.clone()
-        got_dh0 = state_terms.end_terms(dht, k, v, got_dk, got_dv, s_end, gamma, scale, LOG_DECAY_FLOOR, last)
+        got_dh0 = end_terms.end_terms(dht, k, v, got_dk, got_dv, s_end, gamma, scale, LOG_DECAY_FLOOR, last)
         assert err_ratio(got_dh0, want_dh0) <= 1e-6
         rows = [r for r in range(t) if r != last]
         assert torch.equal(got_dk[:, rows], dk[:, rows]) and torch.equal(got_dv[:, rows], dv[:, rows])
@@ -136,9 +134,9 @@ def test_state_term_launches_match_their_torch_form(poisoned, d, e, grad_dtype):
         assert err_ratio(got_dv[:, last], want_dv[:, last]) <= tol
         # a head past the floor is corrected: its row moved by more than the rounding
         assert err_ratio(got_dk[:, last, -1], dk[:, last, -1]) > 0.01
-    x, y, h0t = state_terms.start_states(None, h0, gamma, scale, LOG_DECAY_FLOOR)
-    assert x is None and y is None and err_ratio(h0t, want_h0t) <= 1e-6
-    assert state_terms.end_terms(None, k, v, dk, dv, None, gamma, scale, LOG_DECAY_FLOOR, 0) is None
+    dh0_alone = end_terms.end_terms(None, k, v, dk, dv, s_end, gamma, scale, LOG_DECAY_FLOOR, 0)
+    assert err_ratio(dh0_alone, f64["s_end"] * (scale * torch.exp(gamma.double()))[:, None, None]) <= 1e-6
+    assert end_terms.end_terms(None, k, v, dk, dv, None, gamma, scale, LOG_DECAY_FLOOR, 0) is None
 
 
 def test_without_the_last_token_correction_a_head_past_the_floor_is_wrong(monkeypatch):

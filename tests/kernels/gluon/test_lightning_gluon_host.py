@@ -14,6 +14,7 @@ import torch
 from lattnbench.kernels.gluon.lightning import compat, gluon_path, lightning_attn_gluon
 from lattnbench.kernels.gluon.lightning import configs as gcfg
 from lattnbench.kernels.gluon.lightning import ops as gops
+from lattnbench.kernels.gluon.lightning.backward import with_start_states
 from lattnbench.kernels.naive.torch_ref import lightning_naive
 from lattnbench.kernels.triton.lightning import lightning_attn_triton
 from lattnbench.kernels.triton.lightning import ops as tops
@@ -132,16 +133,24 @@ def test_the_forward_compiles_for_sm90_with_async_wgmma_and_warp_specialization(
     assert m["tma_stores"] >= 1 and m["mbarrier_waits"] >= 4
 
 
-def test_the_gluon_backward_is_off_unless_asked_and_then_takes_bf16_without_grouped_heads(monkeypatch):
+def test_the_gluon_backward_takes_long_bf16_calls_without_grouped_heads_unless_told(monkeypatch):
+    big = gcfg.GLUON_BACKWARD_MIN_ROWS
     monkeypatch.setattr(gcfg, "BACKWARD_ON_GLUON", False)
-    assert "LIGHTNING_GLUON_BACKWARD=1" in gcfg.backward_reason("bfloat16", 4, 4)
+    assert "LIGHTNING_GLUON_BACKWARD=0" in gcfg.backward_reason("bfloat16", 4, 4, big)
     monkeypatch.setattr(gcfg, "BACKWARD_ON_GLUON", True)
-    assert gcfg.backward_reason("bfloat16", 4, 4) is None
-    assert "bf16 only" in gcfg.backward_reason("float16", 4, 4)
-    assert "grouped heads" in gcfg.backward_reason("bfloat16", 4, 2)
+    monkeypatch.setattr(gcfg, "BACKWARD_MODE", "auto")
+    assert gcfg.backward_reason("bfloat16", 4, 4, big) is None
+    assert "host-bound" in gcfg.backward_reason("bfloat16", 4, 4, big - 1)
+    assert "bf16 only" in gcfg.backward_reason("float16", 4, 4, big)
+    assert "grouped heads" in gcfg.backward_reason("bfloat16", 4, 2, big)
+    monkeypatch.setattr(gcfg, "BACKWARD_MODE", "1")
+    assert gcfg.backward_reason("bfloat16", 4, 4, 1) is None
+    assert "bf16 only" in gcfg.backward_reason("float16", 4, 4, 1)
     wide = torch.randn(1, 8, 4, 64, dtype=torch.bfloat16)
     assert gops.gluon_backward_path(wide, wide) is None
     assert "grouped" in gops.gluon_backward_path(wide, wide[:, :, :2])
+    monkeypatch.setattr(gcfg, "BACKWARD_MODE", "auto")
+    assert "32 rows" in gops.gluon_backward_path(wide, wide)  # B·T·H = 1·8·4
 
 
 @pytest.mark.parametrize("on_gluon", [True, False], ids=["gluon-backward", "triton-backward"])
@@ -151,9 +160,13 @@ def test_a_gluon_forward_takes_the_backward_its_rule_names(monkeypatch, on_gluon
     fp64 gradients either way."""
     calls = []
 
-    def stand_in(q, k, v, g, scale, h0, reverse, store_ht):
-        calls.append(reverse)
+    @with_start_states
+    def triton_fwd(q, k, v, g, scale, h0, reverse, store_ht):
         return tops.lightning_fwd(q, k, v, g, scale, h0, reverse, None, store_ht, q.shape[0])
+
+    def stand_in(q, k, v, g, scale, h0, reverse, store_ht, h0_mode=gcfg.H0_PLAIN):
+        calls.append(reverse)
+        return triton_fwd(q, k, v, g, scale, h0, reverse, store_ht, h0_mode)
 
     monkeypatch.setattr(gops, "gluon_path", lambda q, v, cu_seqlens=None: None)
     monkeypatch.setattr(gops, "gluon_fwd", stand_in)
@@ -172,3 +185,22 @@ def test_a_gluon_forward_takes_the_backward_its_rule_names(monkeypatch, on_gluon
     want = torch.autograd.grad((ro, rs), ref, (do.double(), ds.double()))
     errors = [err_ratio(x, y) for x, y in zip(grads, want)]
     assert all(err <= TOLERANCE["fp32"] for err in errors), errors
+
+
+def test_descriptors_after_the_first_of_a_shape_are_checked_copies_with_their_own_base():
+    """A shape's later descriptors carry their own tensor and every field of a full one; a base
+    off the 16-byte grid still fails the descriptor's own check."""
+    if compat.IMPORT_ERROR is not None:
+        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
+    b, t, h, d = 2, int(torch.randint(5, 40, ())), 3, 64
+    first, second = (torch.randn(b, t, h, d).to(torch.bfloat16) for _ in range(2))
+    full = compat.TensorDescriptor(second, [b, t, h * d], [t * h * d, h * d, 1], [1, 64, 32],
+                                   gops._layout((1, 64, 32), torch.bfloat16))
+    a, c = gops._descriptor(first, 32, 64), gops._descriptor(second, 32, 64)
+    assert a.base is first and c.base is second
+    assert {**vars(c), "base": None} == {**vars(full), "base": None}
+    assert gops._DESCRIPTOR_TEMPLATES[(second.shape, second.dtype, 32, 64)].base is None
+    flat = torch.empty(b * t * h * d + 1, dtype=torch.bfloat16)
+    off_grid = flat[1:].view(b, t, h, d)  # 2 bytes past an aligned start
+    with pytest.raises(AssertionError, match="16-byte"):
+        gops._descriptor(off_grid, 32, 64)

@@ -1,19 +1,15 @@
-"""The small state terms around the three-pass backward, one Triton launch before the passes and
-one after, in place of a score of torch calls.
+"""The end terms of the three-pass backward in one Triton launch, in place of a dozen torch calls.
 
 Why: the backward runs on autograd's device thread, where each torch call costs the host several
-µs more than on the main thread. Around its three passes the backward needs the reversed passes'
-start states from dS_T (scaled per head, one of them transposed), S_0 transposed for the dq pass,
-the last token's dS_T correction of dk and dv, and dS_0: about twenty small torch calls, a
-visible share of a fwd+bwd below n = 8192. Here they are two launches.
+µs more than on the main thread, and below n = 8192 a fwd+bwd is host-bound. After its three
+passes the backward adds the last token's dS_T correction to dk and dv and makes dS_0:
 
-    before:  x = c_h·dS_T [B, H, D, E],  y = xᵀ [B, H, E, D],  h0t = S_0ᵀ [B, H, E, D]
-    after:   dk[:, last] += w_h·dS_T·v_last,  dv[:, last] += w_hᵀ·dS_Tᵀ·k_last,
-             dS_0 = scale·λ_h·S_end + λ_h^T·w_h·dS_T
+    dk[:, last] += w_h·dS_T·v_last,   dv[:, last] += w_h·dS_Tᵀ·k_last,
+    dS_0 = scale·λ_h·S_end + λ_h^T·w_h·dS_T
 
-with ``c_h = exp(min(−γ_h, −floor)) / scale`` and ``w_h = 1 − scale·λ_h·c_h``. The same terms
-in torch calls are ``backward.start_states_torch`` / ``end_terms_torch``, the reference these
-launches are tested against (fp32 here, any dtype there).
+with ``w_h = 1 − scale·λ_h·c_h`` and ``c_h = exp(min(−γ_h, −floor)) / scale`` (``backward``). The
+same terms in torch calls are ``backward.end_terms_torch``, the reference this launch is tested
+against (fp32 here, any dtype there).
 """
 from __future__ import annotations
 
@@ -31,35 +27,10 @@ Tensor = torch.Tensor
 
 
 @triton.jit
-def _start_factor(g_ptr, i_h, scale, FLOOR: tl.constexpr):
-    """(c, w) of head i_h: the capped start factor of dS_T and the last token's share."""
+def _last_share(g_ptr, i_h, FLOOR: tl.constexpr):
+    """w of head i_h: the share of dS_T the capped start state leaves to the last token."""
     gam = tl.load(g_ptr + i_h).to(tl.float32)
-    c = tl.exp(tl.minimum(-gam, -FLOOR)) / scale
-    w = -(tl.exp(tl.minimum(gam - FLOOR, 0.0)) - 1.0)
-    return c, w
-
-
-@triton.jit
-def start_states_kernel(
-    dht, h0, x, y, h0t, g, H, scale,
-    D: tl.constexpr, E: tl.constexpr, BD: tl.constexpr, BE: tl.constexpr, FLOOR: tl.constexpr,
-    HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr,
-):
-    """grid (cdiv(D, BD), B·H): x = c·dS_T, y = xᵀ, h0t = S_0ᵀ, each [D, E] tile a program's rows."""
-    i_d, i_bh = tl.program_id(0), tl.program_id(1)
-    i_h = i_bh % H
-    o_d = i_d * BD + tl.arange(0, BD)
-    o_e = tl.arange(0, BE)
-    m = (o_d[:, None] < D) & (o_e[None, :] < E)
-    de = i_bh * D * E + o_d[:, None] * E + o_e[None, :]   # [BD, BE] offsets into a [D, E] state
-    ed = i_bh * D * E + o_e[None, :] * D + o_d[:, None]   # the same elements of its [E, D] transpose
-    if HAS_DHT:
-        c, _ = _start_factor(g, i_h, scale, FLOOR)
-        xv = tl.load(dht + de, mask=m, other=0.0) * c
-        tl.store(x + de, xv, mask=m)
-        tl.store(y + ed, xv, mask=m)
-    if HAS_H0:
-        tl.store(h0t + ed, tl.load(h0 + de, mask=m, other=0.0), mask=m)
+    return -(tl.exp(tl.minimum(gam - FLOOR, 0.0)) - 1.0)
 
 
 @triton.jit
@@ -77,7 +48,7 @@ def end_terms_kernel(
     m_e = o_e < E
     gam = tl.load(g + i_h).to(tl.float32)
     if HAS_DHT:
-        _, w = _start_factor(g, i_h, scale, FLOOR)
+        w = _last_share(g, i_h, FLOOR)
         row = (i_b * T + last) * H + i_h
         v_last = tl.load(v + row * E + o_e, mask=m_e, other=0.0).to(tl.float32)
         dv_acc = tl.zeros([BE], dtype=tl.float32)
@@ -105,36 +76,12 @@ def end_terms_kernel(
 
 
 _BD = 32  # state rows per tile: a [32, 128] fp32 tile is 32 registers a thread over 4 warps
-_START = PlainLauncher(sys.modules[__name__], "start_states_kernel")
 _END = PlainLauncher(sys.modules[__name__], "end_terms_kernel")
 
 
 def _empty(*shape, dtype, device) -> Tensor:
     """Allocation of every buffer a launch fully writes (tests patch it to NaN-fill)."""
     return torch.empty(*shape, dtype=dtype, device=device)
-
-
-def start_states(dht: Tensor | None, h0: Tensor | None, g: Tensor, scale: float, floor: float,
-                 stream: int | None = None) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
-    """(x, y, h0t) as the module docstring says, each None where its input is; fp32 [B, H, ·, ·]
-    contiguous inputs."""
-    if dht is None and h0 is None:
-        return None, None, None
-    ref = dht if dht is not None else h0
-    b, h, d, e = ref.shape
-    x = _empty(b, h, d, e, dtype=torch.float32, device=ref.device) if dht is not None else None
-    y = _empty(b, h, e, d, dtype=torch.float32, device=ref.device) if dht is not None else None
-    h0t = _empty(b, h, e, d, dtype=torch.float32, device=ref.device) if h0 is not None else None
-    args = (ref if dht is None else dht, ref if h0 is None else h0, ref if x is None else x, ref if y is None else y,
-            ref if h0t is None else h0t, g, h, float(scale))
-    key = (ref.shape, ref.get_device(), dht is not None, h0 is not None, _alignment(dht, h0, g))
-
-    def spec():
-        return (lambda meta: (triton.cdiv(d, _BD), b * h)), dict(
-            D=d, E=e, BD=_BD, BE=pow2(e), FLOOR=float(floor), HAS_DHT=dht is not None, HAS_H0=h0 is not None)
-
-    _START(key, args, spec, stream)
-    return x, y, h0t
 
 
 def end_terms(dht: Tensor | None, k: Tensor, v: Tensor, dk: Tensor, dv: Tensor, s_end: Tensor | None,
