@@ -29,6 +29,7 @@ class TorchProblem(Problem):
         self.diff = self.differentiable(self.tensors)
         self._prepared: tuple | None = None
         self._cots: list | None = None
+        self._step: tuple | None = None
 
     def inputs(self) -> dict[str, torch.Tensor]:
         return self.tensors
@@ -81,12 +82,33 @@ class TorchProblem(Problem):
         return outs, diff_leaves, cots
 
     def fwdbwd(self):
+        if self.entry.step is not None:
+            return self._whole_step()
         outs, leaves, cots = self._graph()
         grads = torch.autograd.grad(outs, leaves, cots, allow_unused=True)
         return outs, grads
 
+    def _whole_step(self):
+        """fwd+bwd through the entry's step function, made once from the eager forward and
+        ``autograd.grad``, on the same prepared leaves and cotangents every call."""
+        if self._step is None:
+            _, _, cots = self._graph()  # one eager call fixes the cotangents
+            leaves = self._prepared[0]
+            names, diff = list(leaves), list(self.diff)
+
+            def run(*args):
+                t = dict(zip(names, args[:len(names)]))
+                outs = self._call(t)
+                grads = torch.autograd.grad(outs, [t[n] for n in diff], args[len(names):], allow_unused=True)
+                return tuple(o.detach() for o in outs), grads
+            self._step = (self.entry.step(run), (*leaves.values(), *cots))
+        step, args = self._step
+        return step(*args)
+
     def bwd_callable(self) -> Callable[[], object]:
         """Backward alone: the graph is built once, untimed; each call re-runs only the backward."""
+        if self.entry.step is not None:
+            raise Unsupported("a whole-step kernel runs fwd and bwd as one function: no backward alone")
         outs, leaves, cots = self._graph()
         return lambda: torch.autograd.grad(outs, leaves, cots, retain_graph=True, allow_unused=True)
 

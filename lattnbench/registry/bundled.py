@@ -58,18 +58,52 @@ def _gluon_device(device: str) -> str | None:
 COMPILE_RECOMPILE_LIMIT = 256
 
 
+def _dynamo_config():
+    """Dynamo's config with the recompile limit raised for a sweep (``COMPILE_RECOMPILE_LIMIT``)."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    for knob in ("recompile_limit", "cache_size_limit"):
+        if hasattr(config, knob):
+            setattr(config, knob, max(getattr(config, knob), COMPILE_RECOMPILE_LIMIT))
+    return config
+
+
 def _lightning_triton_compiled(mode: str | None) -> Callable[[], Callable]:
     """``lightning/triton`` under ``torch.compile(fullgraph=True, dynamic=False)``: Dynamo traces the
     checks, the kernels are one custom op per direction (``lattnbench::lightning_fwd`` / ``_bwd``)."""
     def loader() -> Callable:
-        import torch._dynamo
+        import torch
 
-        config = torch._dynamo.config
-        for knob in ("recompile_limit", "cache_size_limit"):
-            if hasattr(config, knob):
-                setattr(config, knob, max(getattr(config, knob), COMPILE_RECOMPILE_LIMIT))
+        _dynamo_config()
         return torch.compile(_lightning_triton(), fullgraph=True, dynamic=False, mode=mode)
     return loader
+
+
+def compiled_step(run: Callable, mode: str | None = "reduce-overhead", backend: str = "inductor") -> Callable:
+    """A training step's fwd+bwd as one compiled graph: ``run`` (the forward, then autograd.grad)
+    under ``torch.compile(fullgraph=True)`` with Dynamo tracing ``autograd.grad``, so that with
+    ``mode="reduce-overhead"`` one CUDA graph replays the whole step. Its inputs are marked static
+    (fixed addresses, as activations made inside a compiled model's graph are), so the graph copies
+    none of them in. Needs a torch whose Dynamo has ``trace_autograd_ops``."""
+    import torch
+
+    from lattnbench.errors import Unsupported
+
+    config = _dynamo_config()
+    if not hasattr(config, "trace_autograd_ops"):
+        raise Unsupported(f"torch {torch.__version__}'s Dynamo cannot trace autograd.grad (no trace_autograd_ops)")
+    config.trace_autograd_ops = True  # the worker's process: only a compiled region calling autograd.grad sees it
+    compiled = torch.compile(run, fullgraph=True, dynamic=False, mode=mode, backend=backend)
+    marked: set[int] = set()
+
+    def step(*args):
+        fresh = [a for a in args if isinstance(a, torch.Tensor) and id(a) not in marked]
+        for a in fresh:
+            torch._dynamo.mark_static_address(a)
+            marked.add(id(a))
+        return compiled(*args)
+    return step
 
 
 def _lightning_sp(comm: str) -> Callable[[], Callable]:
@@ -215,6 +249,10 @@ def entries() -> list[KernelEntry]:
         KernelEntry("lightning/triton-compile-cg", "lightning", "torch", _lightning_triton_compiled("reduce-overhead"),
                     requires=("triton",), devices=("cuda",), timed_by_default=(),
                     description="lightning/triton under torch.compile(mode='reduce-overhead'): Inductor's CUDA graphs"),
+        KernelEntry("lightning/triton-step", "lightning", "torch", _lightning_triton, requires=("triton",),
+                    devices=("cuda",), timed_by_default=(), step=compiled_step,
+                    description="lightning/triton in a training step compiled whole: fwd, autograd.grad and bwd "
+                                "in one torch.compile(mode='reduce-overhead') graph, one CUDA graph per step"),
         KernelEntry("lightning/jax-triton", "lightning", "jax", _jax_lightning("triton"), devices=("cuda",),
                     requires=("jax_triton", "triton"),
                     features=LINEAR_FEATURES - {"varlen"},

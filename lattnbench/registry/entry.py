@@ -40,6 +40,9 @@ class KernelEntry:
     timed_by_default: tuple[str, ...] = ("cpu", "cuda")  # devices where a plain speed / memory run includes it
     sequence_parallel: bool = False   # takes its rank's shard of the sequence (world size >= 1)
     device_check: Callable[[str], str | None] | None = None  # a further need of the device (e.g. sm_90)
+    # fwd+bwd as one function, as a compiled training step runs it: given the adapter's eager
+    # ``run(*tensors, *cotangents) -> (outputs, gradients)``, a function of the same signature
+    step: Callable[[Callable], Callable] | None = None
 
     def available(self, device: str) -> str | None:
         """None when the kernel can run on ``device``, else why not (package missing, no GPU)."""

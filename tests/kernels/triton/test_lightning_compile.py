@@ -92,3 +92,40 @@ def test_compiled_bad_input_fails_at_trace_time_with_its_message():
             step(q, k)
         text = str(caught.value) + str(caught.value.__cause__) + str(caught.value.__context__)
         assert "query heads (4) must be a multiple of kv heads (3)" in text, text
+
+
+def test_a_whole_step_entry_runs_fwd_and_bwd_as_one_graph_with_the_eager_results():
+    """``lightning/triton-step``'s mechanism on the CPU (aot_eager, no CUDA graphs): the
+    adapter's fwd+bwd goes through the entry's step, Dynamo traces the forward and autograd.grad
+    into one graph holding both custom ops, every output and gradient equals the eager ones, and a
+    backward alone is refused with its reason."""
+    import dataclasses
+
+    from lattnbench.errors import Unsupported
+    from lattnbench.measure.points import make_problem
+    from lattnbench.registry import default_registry
+    from lattnbench.registry.bundled import compiled_step
+    from lattnbench.spec import Case
+
+    torch._dynamo.reset()
+    graphs: list[set] = []
+
+    def counting(gm, inputs):
+        graphs.append(set())
+        return _graph_ops(graphs[-1])(gm, inputs)
+
+    eager_entry = default_registry()["lightning/triton"]
+    entry = dataclasses.replace(eager_entry, devices=("cpu", "cuda"),
+                                step=lambda run: compiled_step(run, mode=None, backend=counting))
+    seed = int(torch.randint(0, 2**31, ()))
+    case = Case(batch=2, seqlen=37, heads=4, kv_heads=2, dim_qk=16, dim_v=24, dtype="fp32", initial_state=True)
+    stepped, eager = make_problem(entry, case, "cpu", seed), make_problem(eager_entry, case, "cpu", seed)
+    got, want = stepped.results(), eager.results()
+    again = stepped.results()  # the second call replays the compiled step
+    assert len(graphs) == 1 and {"lattnbench.lightning_fwd.default", "lattnbench.lightning_bwd.default"} <= graphs[0]
+    assert set(got) == set(want) >= {"o", "final_state", "dq", "dk", "dv", "dh0"}
+    for name in want:
+        assert torch.isfinite(got[name]).all() and torch.equal(got[name], want[name]), name
+        assert torch.equal(again[name], want[name]), name
+    with pytest.raises(Unsupported, match="no backward alone"):
+        stepped.bwd_callable()
