@@ -7,7 +7,15 @@ before the test modules import the kernels.
 import os
 import tempfile
 
-import torch
+# One intra-op thread per process, set before torch loads its OpenMP runtime: the suite runs an
+# xdist worker per core and its tests start CLI processes beside them, so per-process thread pools
+# (torch's OpenMP, the BLAS ones numpy uses) oversubscribe the cores and their threads spin-wait on
+# each other (an in-process CPU speed sweep takes 3x the time with two threads under that load).
+# The CLI processes and their workers inherit it through the environment.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import torch  # noqa: E402
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
