@@ -121,9 +121,11 @@ def test_triton_kernel_runs_interpreted_from_a_plain_shell(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = tmp_path / "cg.json"
+    # one batch row and two heads: the interpreter's time grows with both, and the switch is at stake
     proc = subprocess.run([sys.executable, "-c", "from lattnbench.cli import main; main()", "check-grad",
                            "-k", "lightning/triton", "--device", "cpu", "--n", "40", "--initial-state", "on",
-                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+                           "--batch", "1", "--heads", "2", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     assert {r["tensor"] for r in rows} == {"o", "final_state", "dq", "dk", "dv", "dh0"}
