@@ -118,8 +118,12 @@ class TorchProblem(Problem):
 
     # -- check-grad ----------------------------------------------------------------------------
     def results(self) -> dict[str, torch.Tensor | None]:
-        """Outputs and gradients by tensor name (o, final_state, dq, dk, dv, dh0, dg)."""
-        return self.named(*self.fwdbwd())
+        """Outputs and gradients by tensor name (o, final_state, dq, dk, dv, dh0, dg). A whole
+        step's are copied out: replayed from a CUDA graph, its next call overwrites them."""
+        outs, grads = self.fwdbwd()
+        if self.entry.step is not None:
+            outs, grads = ([None if x is None else x.clone() for x in xs] for xs in (outs, grads))
+        return self.named(outs, grads)
 
     # -- memory --------------------------------------------------------------------------------
     def peak_mb(self, mode: str) -> tuple[float, str]:
