@@ -7,6 +7,8 @@ tree must pass against the committed baseline.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -32,10 +34,37 @@ def gate(cur: Path, base: Path, *extra: str):
     return runner.invoke(app, ["gate", "--static", str(cur), "--baseline", str(base), *extra])
 
 
-def triton_rows(*jobs) -> list[dict]:
-    """Rows of Triton jobs, compiled in spawned workers (this test process imports the kernels under
-    the interpreter)."""
-    return collect(jobs, [], workers=min(2, len(jobs)))
+#: the tests that compile Triton jobs: on one xdist worker, so that the pool of ``compiled`` runs once
+COMPILES = pytest.mark.xdist_group("static-triton-compiles")
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict[str, list[dict]]:
+    """Rows of each named Triton job, all from one collect() call: its spawned workers (this test
+    process imports the kernels under the interpreter) each import torch, Triton and the kernels
+    afresh, so one pool for every job costs far less than a pool per test; the spill and
+    doubled-load tests share their base job. A job's rows are told apart by a tag on its shape
+    label (a label, not compiled), which they lose again here."""
+    from static_fixtures import fixture_job
+
+    from lattnbench.static.lightning_jobs import bwd_job, fwd_job
+
+    jobs = {"fwd": fwd_job(64, 32, 0, 4, 3), "bwd": bwd_job(0, 64, 32, 0, 4, 2),
+            "chunk_loop": fixture_job("chunk_loop"), "chunk_loop_double": fixture_job("chunk_loop_double"),
+            "bn512": fixture_job(bn=512)}
+    rows = collect([dataclasses.replace(job, shape=f"{job.shape}#{name}") for name, job in jobs.items()], [],
+                   workers=2)
+    by_job: dict[str, list[dict]] = {name: [] for name in jobs}
+    for r in rows:
+        shape, name = r["shape"].rsplit("#", 1)
+        by_job[name].append({**r, "shape": shape})
+    assert all(by_job.values()), {name: len(r) for name, r in by_job.items()}
+    return by_job
+
+
+def triton_rows(compiled, *names) -> list[dict]:
+    """A fresh copy of the rows of the named jobs of ``compiled``."""
+    return copy.deepcopy([r for name in names for r in compiled[name]])
 
 
 def xla_rows(job, kernels=xla.KERNELS) -> list[dict]:
@@ -181,12 +210,11 @@ def _like_baseline(rows: list[dict]) -> bool:
     return all((results.row_key(r), results.compiler_key(r)) in base for r in rows)
 
 
-def test_unchanged_tree_passes_against_the_committed_baseline(tmp_path):
+@COMPILES
+def test_unchanged_tree_passes_against_the_committed_baseline(tmp_path, compiled):
     """A sample of the product's jobs (one forward and one backward config, one JAX kernel in both
     modes), compiled now, equals the committed baseline (the CI step compiles all of them)."""
-    from lattnbench.static.lightning_jobs import bwd_job, fwd_job
-
-    rows = triton_rows(fwd_job(64, 32, 0, 4, 3), bwd_job(0, 64, 32, 0, 4, 2))
+    rows = triton_rows(compiled, "fwd", "bwd")
     rows += xla_rows(xla.XlaJob("lightning/jax-chunked", xla.SHAPES[0], "fwd"))
     rows += xla_rows(xla.XlaJob("lightning/jax-chunked", xla.SHAPES[0], "fwdbwd"))
     if not _like_baseline(rows):
@@ -209,22 +237,20 @@ def _failing_metrics(tmp_path, base_rows, cur_rows) -> tuple[set[str], str]:
     return {f.metric for f in compare(cur_rows, base_rows).failures}, res.output
 
 
-def test_forced_spill_fails_naming_spilled_bytes(tmp_path):
-    from static_fixtures import fixture_job
-
-    base = triton_rows(fixture_job(bn=64))
+@COMPILES
+def test_forced_spill_fails_naming_spilled_bytes(tmp_path, compiled):
+    base = triton_rows(compiled, "chunk_loop")  # BN = 64
     assert {r["metric"]: r["value"] for r in base}["spilled_bytes"] == 0
-    cur = triton_rows(fixture_job(bn=512))  # a [64, 512] fp32 accumulator on 128 threads
+    cur = triton_rows(compiled, "bn512")  # a [64, 512] fp32 accumulator on 128 threads
     metrics, output = _failing_metrics(tmp_path, base, cur)
     assert "spilled_bytes" in metrics
     assert "fixture/triton [fixture BM=64] spilled_bytes: 0 ->" in output
 
 
-def test_doubled_load_in_the_loop_fails_naming_loop_instructions(tmp_path):
-    from static_fixtures import fixture_job
-
-    base = triton_rows(fixture_job("chunk_loop"))
-    cur = triton_rows(fixture_job("chunk_loop_double"))
+@COMPILES
+def test_doubled_load_in_the_loop_fails_naming_loop_instructions(tmp_path, compiled):
+    base = triton_rows(compiled, "chunk_loop")
+    cur = triton_rows(compiled, "chunk_loop_double")
     b = {r["metric"]: r["value"] for r in base}
     c = {r["metric"]: r["value"] for r in cur}
     assert c["mma"] == b["mma"] > 0  # the loop still multiplies; only the loads grew
