@@ -11,7 +11,7 @@ import triton
 
 from lattnbench.kernels.naive.torch_ref import lightning_naive
 
-SLOW_S = 0.2
+SLOW_S = 0.1
 
 
 @triton.jit
