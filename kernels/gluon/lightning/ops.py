@@ -39,12 +39,22 @@ def device_reason(device: torch.device) -> str | None:
     return None
 
 
+# CUDA devices device_reason accepted: later calls skip its device query (a visible share of a
+# short call's host time)
+_SM90_READY: set[int] = set()
+
+
 def gluon_path(q: Tensor, v: Tensor, cu_seqlens=None) -> str | None:
     """None when a call with these inputs takes the Gluon forward, else why the Triton kernel runs
-    it instead: the device (``device_reason``), then the options (``configs.fallback_reason``)."""
+    it instead: the options (``configs.fallback_reason``), then the device (``device_reason``)."""
     reason = _cfg.fallback_reason(str(q.dtype).removeprefix("torch."), q.shape[3], v.shape[3],
                                   cu_seqlens is not None)
-    return reason if reason is not None else device_reason(q.device)
+    if reason is not None or q.get_device() in _SM90_READY:
+        return reason
+    reason = device_reason(q.device)
+    if reason is None:
+        _SM90_READY.add(q.get_device())
+    return reason
 
 
 def _empty(*shape, dtype, device) -> Tensor:
@@ -83,7 +93,8 @@ def _descriptor(x: Tensor, width: int, cfg_bt: int):
         template.base = None  # holds no tensor alive
         _DESCRIPTOR_TEMPLATES[key] = template
         return desc
-    desc = copy.copy(template)
+    desc = object.__new__(type(template))  # a copy without the checks: fields as the template's
+    desc.__dict__.update(template.__dict__)
     desc.base = x
     return desc
 
