@@ -2,7 +2,7 @@
 user cache is a temporary directory.
 
 TRITON_INTERPRET must be set before any ``@triton.jit`` kernel is defined, so it is set here,
-before the test modules import the kernels.
+at configure time, before the test modules import the kernels.
 """
 import os
 import tempfile
@@ -15,11 +15,6 @@ import tempfile
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import torch  # noqa: E402
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
 # runs without --out and the tuning store write under the user cache: keep the tests' in a
 # directory of their own
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="lattnbench-test-cache-")
@@ -30,3 +25,14 @@ os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="lattnbench-test-cache-")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       os.path.join(tempfile.gettempdir(), f"lattnbench-test-jax-cache-{os.getuid()}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+
+
+def pytest_configure(config):
+    """The Triton interpreter where torch sees no GPU. The xdist controller runs no test and skips
+    it: importing torch there (some 1.5 s) would hold back the start of every worker."""
+    if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
