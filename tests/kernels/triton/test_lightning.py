@@ -168,7 +168,7 @@ def test_d_smaller_than_e_no_initial_state():
 
 @pytest.mark.parametrize("reverse", [False, True])
 def test_gqa(reverse):
-    check(seed=5, b=1, t=66, h=4, hkv=2, d=32, e=48, reverse=reverse)
+    check(seed=5, b=1, t=34, h=4, hkv=2, d=32, e=48, reverse=reverse)  # a whole chunk and one of 2 tokens
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
@@ -219,7 +219,7 @@ def test_no_final_state_and_output_fully_written():
 
 
 def test_gradient_through_final_state_only():
-    g, q, k, v, s0 = _inputs(14, 1, 70, 2, 2, 32, 48, torch.float32)
+    g, q, k, v, s0 = _inputs(14, 1, 38, 2, 2, 32, 48, torch.float32)
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v, s0)]
     _, st = lightning_attn_triton(*leaves[:3], gamma=[-0.3, 0.0], initial_state=leaves[3])
     w = torch.randn(st.shape, generator=g)
@@ -235,7 +235,7 @@ def test_gradient_through_final_state_only():
 @pytest.mark.parametrize("reverse", [False, True])
 def test_loss_on_output_only(reverse):
     # S_T unused: its gradient arrives as None (no dS_T term), dh0 from the outputs alone
-    g, q, k, v, s0 = _inputs(15, 1, 70, 2, 2, 32, 48, torch.float32)
+    g, q, k, v, s0 = _inputs(15, 1, 38, 2, 2, 32, 48, torch.float32)
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v, s0)]
     gam = [-0.2, -1.0]
     o, _ = lightning_attn_triton(*leaves[:3], gamma=gam, initial_state=leaves[3], reverse=reverse)
