@@ -1,4 +1,5 @@
 """The generated blocks in README.md and docs/ are exactly what `lattnbench report` makes of committed results."""
+import os
 import re
 import shutil
 from pathlib import Path
@@ -61,8 +62,9 @@ def test_every_block_has_committed_results_and_stands_once():
 
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)], ids=rel)
 def test_blocks_regenerate_byte_identical(page, monkeypatch):
-    """Regenerate every block of ``page`` in a copy beside it (plot links are relative to its folder)."""
-    copy = page.with_name(f".{page.stem}.regenerated.md")
+    """Regenerate every block of ``page`` in a copy beside it (plot links are relative to its folder),
+    named for this process: a second test run in the same checkout must not remove it."""
+    copy = page.with_name(f".{page.stem}.regenerated-{os.getpid()}.md")
     shutil.copy(page, copy)
     try:
         monkeypatch.chdir(ROOT)
