@@ -18,11 +18,27 @@ from lattnbench.kernels.parallel.jax_sp import lightning_attn_shard_map, sequenc
 TOL = float(sys.argv[1])
 
 
+def _fast_compile() -> dict:
+    """As tests/kernels/jax/jax_testutil.py compiles its test graphs (without importing its torch):
+    little backend optimisation, and XLA:CPU's elemental emitters where the option exists (its MLIR
+    fusion emitters take some 3x longer to compile these graphs)."""
+    opts = {"xla_backend_optimization_level": 0}
+    try:
+        jax.jit(lambda x: x + 1, compiler_options={"xla_cpu_use_fusion_emitters": False}).lower(1.0).compile()
+    except Exception:  # noqa: BLE001 - an XLA without the option
+        return opts
+    return {**opts, "xla_cpu_use_fusion_emitters": False}
+
+
+FAST_COMPILE = _fast_compile()
+
+
 def loss_grads(fn, q, k, v, h0, do, ds):
     def f(q, k, v, h0):
         o, s = fn(q, k, v, h0)
         return jnp.sum(o * do) + jnp.sum(s * ds)
-    both = jax.jit(lambda *a: (jax.grad(f, argnums=(0, 1, 2, 3))(*a), fn(*a)))  # eager shard_map is slow
+    both = jax.jit(lambda *a: (jax.grad(f, argnums=(0, 1, 2, 3))(*a), fn(*a)),  # eager shard_map is slow
+                   compiler_options=FAST_COMPILE)
     return both(q, k, v, h0)
 
 
