@@ -30,7 +30,9 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 def pytest_configure(config):
     """The Triton interpreter where torch sees no GPU. The xdist controller runs no test and skips
     it: importing torch there (some 1.5 s) would hold back the start of every worker."""
-    if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
+    distributing = (getattr(config.option, "dist", "no") != "no" and getattr(config.option, "tx", None)
+                    and not config.option.collectonly)  # xdist's own test for starting workers
+    if distributing and "PYTEST_XDIST_WORKER" not in os.environ:
         return
     import torch
 
