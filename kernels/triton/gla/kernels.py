@@ -172,6 +172,22 @@ def _row(x, o_t, j):
 
 
 @triton.jit
+def _exact_scores(a, b, B, p, o_t, BT: tl.constexpr):
+    """M[t, s] = Σ_d a_td b_sd e^{B_td − B_sd} for p_s ≤ p_t, else 0 (fp32), one key row s at a
+    time, so every kept exponent is ≤ 0 whatever the chunk's gate range."""
+    M = tl.zeros([BT, BT], dtype=tl.float32)
+    af = a.to(tl.float32)
+    for j in range(BT):
+        b_j = _row(b, o_t, j)
+        B_j = _row(B, o_t, j)
+        p_j = tl.sum(tl.where(o_t == j, p, 0), 0)
+        w = tl.exp(tl.where((p >= p_j)[:, None], B - B_j[None, :], float("-inf")))
+        col = tl.sum(af * b_j[None, :] * w, 1)
+        M = tl.where((o_t == j)[None, :], col[:, None], M)
+    return M
+
+
+@triton.jit
 def _gated_scores(a, b, B, p, o_t, GATE_BF16: tl.constexpr, DOT_PREC: tl.constexpr,
                   SAFE_SPREAD: tl.constexpr, BT: tl.constexpr):
     """M[t, s] = Σ_d a_td b_sd e^{B_td − B_sd} for p_s ≤ p_t, else 0 (fp32)."""
@@ -181,17 +197,10 @@ def _gated_scores(a, b, B, p, o_t, GATE_BF16: tl.constexpr, DOT_PREC: tl.constex
         ae = _gcast(a * tl.exp(B - mid[None, :]), GATE_BF16)
         be = _gcast(b * tl.exp(mid[None, :] - B), GATE_BF16)
         M = tl.dot(ae, tl.trans(be), input_precision=DOT_PREC)
-    else:  # exact: one key row at a time, every exponent ≤ 0 where kept
-        M = tl.zeros([BT, BT], dtype=tl.float32)
-        af = a.to(tl.float32)
-        for j in range(BT):
-            b_j = _row(b, o_t, j)
-            B_j = _row(B, o_t, j)
-            p_j = tl.sum(tl.where(o_t == j, p, 0), 0)
-            w = tl.exp(tl.where((p >= p_j)[:, None], B - B_j[None, :], float("-inf")))
-            col = tl.sum(af * b_j[None, :] * w, 1)
-            M = tl.where((o_t == j)[None, :], col[:, None], M)
-    return tl.where(keep, M, 0.0)
+        M = tl.where(keep, M, 0.0)
+    else:
+        M = _exact_scores(a, b, B, p, o_t, BT)
+    return M
 
 
 @triton.jit
@@ -215,6 +224,23 @@ def _gated_apply(W, x, B, p, o_t, SIGN: tl.constexpr, GATE_BF16: tl.constexpr, D
     return Y
 
 
+@triton.jit
+def _decayed_scores_t(qd, kd, bq, bk, B, Bl, p, o_t, GATE_BF16: tl.constexpr, DOT_PREC: tl.constexpr,
+                      SAFE_DEPTH: tl.constexpr, BT: tl.constexpr):
+    """Mᵀ[s, t] = Σ_d k_sd q_td e^{B_td − B_sd} for p_s ≤ p_t, else 0 (fp32), from the decayed
+    operands the chunk computes anyway, qd = q⊙e^B and kd = k⊙e^{Bl − B}: e^{B_t − B_s} =
+    e^{B_t}·e^{Bl − B_s}·e^{−Bl}, so Mᵀ = (kd·diag(e^{−Bl}))·qdᵀ. While every channel's chunk total
+    Bl is at least −SAFE_DEPTH, qd and kd are normal numbers and no factor exceeds e^{SAFE_DEPTH};
+    a deeper chunk takes the exact row-by-row path."""
+    if tl.min(Bl, 0) >= -SAFE_DEPTH:
+        kn = _gcast(kd * tl.exp(-Bl)[None, :], GATE_BF16)
+        Mt = tl.dot(kn, tl.trans(_gcast(qd, GATE_BF16)), input_precision=DOT_PREC)
+        Mt = tl.where(p[:, None] <= p[None, :], Mt, 0.0)
+    else:
+        Mt = tl.trans(_exact_scores(bq, bk, B, p, o_t, BT))
+    return Mt
+
+
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_fwd_kernel(
     q, k, v, g, h0, cu,
@@ -222,17 +248,24 @@ def gla_fwd_kernel(
     o, ht,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_SPREAD: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr,
     BT: tl.constexpr, BS: tl.constexpr,
 ):
     """o (and S_T into ht) from q, g [B, T, H, D], k [B, T, HKV, D], v [B, T, HKV, E]; grid
     (cdiv(E, BS), N·H). BK is D padded to a power of two; SPLIT (= E) and SHAPE_BUCKET only steer
-    autotuning."""
+    autotuning.
+
+    Every product is transposed, as in the Lightning kernel's transposed pass: the state is held as
+    Sᵀ [BS, BK] and the output chunk as oᵀ [BS, BT], so the value slice (all of E at BS = 128) is
+    the M dimension of the big products, the two warpgroups split it, and q, k and g are loaded,
+    cumulated and decayed once per head rather than once per E-slice."""
     (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
      m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
     v_base = v + bos * (HKV * VD) + i_hk * VD
     o_base = o + bos * (H * VD) + i_h * VD
-    S = _state_tile(h0, s_off, m_s, HAS_H0, BK, BS)
+    s_off_t = tl.trans(s_off)
+    m_s_t = tl.trans(m_s)
+    St = tl.trans(_state_tile(h0, s_off, m_s, HAS_H0, BK, BS))
     dt = q.dtype.element_ty
     for i_c in range(0, tl.cdiv(seq_len, BT)):
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
@@ -241,15 +274,17 @@ def gla_fwd_kernel(
         bv = _load(v_base, rows, HKV * VD, o_v, valid, m_v)
         bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         B, Bl = _log_gates(bg, REVERSE)
-        # carried state, decayed to each row: (q⊙e^B)·S, every factor ≤ 1
-        acc = tl.dot((bq * tl.exp(B)).to(dt), S.to(dt), input_precision=DOT_PREC)
-        A = _gated_scores(bq, bk, B, p, o_t, GATE_BF16, DOT_PREC, SAFE_SPREAD, BT)
-        acc = tl.dot(A.to(dt), bv, acc, input_precision=DOT_PREC) * scale
-        _store(o_base, rows, H * VD, o_v, valid, m_v, acc)
-        kd = (bk * tl.exp(Bl[None, :] - B)).to(dt)
-        S = tl.dot(tl.trans(kd), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+        qd = bq * tl.exp(B)  # every factor ≤ 1
+        kd = bk * tl.exp(Bl[None, :] - B)
+        # carried state, decayed to each row: oᵀ = Sᵀ·qdᵀ
+        acc = tl.dot(St.to(dt), tl.trans(qd.to(dt)), input_precision=DOT_PREC)
+        Mt = _decayed_scores_t(qd, kd, bq, bk, B, Bl, p, o_t, GATE_BF16, DOT_PREC, SAFE_DEPTH, BT)
+        acc = tl.dot(tl.trans(bv), Mt.to(dt), acc, input_precision=DOT_PREC) * scale
+        _store(o_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc))
+        # Sᵀ ← Sᵀ·diag(e^{Bl}) + vᵀ·kd
+        St = tl.dot(tl.trans(bv), kd.to(dt), St * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
     if STORE_HT:
-        tl.store(ht + s_off, S, mask=m_s)
+        tl.store(ht + s_off_t, St, mask=m_s_t)
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])

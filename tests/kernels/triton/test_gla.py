@@ -90,6 +90,7 @@ def test_varlen_with_a_length_one_sequence(reverse):
 def test_exact_path_matches(monkeypatch):
     # every chunk through the token-by-token intra-chunk path (the one wide gate spreads take)
     monkeypatch.setattr(gla_ops._cfg, "SAFE_SPREAD", -1.0)
+    monkeypatch.setattr(gla_ops._cfg, "SAFE_DEPTH", -1.0)
     check(seed=4, t=20, h=1, d=16, e=24, reverse=True, normaliser=4.0)
 
 
