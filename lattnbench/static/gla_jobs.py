@@ -13,13 +13,9 @@ _SCALARS = dict(T="i32", H="i32", HKV="i32", scale="fp32", SHAPE_BUCKET="i32")
 
 
 def _flags() -> dict:
-    return dict(KD=D, VD=E, REVERSE=False, IS_VARLEN=False, DOT_PREC="tf32", GATE_BF16=True)
+    from lattnbench.kernels.triton.gla.configs import SAFE_DEPTH
 
-
-def _safe_spread() -> float:
-    from lattnbench.kernels.triton.gla.configs import SAFE_SPREAD
-
-    return SAFE_SPREAD
+    return dict(KD=D, VD=E, REVERSE=False, IS_VARLEN=False, DOT_PREC="tf32", GATE_BF16=True, SAFE_DEPTH=SAFE_DEPTH)
 
 
 def config_label(bt: int, bs: int, warps: int, stages: int) -> str:
@@ -34,23 +30,21 @@ def _job(kernel: str, function: str, types: dict, constexprs: dict, bt: int, bs:
 
 def fwd_job(bt: int, bs: int, w: int, s: int) -> Job:
     types = dict(q=_BF, k=_BF, v=_BF, g=_F32, h0=_F32, cu=_F32, o=_BF, ht=_F32, **_SCALARS)
-    from lattnbench.kernels.triton.gla.configs import SAFE_DEPTH
-
-    return _job("gla/triton:fwd", "gla_fwd_kernel", types,
-                dict(BK=D, SPLIT=E, HAS_H0=False, STORE_HT=True, SAFE_DEPTH=SAFE_DEPTH), bt, bs, w, s)
+    return _job("gla/triton:fwd", "gla_fwd_kernel", types, dict(BK=D, SPLIT=E, HAS_H0=False, STORE_HT=True),
+                bt, bs, w, s)
 
 
 def bwd_qk_job(bt: int, bs: int, w: int, s: int) -> Job:
     types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, h0=_F32, dht=_F32, cu=_F32, dq=_BF, dk=_BF, dg=_F32,
                  dh0=_F32, hc=_BF, **_SCALARS)
     return _job("gla/triton:bwd-dqdkdg", "gla_bwd_qk_kernel", types,
-                dict(BV=E, SPLIT=D, HAS_H0=False, HAS_DHT=True, SAFE_SPREAD=_safe_spread()), bt, bs, w, s)
+                dict(BV=E, SPLIT=D, HAS_H0=False, HAS_DHT=True), bt, bs, w, s)
 
 
 def bwd_v_job(bt: int, bs: int, w: int, s: int) -> Job:
     types = dict(q=_BF, k=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, dv=_BF, **_SCALARS)
     return _job("gla/triton:bwd-dv", "gla_bwd_v_kernel", types,
-                dict(BK=D, SPLIT=E, HAS_DHT=True, SAFE_SPREAD=_safe_spread()), bt, bs, w, s)
+                dict(BK=D, SPLIT=E, HAS_DHT=True), bt, bs, w, s)
 
 
 def default_jobs() -> list[Job]:

@@ -15,33 +15,27 @@ from ..lightning.configs import AUTOTUNE, cdiv, pow2, shape_bucket  # noqa: F401
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
-# The state slice [D, BS] (forward, dv) or [BS, E] (dq/dk) is fp32 in registers beside the
-# chunk's q, k, g tiles: at D = E = 128 the 4-warp configs spill kilobytes (ptxas for sm_90),
-# 8 warps keep the spill to a few hundred bytes, so the lists lean on 8 warps.
-# The forward holds the state transposed, Sᵀ [BS, D]: BS = 128 at 8 warps is all of E per program
-# (the warpgroups split it); BS = 64 doubles the programs for grids that leave SMs idle.
+# Every pass holds its fp32 state slice with the slice as the M dimension of the big products:
+# Sᵀ / dSᵀ [BS, D] (forward, dv: E-slices), S / dS [BS, E] (dq/dk/dg: D-slices, the chunk's q, k,
+# g transposed). BS = 128 at 8 warps is a whole head dim per program (the warpgroups split it);
+# BS = 64 doubles the programs for grids that leave SMs idle.
 FWD_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 2), (64, 64, 4, 2), (64, 64, 8, 2)]
 # The qk launch writes and reads back the state entering every chunk (E·2/BT bytes per key
 # element each way in bf16, for dg) and its buffer is sized by the shortest chunk in this list:
 # BT = 32 would double both, so the list keeps BT = 64.
-BWD_K_CONFIGS = [(64, 32, 8, 1), (64, 32, 8, 2)]
-BWD_V_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (32, 64, 8, 2), (32, 64, 4, 2)]
+BWD_K_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
+BWD_V_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 2), (64, 64, 4, 2), (64, 64, 8, 2)]
 # The interpreter cannot autotune ("0 active drivers"): small chunks, so that tests cross chunks.
 INTERP_CONFIG = (16, 16, 4, 1)
 # jax-triton launches the plain kernels with one fixed config per pass (jax_config).
 JAX_FWD_CONFIG = (64, 128, 8, 2)
-JAX_BWD_K_CONFIG = (64, 32, 8, 1)
-JAX_BWD_V_CONFIG = (64, 64, 8, 2)
+JAX_BWD_K_CONFIG = (64, 64, 8, 2)
+JAX_BWD_V_CONFIG = (64, 128, 8, 2)
 
-# The fast intra-chunk products factor exp(B_t − B_s) = exp(B_t − m)·exp(m − B_s) about the
-# middle m of the chunk's cumulative log-gate range, so each factor is at most exp(spread / 2).
-# Up to this spread (per key channel, fp32 range e^88 with headroom for a dot's sum) the factors
-# cannot overflow; a chunk with a wider spread takes the exact token-by-token path.
-SAFE_SPREAD = 120.0
-# The forward's intra-chunk product reuses its decayed operands q⊙e^B and k⊙e^{Bl − B}, with
-# e^{−Bl} moved onto k: while every channel's chunk total Bl is at least −SAFE_DEPTH they are normal
-# fp32 / bf16 numbers (e^{−60} ≈ 8.8e-27) and no factor, nor a masked-out product summed over D,
-# overflows (e^{60} ≈ 1.1e26); a deeper chunk takes the exact path.
+# The intra-chunk products reuse the chunk's decayed operands q⊙e^B and k⊙e^{Bl − B}, one of them
+# rescaled by e^{−Bl}: while every channel's chunk total Bl is at least −SAFE_DEPTH they are normal
+# fp32 / bf16 numbers (e^{−60} ≈ 8.8e-27) and no factor, nor a masked-out product summed over a
+# head dim, overflows (e^{60} ≈ 1.1e26); a deeper chunk takes the exact token-by-token path.
 SAFE_DEPTH = 60.0
 
 

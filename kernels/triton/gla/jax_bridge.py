@@ -20,7 +20,8 @@ from . import kernels as _k
 def _flags(dtype) -> dict:
     import jax.numpy as jnp
 
-    return dict(DOT_PREC="ieee" if dtype == jnp.float32 else "tf32", GATE_BF16=dtype == jnp.bfloat16)
+    return dict(DOT_PREC="ieee" if dtype == jnp.float32 else "tf32", GATE_BF16=dtype == jnp.bfloat16,
+                SAFE_DEPTH=_cfg.SAFE_DEPTH)
 
 
 def _scalars(t: int, h: int, hkv: int, scale: float, rows: int) -> tuple:
@@ -41,7 +42,7 @@ def fwd_call(q, k, v, g, h0, scale, reverse):
         q, k, v, g, h0 if h0 is not None else g, g, *_scalars(t, h, hkv, scale, b * h),
         kernel=_k.gla_fwd_kernel, out_shape=outs, grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s,
         KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=True,
-        IS_VARLEN=False, BT=bt, BS=bs, SAFE_DEPTH=_cfg.SAFE_DEPTH, **_flags(q.dtype))
+        IS_VARLEN=False, BT=bt, BS=bs, **_flags(q.dtype))
     return o, ht  # a tuple, as the torch entry point returns (triton_call gives a list)
 
 
@@ -56,8 +57,7 @@ def bwd_call(q, k, v, g, do, h0, dht, scale, reverse):
     grp = h // hkv
     gdt = q.dtype if grp == 1 else jnp.float32
     sc = _scalars(t, h, hkv, scale, b * h)
-    flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, SAFE_SPREAD=_cfg.SAFE_SPREAD,
-                 **_flags(q.dtype))
+    flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, **_flags(q.dtype))
     bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_K_CONFIG, d, e, q.dtype == jnp.bfloat16)
     outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),
             jax.ShapeDtypeStruct((b, t, h, d), jnp.float32), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32),

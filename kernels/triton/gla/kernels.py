@@ -121,17 +121,18 @@ def _entry_state(hc, bos, i_n, i_c, i_h, H, KD: tl.constexpr, VD: tl.constexpr, 
 
 
 @triton.jit
-def _chunk_dg(dG, dg_end, dg_start, p, n_valid, BACK: tl.constexpr):
-    """dg of a chunk's rows from their terms dG = q⊙dq − k⊙dk and the chunk's exact ends:
-    dg_start, the first row's dg, and dg_end, the dg just after its last row (processing order).
+def _chunk_dg_t(dGt, dg_end, dg_start, p, n_valid, BACK: tl.constexpr):
+    """dgᵀ [channels, rows] of a chunk from its terms dGᵀ = (q⊙dq − k⊙dk)ᵀ and the chunk's exact
+    ends: dg_start, the first row's dg, and dg_end, the dg just after its last row (processing
+    order).
 
     dg_t = dg_end + Σ_{t'≥t} dG_t' = dg_start − Σ_{t'<t} dG_t' in exact arithmetic. The terms
     nearly cancel, so either sum's rounding error drifts like a random walk from its end; each row
     blends the two by inverse variance (weight 1 − p/n_valid on the prefix side), which spreads
     the chunk's mismatch linearly over its rows. Nothing accumulates across chunks."""
-    mismatch = dg_start - dg_end - tl.sum(dG, 0)
+    mismatch = dg_start - dg_end - tl.sum(dGt, 1)
     w = 1.0 - p.to(tl.float32) / n_valid
-    return tl.cumsum(dG, 0, reverse=not BACK) + dg_end[None, :] + w[:, None] * mismatch[None, :]
+    return tl.cumsum(dGt, 1, reverse=not BACK) + dg_end[:, None] + w[None, :] * mismatch[:, None]
 
 
 @triton.jit
@@ -149,20 +150,12 @@ def _log_gates(g, BACK: tl.constexpr):
 
 @triton.jit
 def _gcast(x, GATE_BF16: tl.constexpr):
-    """Dot operand carrying a gate factor up to e^{SAFE_SPREAD/2}: bf16 keeps fp32's range; fp16
+    """Dot operand carrying a gate factor up to e^{SAFE_DEPTH}: bf16 keeps fp32's range; fp16
     would overflow, so fp16 and fp32 inputs keep such operands in fp32."""
     if GATE_BF16:
         return x.to(tl.bfloat16)
     else:
         return x.to(tl.float32)
-
-
-@triton.jit
-def _middle(B):
-    """(middle of each channel's B range, largest range over the channels)."""
-    top = tl.max(B, 0)
-    bottom = tl.min(B, 0)
-    return 0.5 * (top + bottom), tl.max(top - bottom, 0)
 
 
 @triton.jit
@@ -188,57 +181,41 @@ def _exact_scores(a, b, B, p, o_t, BT: tl.constexpr):
 
 
 @triton.jit
-def _gated_scores(a, b, B, p, o_t, GATE_BF16: tl.constexpr, DOT_PREC: tl.constexpr,
-                  SAFE_SPREAD: tl.constexpr, BT: tl.constexpr):
-    """M[t, s] = Σ_d a_td b_sd e^{B_td − B_sd} for p_s ≤ p_t, else 0 (fp32)."""
-    keep = p[None, :] <= p[:, None]
-    mid, spread = _middle(B)
-    if spread <= SAFE_SPREAD:
-        ae = _gcast(a * tl.exp(B - mid[None, :]), GATE_BF16)
-        be = _gcast(b * tl.exp(mid[None, :] - B), GATE_BF16)
-        M = tl.dot(ae, tl.trans(be), input_precision=DOT_PREC)
-        M = tl.where(keep, M, 0.0)
-    else:
-        M = _exact_scores(a, b, B, p, o_t, BT)
-    return M
-
-
-@triton.jit
-def _gated_apply(W, x, B, p, o_t, SIGN: tl.constexpr, GATE_BF16: tl.constexpr, DOT_PREC: tl.constexpr,
-                 SAFE_SPREAD: tl.constexpr, BT: tl.constexpr, BX: tl.constexpr):
+def _exact_apply(W, x, B, p, o_t, SIGN: tl.constexpr, BT: tl.constexpr, BX: tl.constexpr):
     """Y[u, d] = Σ_w W_uw x_wd e^{SIGN·(B_ud − B_wd)} for a W already zero outside
-    SIGN·(p_u − p_w) ≥ 0 (fp32)."""
-    mid, spread = _middle(B)
-    if spread <= SAFE_SPREAD:
-        xe = _gcast(x * tl.exp(SIGN * (mid[None, :] - B)), GATE_BF16)
-        Y = tl.dot(_gcast(W, GATE_BF16), xe, input_precision=DOT_PREC) * tl.exp(SIGN * (B - mid[None, :]))
-    else:  # exact: one row w at a time, every exponent ≤ 0 where W may be nonzero
-        Y = tl.zeros([BT, BX], dtype=tl.float32)
-        for j in range(BT):
-            x_j = _row(x, o_t, j)
-            B_j = _row(B, o_t, j)
-            p_j = tl.sum(tl.where(o_t == j, p, 0), 0)
-            W_j = tl.sum(tl.where((o_t == j)[None, :], W, 0.0), 1)
-            e = tl.where((SIGN * (p - p_j) >= 0)[:, None], SIGN * (B - B_j[None, :]), float("-inf"))
-            Y += W_j[:, None] * x_j[None, :] * tl.exp(e)
+    SIGN·(p_u − p_w) ≥ 0 (fp32), one row w at a time, so every exponent is ≤ 0 where W may be
+    nonzero, whatever the chunk's gate range."""
+    Y = tl.zeros([BT, BX], dtype=tl.float32)
+    for j in range(BT):
+        x_j = _row(x, o_t, j)
+        B_j = _row(B, o_t, j)
+        p_j = tl.sum(tl.where(o_t == j, p, 0), 0)
+        W_j = tl.sum(tl.where((o_t == j)[None, :], W, 0.0), 1)
+        e = tl.where((SIGN * (p - p_j) >= 0)[:, None], SIGN * (B - B_j[None, :]), float("-inf"))
+        Y += W_j[:, None] * x_j[None, :] * tl.exp(e)
     return Y
 
 
 @triton.jit
-def _decayed_scores_t(qd, kd, bq, bk, B, Bl, p, o_t, GATE_BF16: tl.constexpr, DOT_PREC: tl.constexpr,
-                      SAFE_DEPTH: tl.constexpr, BT: tl.constexpr):
-    """Mᵀ[s, t] = Σ_d k_sd q_td e^{B_td − B_sd} for p_s ≤ p_t, else 0 (fp32), from the decayed
-    operands the chunk computes anyway, qd = q⊙e^B and kd = k⊙e^{Bl − B}: e^{B_t − B_s} =
-    e^{B_t}·e^{Bl − B_s}·e^{−Bl}, so Mᵀ = (kd·diag(e^{−Bl}))·qdᵀ. While every channel's chunk total
-    Bl is at least −SAFE_DEPTH, qd and kd are normal numbers and no factor exceeds e^{SAFE_DEPTH};
-    a deeper chunk takes the exact row-by-row path."""
+def _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, TRANS: tl.constexpr, GATE_BF16: tl.constexpr,
+                    DOT_PREC: tl.constexpr, SAFE_DEPTH: tl.constexpr, BT: tl.constexpr):
+    """M[t, s] = Σ_d q_td k_sd e^{B_td − B_sd} for p_s ≤ p_t, else 0 (fp32; Mᵀ when TRANS), from the
+    decayed operands the chunk computes anyway, qd = q⊙e^B and kd = k⊙e^{Bl − B}:
+    e^{B_t − B_s} = e^{B_t}·e^{Bl − B_s}·e^{−Bl}, so M = qd·(kd·diag(e^{−Bl}))ᵀ. While every
+    channel's chunk total Bl is at least −SAFE_DEPTH, qd and kd are normal numbers and no factor
+    exceeds e^{SAFE_DEPTH}; a deeper chunk takes the exact row-by-row path."""
     if tl.min(Bl, 0) >= -SAFE_DEPTH:
         kn = _gcast(kd * tl.exp(-Bl)[None, :], GATE_BF16)
-        Mt = tl.dot(kn, tl.trans(_gcast(qd, GATE_BF16)), input_precision=DOT_PREC)
-        Mt = tl.where(p[:, None] <= p[None, :], Mt, 0.0)
+        qg = _gcast(qd, GATE_BF16)
+        if TRANS:
+            M = tl.where(p[:, None] <= p[None, :], tl.dot(kn, tl.trans(qg), input_precision=DOT_PREC), 0.0)
+        else:
+            M = tl.where(p[None, :] <= p[:, None], tl.dot(qg, tl.trans(kn), input_precision=DOT_PREC), 0.0)
     else:
-        Mt = tl.trans(_exact_scores(bq, bk, B, p, o_t, BT))
-    return Mt
+        M = _exact_scores(bq, bk, B, p, o_t, BT)
+        if TRANS:
+            M = tl.trans(M)
+    return M
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
@@ -278,13 +255,26 @@ def gla_fwd_kernel(
         kd = bk * tl.exp(Bl[None, :] - B)
         # carried state, decayed to each row: oᵀ = Sᵀ·qdᵀ
         acc = tl.dot(St.to(dt), tl.trans(qd.to(dt)), input_precision=DOT_PREC)
-        Mt = _decayed_scores_t(qd, kd, bq, bk, B, Bl, p, o_t, GATE_BF16, DOT_PREC, SAFE_DEPTH, BT)
+        Mt = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, True, GATE_BF16, DOT_PREC, SAFE_DEPTH, BT)
         acc = tl.dot(tl.trans(bv), Mt.to(dt), acc, input_precision=DOT_PREC) * scale
         _store(o_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc))
         # Sᵀ ← Sᵀ·diag(e^{Bl}) + vᵀ·kd
         St = tl.dot(tl.trans(bv), kd.to(dt), St * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
     if STORE_HT:
         tl.store(ht + s_off_t, St, mask=m_s_t)
+
+
+@triton.jit
+def _load_t(base, rows, row_stride, lanes, valid, m_lanes):
+    """A [lanes, rows] tile (a chunk transposed), zero outside the valid rows and lanes."""
+    return tl.load(base + rows[None, :] * row_stride + lanes[:, None], mask=valid[None, :] & m_lanes[:, None],
+                   other=0.0)
+
+
+@triton.jit
+def _store_t(base, rows, row_stride, lanes, valid, m_lanes, x):
+    tl.store(base + rows[None, :] * row_stride + lanes[:, None], x.to(base.dtype.element_ty),
+             mask=valid[None, :] & m_lanes[:, None])
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
@@ -294,14 +284,19 @@ def gla_bwd_qk_kernel(
     dq, dk, dg, dh0, hc,
     KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_SPREAD: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr,
     BT: tl.constexpr, BS: tl.constexpr,
 ):
     """dq, dk (per query head), dg and dh0 for one D-slice of BS key channels; grid
     (cdiv(D, BS), N·H). BV is E padded to a power of two. The forward sweep rebuilds S (its rows
     of this slice), writes dq and the state entering every chunk into hc (input
     dtype, [(total rows) // BT + N, H, D, E]); the backward sweep carries dS, writes dk, then dg from
-    the dq and the entry states it wrote, and dh0 at the end."""
+    the dq and the entry states it wrote, and dh0 at the end.
+
+    The chunk's q, k, g and every per-channel output are held transposed, [BS, BT] (key channels ×
+    rows), so the state slice's rows (BS, all of D at 128) are the M dimension of every product and
+    the gates act on the output's rows: dqᵀ = e^{B}ᵀ⊙(S·doᵀ + knᵀ·Wᵀ) with kn = k⊙e^{−B},
+    dkᵀ = e^{Bl−B}ᵀ⊙(dS·vᵀ + scale·qnᵀ·W') with qn = q⊙e^{B−Bl}, W = do·vᵀ masked."""
     i_kb = tl.program_id(0)
     i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
@@ -322,24 +317,31 @@ def gla_bwd_qk_kernel(
     m_s = m_k[:, None] & m_e[None, :]
     dt = q.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
-    keep = p[None, :] <= p[:, None]  # [t, s]: s at or before t
 
     # forward sweep: dq_t = scale·S_t do_t
     S = _state_tile(h0, s_off, m_s, HAS_H0, BS, BV)
     for i_c in range(0, n_chunks):
         tl.store(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), S.to(hc.dtype.element_ty), mask=m_s)
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
-        bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
-        bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        kt = _load_t(k_base, rows, HKV * KD, o_k, valid, m_k)
+        gt = _load_t(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
         bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
-        B, Bl = _log_gates(bg, REVERSE)
-        acc = tl.dot(bdo, tl.trans(S.to(dt)), input_precision=DOT_PREC) * tl.exp(B)
-        W = tl.where(keep, tl.dot(bdo, tl.trans(bv), input_precision=DOT_PREC), 0.0)
-        acc += _gated_apply(W, bk, B, p, o_t, 1.0, GATE_BF16, DOT_PREC, SAFE_SPREAD, BT, BS)
-        _store(dq_base, rows, H * KD, o_k, valid, m_k, acc * scale)
-        kd = (bk * tl.exp(Bl[None, :] - B)).to(dt)
-        S = tl.dot(tl.trans(kd), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+        Bt = tl.cumsum(gt, 1, reverse=REVERSE)
+        Bl = tl.sum(gt, 1)
+        kdt = kt * tl.exp(Bl[:, None] - Bt)
+        acc = tl.dot(S.to(dt), tl.trans(bdo), input_precision=DOT_PREC)
+        Wt = tl.where(p[:, None] <= p[None, :], tl.dot(bv, tl.trans(bdo), input_precision=DOT_PREC), 0.0)  # [s, t]
+        # the intra-chunk part apart from acc: Triton 3.6's pipeliner fails on a dot accumulating into
+        # a loop value inside a branch
+        if tl.min(Bl, 0) >= -SAFE_DEPTH:
+            knt = _gcast(kdt * tl.exp(-Bl)[:, None], GATE_BF16)
+            intra = tl.dot(knt, _gcast(Wt, GATE_BF16), input_precision=DOT_PREC) * tl.exp(Bt)
+        else:
+            intra = tl.trans(_exact_apply(tl.trans(Wt), tl.trans(kt), tl.trans(Bt), p, o_t, 1.0, BT, BS))
+        acc = acc * tl.exp(Bt) + intra
+        _store_t(dq_base, rows, H * KD, o_k, valid, m_k, acc * scale)
+        S = tl.dot(kdt.to(dt), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
     # S is now S_T: dg just after the last row is rowsum(dS_T ⊙ S_T)
     if HAS_DHT:
         X = tl.load(dht + s_off, mask=m_s, other=0.0).to(tl.float32)
@@ -350,29 +352,35 @@ def gla_bwd_qk_kernel(
     tl.debug_barrier()  # the backward sweep reads the dq and hc that other threads of this program wrote
 
     # backward sweep: dS_s carried as X (the state's gradient entering the chunk from its future)
-    keep_t = p[None, :] >= p[:, None]  # [s, t]: t at or after s
     for i_r in range(0, n_chunks):
         i_c = n_chunks - 1 - i_r
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
-        bq = _load(q_base, rows, H * KD, o_k, valid, m_k)
-        bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
-        bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        qt = _load_t(q_base, rows, H * KD, o_k, valid, m_k)
+        kt = _load_t(k_base, rows, HKV * KD, o_k, valid, m_k)
+        gt = _load_t(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
         bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
-        B, Bl = _log_gates(bg, REVERSE)
-        acc = tl.dot(bv, tl.trans(X.to(dt)), input_precision=DOT_PREC) * tl.exp(Bl[None, :] - B)
-        qd = (bq * tl.exp(B) * scale).to(dt)
-        X = tl.dot(tl.trans(qd), bdo, X * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+        Bt = tl.cumsum(gt, 1, reverse=REVERSE)
+        Bl = tl.sum(gt, 1)
+        qdt = qt * tl.exp(Bt) * scale
+        ekt = tl.exp(Bl[:, None] - Bt)
+        acc = tl.dot(X.to(dt), tl.trans(bv), input_precision=DOT_PREC)
+        W = tl.where(p[:, None] >= p[None, :], tl.dot(bdo, tl.trans(bv), input_precision=DOT_PREC), 0.0)  # [t, s]
+        if tl.min(Bl, 0) >= -SAFE_DEPTH:
+            qnt = _gcast(qdt * tl.exp(-Bl)[:, None], GATE_BF16)
+            intra = tl.dot(qnt, _gcast(W, GATE_BF16), input_precision=DOT_PREC) * ekt
+        else:
+            intra = scale * tl.trans(_exact_apply(tl.trans(W), tl.trans(qt), tl.trans(Bt), p, o_t, -1.0, BT, BS))
+        acc = acc * ekt + intra
+        _store_t(dk_base, rows, H * KD, o_k, valid, m_k, acc)
+        X = tl.dot(qdt.to(dt), bdo, X * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
         # X is now the gradient of the state entering the chunk: the first row's dg is rowsum(X ⊙ S_in)
         S_in = tl.load(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), mask=m_s, other=0.0)
         dg_start = tl.sum(X * S_in.to(tl.float32), 1)
-        W = tl.where(keep_t, tl.dot(bv, tl.trans(bdo), input_precision=DOT_PREC), 0.0)
-        acc += _gated_apply(W, bq, B, p, o_t, -1.0, GATE_BF16, DOT_PREC, SAFE_SPREAD, BT, BS) * scale
-        _store(dk_base, rows, H * KD, o_k, valid, m_k, acc)
-        bdq = _load(dq_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-        dG = bq.to(tl.float32) * bdq - bk.to(tl.float32) * acc
+        dqt = _load_t(dq_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        dGt = qt.to(tl.float32) * dqt - kt.to(tl.float32) * acc
         n_valid = tl.minimum(seq_len - i_c * BT, BT).to(tl.float32)
-        _store(dg_base, rows, H * KD, o_k, valid, m_k, _chunk_dg(dG, dg_end, dg_start, p, n_valid, REVERSE))
+        _store_t(dg_base, rows, H * KD, o_k, valid, m_k, _chunk_dg_t(dGt, dg_end, dg_start, p, n_valid, REVERSE))
         dg_end = dg_start
     if HAS_H0:
         tl.store(dh0 + s_off, X, mask=m_s)
@@ -385,16 +393,17 @@ def gla_bwd_v_kernel(
     dv,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_SPREAD: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr,
     BT: tl.constexpr, BS: tl.constexpr,
 ):
-    """dv (per query head) for one E-slice, backward sweep with dS [D, BS]; grid (cdiv(E, BS), N·H).
-    dv_s = dS_sᵀ k_s = Σ_{t≥s} A_ts·scale·do_t + (dS carried)ᵀ(k_s⊙e^{Bl − B_s})."""
+    """dv (per query head) for one E-slice, backward sweep with dS held transposed, dSᵀ [BS, D];
+    grid (cdiv(E, BS), N·H). dv_s = dS_sᵀ k_s = Σ_{t≥s} M_ts·scale·do_t + (dS carried)ᵀ(k_s⊙e^{Bl − B_s}):
+    the forward's transposed pass run backwards, dvᵀ = dSᵀ·kdᵀ + scale·doᵀ·M."""
     (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
      m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
     do_base = do + bos * (H * VD) + i_h * VD
     dv_base = dv + bos * (H * VD) + i_h * VD
-    X = _state_tile(dht, s_off, m_s, HAS_DHT, BK, BS)
+    Xt = tl.trans(_state_tile(dht, s_off, m_s, HAS_DHT, BK, BS))
     dt = q.dtype.element_ty
     n_chunks = tl.cdiv(seq_len, BT)
     for i_r in range(0, n_chunks):
@@ -405,13 +414,13 @@ def gla_bwd_v_kernel(
         bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         bdo = _load(do_base, rows, H * VD, o_v, valid, m_v)
         B, Bl = _log_gates(bg, REVERSE)
-        kd = (bk * tl.exp(Bl[None, :] - B)).to(dt)
-        acc = tl.dot(kd, X.to(dt), input_precision=DOT_PREC)
-        A = _gated_scores(bq, bk, B, p, o_t, GATE_BF16, DOT_PREC, SAFE_SPREAD, BT) * scale
-        acc = tl.dot(tl.trans(A).to(dt), bdo, acc, input_precision=DOT_PREC)
-        _store(dv_base, rows, H * VD, o_v, valid, m_v, acc)
-        qd = (bq * tl.exp(B) * scale).to(dt)
-        X = tl.dot(tl.trans(qd), bdo, X * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+        qd = bq * tl.exp(B)
+        kd = bk * tl.exp(Bl[None, :] - B)
+        acc = tl.dot(Xt.to(dt), tl.trans(kd.to(dt)), input_precision=DOT_PREC)
+        M = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, False, GATE_BF16, DOT_PREC, SAFE_DEPTH, BT) * scale
+        acc = tl.dot(tl.trans(bdo), M.to(dt), acc, input_precision=DOT_PREC)
+        _store(dv_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc))
+        Xt = tl.dot(tl.trans(bdo), (qd * scale).to(dt), Xt * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
 
 
 # Autotuned launchers on a GPU; under the interpreter autotune cannot run ("0 active drivers"),

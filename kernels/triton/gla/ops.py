@@ -29,7 +29,7 @@ def _dot_prec(dtype: torch.dtype) -> str:
 
 
 def _flags(q: Tensor) -> dict:
-    return dict(DOT_PREC=_dot_prec(q.dtype), GATE_BF16=q.dtype == torch.bfloat16)
+    return dict(DOT_PREC=_dot_prec(q.dtype), GATE_BF16=q.dtype == torch.bfloat16, SAFE_DEPTH=_cfg.SAFE_DEPTH)
 
 
 def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor | None,
@@ -63,7 +63,7 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
     args = (q, k, v, g, h0 if h0 is not None else g, cu if cu is not None else g,
             t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o)
     kw = dict(KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None,
-              STORE_HT=store_ht, IS_VARLEN=cu is not None, SAFE_DEPTH=_cfg.SAFE_DEPTH, **_flags(q))
+              STORE_HT=store_ht, IS_VARLEN=cu is not None, **_flags(q))
     key = ("fwd", q.shape, k.shape, v.shape, q.dtype, q.device, n, store_ht, h0 is not None, cu is not None,
            bool(reverse), _alignment(q, k, v, g, h0, cu))
     _FWD(key, args, lambda: (grid, kw), _raw_stream(q))
@@ -92,7 +92,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
     ph = g  # placeholder pointer for absent tensors
     common = (t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h))
     flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=dht is not None, IS_VARLEN=cu is not None,
-                 SAFE_SPREAD=_cfg.SAFE_SPREAD, **_flags(q))
+                 **_flags(q))
     cu_arg = cu if cu is not None else ph
     dht_arg = dht if dht is not None else ph
     key = ("bwd", q.shape, k.shape, v.shape, q.dtype, q.device, n, h0 is not None, dht is not None,

@@ -89,13 +89,12 @@ def test_varlen_with_a_length_one_sequence(reverse):
 
 def test_exact_path_matches(monkeypatch):
     # every chunk through the token-by-token intra-chunk path (the one wide gate spreads take)
-    monkeypatch.setattr(gla_ops._cfg, "SAFE_SPREAD", -1.0)
     monkeypatch.setattr(gla_ops._cfg, "SAFE_DEPTH", -1.0)
     check(seed=4, t=20, h=1, d=16, e=24, reverse=True, normaliser=4.0)
 
 
 def test_strong_gates_take_the_exact_path_and_stay_finite():
-    # gates near -20 per token: chunks whose log-gate spread exceeds SAFE_SPREAD. dg is only
+    # gates near -20 per token: chunks deeper than SAFE_DEPTH. dg is only
     # required finite here: its suffix-sum form q⊙dq − k⊙dk cancels when the state is wiped at
     # every token (docs/design/gla-triton.md)
     errs = check(seed=5, t=20, h=1, d=16, e=16, normaliser=0.05, skip=("dg",))
