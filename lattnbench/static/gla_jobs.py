@@ -1,5 +1,5 @@
 """The jobs of the bundled GLA Triton kernels: every default autotune config of the forward and of
-the two backward launches, at the seed shape (D = E = 128, bf16) with the default call's flags
+the three backward launches, at the seed shape (D = E = 128, bf16) with the default call's flags
 (no initial state, final state returned and its gradient given, forward direction, no varlen)."""
 from __future__ import annotations
 
@@ -34,10 +34,16 @@ def fwd_job(bt: int, bs: int, w: int, s: int) -> Job:
                 bt, bs, w, s)
 
 
-def bwd_qk_job(bt: int, bs: int, w: int, s: int) -> Job:
-    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, h0=_F32, dht=_F32, cu=_F32, dq=_BF, dk=_BF, dg=_F32,
-                 dh0=_F32, hc=_BF, **_SCALARS)
-    return _job("gla/triton:bwd-dqdkdg", "gla_bwd_qk_kernel", types,
+def bwd_q_job(bt: int, bs: int, w: int, s: int) -> Job:
+    types = dict(k=_BF, v=_BF, g=_F32, do=_BF, h0=_F32, dht=_F32, cu=_F32, dq=_BF, hc=_BF, gend=_F32, **_SCALARS)
+    return _job("gla/triton:bwd-dq", "gla_bwd_q_kernel", types,
+                dict(BV=E, SPLIT=D, HAS_H0=False, HAS_DHT=True), bt, bs, w, s)
+
+
+def bwd_k_job(bt: int, bs: int, w: int, s: int) -> Job:
+    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, dq=_BF, hc=_BF, gend=_F32, dk=_BF,
+                 dg=_F32, dh0=_F32, **_SCALARS)
+    return _job("gla/triton:bwd-dkdg", "gla_bwd_k_kernel", types,
                 dict(BV=E, SPLIT=D, HAS_H0=False, HAS_DHT=True), bt, bs, w, s)
 
 
@@ -51,5 +57,5 @@ def default_jobs() -> list[Job]:
     """Every default autotune config of the forward and the two backward launches."""
     from lattnbench.kernels.triton.gla import configs as C
 
-    return ([fwd_job(*c) for c in C.FWD_CONFIGS] + [bwd_qk_job(*c) for c in C.BWD_K_CONFIGS]
-            + [bwd_v_job(*c) for c in C.BWD_V_CONFIGS])
+    return ([fwd_job(*c) for c in C.FWD_CONFIGS] + [bwd_q_job(*c) for c in C.BWD_Q_CONFIGS]
+            + [bwd_k_job(*c) for c in C.BWD_K_CONFIGS] + [bwd_v_job(*c) for c in C.BWD_V_CONFIGS])

@@ -20,15 +20,17 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # g transposed). BS = 128 at 8 warps is a whole head dim per program (the warpgroups split it);
 # BS = 64 doubles the programs for grids that leave SMs idle.
 FWD_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 2), (64, 64, 4, 2), (64, 64, 8, 2)]
-# The qk launch writes and reads back the state entering every chunk (E·2/BT bytes per key
-# element each way in bf16, for dg) and its buffer is sized by the shortest chunk in this list:
-# BT = 32 would double both, so the list keeps BT = 64.
+# The dq pass writes and the dk pass reads back the state entering every chunk (E·2/BT bytes per
+# key element each way in bf16, for dg), in slots of BT rows: both passes run at BT = 64 (BT = 32
+# would double that traffic), the only chunk length in their lists.
+BWD_Q_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
 BWD_K_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
 BWD_V_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 2), (64, 64, 4, 2), (64, 64, 8, 2)]
 # The interpreter cannot autotune ("0 active drivers"): small chunks, so that tests cross chunks.
 INTERP_CONFIG = (16, 16, 4, 1)
 # jax-triton launches the plain kernels with one fixed config per pass (jax_config).
 JAX_FWD_CONFIG = (64, 128, 8, 2)
+JAX_BWD_Q_CONFIG = (64, 64, 8, 2)
 JAX_BWD_K_CONFIG = (64, 64, 8, 2)
 JAX_BWD_V_CONFIG = (64, 128, 8, 2)
 

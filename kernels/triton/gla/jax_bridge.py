@@ -4,7 +4,7 @@ with a ``jax.custom_vjp``. GPU only; cu_seqlens is not supported here.
 jax-triton is imported lazily and the Triton cache-dir knob its import clobbers is restored
 (``lightning.jax_bridge._jax_triton``). jax-triton refuses autotuned kernels whose key lacks a
 scalar argument, so the plain kernels launch with one fixed config per pass
-(``configs.JAX_*_CONFIG``): the forward, then the backward's two launches.
+(``configs.JAX_*_CONFIG``): the forward, then the backward's three launches.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def fwd_call(q, k, v, g, h0, scale, reverse):
 
 
 def bwd_call(q, k, v, g, do, h0, dht, scale, reverse):
-    """(dq, dk, dv, dg, dh0) from the two backward launches; GQA sums dk, dv per kv head."""
+    """(dq, dk, dv, dg, dh0) from the three backward launches; GQA sums dk, dv per kv head."""
     import jax
     import jax.numpy as jnp
 
@@ -57,20 +57,28 @@ def bwd_call(q, k, v, g, do, h0, dht, scale, reverse):
     grp = h // hkv
     gdt = q.dtype if grp == 1 else jnp.float32
     sc = _scalars(t, h, hkv, scale, b * h)
-    flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, **_flags(q.dtype))
-    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_K_CONFIG, d, e, q.dtype == jnp.bfloat16)
-    outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),
-            jax.ShapeDtypeStruct((b, t, h, d), jnp.float32), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32),
-            jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype)]  # chunk entry states (scratch)
-    dq, dk, dg, dh0, _ = jt.triton_call(
-        q, k, v, g, do, h0 if h0 is not None else g, dht, g, *sc, kernel=_k.gla_bwd_qk_kernel, out_shape=outs,
-        grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BV=_cfg.pow2(e), SPLIT=d,
-        HAS_H0=h0 is not None, BT=bt, BS=bs, **flags)
-    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, q.dtype == jnp.bfloat16)
+    bf16 = q.dtype == jnp.bfloat16
+    flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, HAS_H0=h0 is not None,
+                 BV=_cfg.pow2(e), SPLIT=d, **_flags(q.dtype))
+    h0_arg = h0 if h0 is not None else g
+    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_Q_CONFIG, d, e, bf16)
+    outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype),
+            jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype),  # chunk entry states (scratch)
+            jax.ShapeDtypeStruct((b, h, d), jnp.float32)]                # dg after the last row
+    dq, hc, gend = jt.triton_call(
+        k, v, g, do, h0_arg, dht, g, *sc, kernel=_k.gla_bwd_q_kernel, out_shape=outs,
+        grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **flags)
+    _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_K_CONFIG, d, e, bf16)  # the dq pass's BT: hc's slots follow it
+    outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
+            jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
+    dk, dg, dh0 = jt.triton_call(
+        q, k, v, g, do, dht, g, dq, hc, gend, *sc, kernel=_k.gla_bwd_k_kernel, out_shape=outs,
+        grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **flags)
+    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, bf16)
     dv = jt.triton_call(
         q, k, g, do, dht, g, *sc, kernel=_k.gla_bwd_v_kernel, out_shape=[jax.ShapeDtypeStruct((b, t, h, e), gdt)],
         grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s, BK=_cfg.pow2(d), SPLIT=e, BT=bt, BS=bs,
-        **flags)[0]
+        KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, **_flags(q.dtype))[0]
     if grp > 1:
         dk = dk.reshape(b, t, hkv, grp, d).sum(3).astype(q.dtype)
         dv = dv.reshape(b, t, hkv, grp, e).sum(3).astype(q.dtype)

@@ -7,20 +7,23 @@ Inside a chunk of BT tokens, with ``B`` the inclusive cumulative sum of g in pro
 (relative to the chunk start, so ``B ≤ 0`` and falling) and ``Bl`` the chunk's total:
   o_t    = scale·[(q_t⊙e^{B_t})ᵀ S_in + Σ_{s≤t} (Σ_d q_td k_sd e^{B_td − B_sd}) v_s]
   S_out  = diag(e^{Bl})·S_in + Σ_s (k_s⊙e^{Bl − B_s}) v_sᵀ
-Every inter-chunk factor is ≤ 1. The intra-chunk products factor e^{B_t − B_s} about the middle
-of the chunk's B range (``_gated_scores``, ``_gated_apply``), each factor ≤ e^{spread/2}; a chunk
-whose spread exceeds SAFE_SPREAD takes the exact token-by-token path instead.
+Every inter-chunk factor is ≤ 1. Each chunk computes qd = q⊙e^B and kd = k⊙e^{Bl − B} once and
+uses them for the intra-chunk products too, e^{B_t − B_s} = e^{B_t}·e^{Bl − B_s}·e^{−Bl}
+(``_decayed_scores``); a chunk deeper than SAFE_DEPTH takes the exact token-by-token path instead.
+Every pass holds its state slice as the M dimension of its big products (all of a head dim at
+BS = 128, the two warpgroups splitting it).
 
-Three kernels, one launch each:
-  gla_fwd_kernel     o (and S_T); programs own an E-slice, state [D, BS]
-  gla_bwd_qk_kernel  dq (forward sweep, state S rows), then dk, dg and dh0 (backward sweep, state
-                     dS rows); programs own a D-slice (GLA's state rows evolve independently),
-                     state [BS, E]; dg from q⊙dq − k⊙dk inside each chunk, pinned at both chunk
-                     ends by rowsum(dS ⊙ S) (``_chunk_dg``)
-  gla_bwd_v_kernel   dv (backward sweep); programs own an E-slice, state dS [D, BS]
+Four kernels, one launch each:
+  gla_fwd_kernel    o (and S_T); programs own an E-slice, state Sᵀ [BS, D]
+  gla_bwd_q_kernel  dq, forward sweep; programs own a D-slice (GLA's state rows evolve
+                    independently), state S [BS, E], chunk tiles transposed; also the state
+                    entering every chunk (hc) and dg's value after the last row (gend)
+  gla_bwd_k_kernel  dk, dg and dh0, backward sweep over the same D-slices, state dS [BS, E]; dg
+                    from q⊙dq − k⊙dk inside each chunk, pinned at both chunk ends by
+                    rowsum(dS ⊙ S) (``_chunk_dg_t``)
+  gla_bwd_v_kernel  dv, backward sweep; programs own an E-slice, state dSᵀ [BS, D]
 The backward recomputes every state it needs; the one thing stored per chunk is the state entering
-it (the qk launch's forward sweep writes it in the input dtype, its backward sweep reads it back
-for dg).
+it (written by the dq pass in the input dtype, read back by the dk pass for dg).
 
 Tensors are contiguous ``[B, T, heads, dim]`` (q, g, do, o, dq, dg with H heads; k, v with HKV);
 kernels take inputs, then scalars, then outputs (jax-triton appends outputs last), so the same
@@ -32,7 +35,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .configs import BWD_K_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs, prune_configs
+from .configs import (BWD_K_CONFIGS, BWD_Q_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs,
+                      prune_configs)
 
 
 @triton.jit
@@ -277,50 +281,51 @@ def _store_t(base, rows, row_stride, lanes, valid, m_lanes, x):
              mask=valid[None, :] & m_lanes[:, None])
 
 
+@triton.jit
+def _d_slice(cu, T, H, HKV, KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, BS: tl.constexpr,
+             BT: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr):
+    """Where a program of a D-sliced pass (grid (cdiv(D, BS), N·H)) works: its sequence, query and
+    kv head, first row and length, the chunk rows' order, its BS key channels and BV value columns
+    with their masks, and the offset and mask of its [BS, BV] state tile."""
+    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_hk = i_h // (H // HKV)
+    o_t, p = _order(BT, REVERSE)
+    o_k = tl.program_id(0) * BS + tl.arange(0, BS)
+    o_e = tl.arange(0, BV)
+    m_k = o_k < KD
+    m_e = o_e < VD
+    s_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD) + o_k[:, None] * VD + o_e[None, :]
+    return i_n, i_h, i_hk, bos, seq_len, o_t, p, o_k, o_e, m_k, m_e, s_off, m_k[:, None] & m_e[None, :]
+
+
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
-def gla_bwd_qk_kernel(
-    q, k, v, g, do, h0, dht, cu,
+def gla_bwd_q_kernel(
+    k, v, g, do, h0, dht, cu,
     T, H, HKV, scale, SHAPE_BUCKET,
-    dq, dk, dg, dh0, hc,
+    dq, hc, gend,
     KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr,
     BT: tl.constexpr, BS: tl.constexpr,
 ):
-    """dq, dk (per query head), dg and dh0 for one D-slice of BS key channels; grid
-    (cdiv(D, BS), N·H). BV is E padded to a power of two. The forward sweep rebuilds S (its rows
-    of this slice), writes dq and the state entering every chunk into hc (input
-    dtype, [(total rows) // BT + N, H, D, E]); the backward sweep carries dS, writes dk, then dg from
-    the dq and the entry states it wrote, and dh0 at the end.
+    """dq for one D-slice of BS key channels, a forward sweep rebuilding S (its rows of this slice);
+    grid (cdiv(D, BS), N·H). BV is E padded to a power of two. Also writes, for the dk/dg pass, the
+    state entering every chunk into hc (input dtype, [(total rows) // BT + N, H, D, E]) and the dg
+    just after the last row, rowsum(dS_T ⊙ S_T), into gend [N, H, D].
 
-    The chunk's q, k, g and every per-channel output are held transposed, [BS, BT] (key channels ×
-    rows), so the state slice's rows (BS, all of D at 128) are the M dimension of every product and
-    the gates act on the output's rows: dqᵀ = e^{B}ᵀ⊙(S·doᵀ + knᵀ·Wᵀ) with kn = k⊙e^{−B},
-    dkᵀ = e^{Bl−B}ᵀ⊙(dS·vᵀ + scale·qnᵀ·W') with qn = q⊙e^{B−Bl}, W = do·vᵀ masked."""
-    i_kb = tl.program_id(0)
-    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
-    o_t, p = _order(BT, REVERSE)
-    o_k = i_kb * BS + tl.arange(0, BS)
-    o_e = tl.arange(0, BV)
-    m_k = o_k < KD
-    m_e = o_e < VD
-    q_base = q + bos * (H * KD) + i_h * KD
+    The chunk's k, g and dq are held transposed, [BS, BT] (key channels × rows), so the state
+    slice's rows are the M dimension of every product and the gates act on the output's rows:
+    dqᵀ = scale·e^{B}ᵀ⊙(S·doᵀ + knᵀ·Wᵀ), kn = k⊙e^{−B}, Wᵀ[s, t] = v_s·do_t for s ≤ t."""
+    (i_n, i_h, i_hk, bos, seq_len, o_t, p, o_k, o_e, m_k, m_e, s_off,
+     m_s) = _d_slice(cu, T, H, HKV, KD, VD, BV, BS, BT, REVERSE, IS_VARLEN)
     g_base = g + bos * (H * KD) + i_h * KD
     k_base = k + bos * (HKV * KD) + i_hk * KD
     v_base = v + bos * (HKV * VD) + i_hk * VD
     do_base = do + bos * (H * VD) + i_h * VD
     dq_base = dq + bos * (H * KD) + i_h * KD
-    dk_base = dk + bos * (H * KD) + i_h * KD
-    dg_base = dg + bos * (H * KD) + i_h * KD
-    s_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD) + o_k[:, None] * VD + o_e[None, :]
-    m_s = m_k[:, None] & m_e[None, :]
-    dt = q.dtype.element_ty
-    n_chunks = tl.cdiv(seq_len, BT)
-
-    # forward sweep: dq_t = scale·S_t do_t
+    dt = k.dtype.element_ty
     S = _state_tile(h0, s_off, m_s, HAS_H0, BS, BV)
-    for i_c in range(0, n_chunks):
+    for i_c in range(0, tl.cdiv(seq_len, BT)):
         tl.store(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), S.to(hc.dtype.element_ty), mask=m_s)
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         kt = _load_t(k_base, rows, HKV * KD, o_k, valid, m_k)
@@ -331,7 +336,7 @@ def gla_bwd_qk_kernel(
         Bl = tl.sum(gt, 1)
         kdt = kt * tl.exp(Bl[:, None] - Bt)
         acc = tl.dot(S.to(dt), tl.trans(bdo), input_precision=DOT_PREC)
-        Wt = tl.where(p[:, None] <= p[None, :], tl.dot(bv, tl.trans(bdo), input_precision=DOT_PREC), 0.0)  # [s, t]
+        Wt = tl.where(p[:, None] <= p[None, :], tl.dot(bv, tl.trans(bdo), input_precision=DOT_PREC), 0.0)
         # the intra-chunk part apart from acc: Triton 3.6's pipeliner fails on a dot accumulating into
         # a loop value inside a branch
         if tl.min(Bl, 0) >= -SAFE_DEPTH:
@@ -339,19 +344,47 @@ def gla_bwd_qk_kernel(
             intra = tl.dot(knt, _gcast(Wt, GATE_BF16), input_precision=DOT_PREC) * tl.exp(Bt)
         else:
             intra = tl.trans(_exact_apply(tl.trans(Wt), tl.trans(kt), tl.trans(Bt), p, o_t, 1.0, BT, BS))
-        acc = acc * tl.exp(Bt) + intra
-        _store_t(dq_base, rows, H * KD, o_k, valid, m_k, acc * scale)
+        _store_t(dq_base, rows, H * KD, o_k, valid, m_k, (acc * tl.exp(Bt) + intra) * scale)
         S = tl.dot(kdt.to(dt), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
-    # S is now S_T: dg just after the last row is rowsum(dS_T ⊙ S_T)
+    gend_off = (i_n.to(tl.int64) * H + i_h) * KD + o_k
     if HAS_DHT:
         X = tl.load(dht + s_off, mask=m_s, other=0.0).to(tl.float32)
-        dg_end = tl.sum(X * S, 1)
+        tl.store(gend + gend_off, tl.sum(X * S, 1), mask=m_k)
     else:
-        X = tl.zeros([BS, BV], dtype=tl.float32)
-        dg_end = tl.zeros([BS], dtype=tl.float32)
-    tl.debug_barrier()  # the backward sweep reads the dq and hc that other threads of this program wrote
+        tl.store(gend + gend_off, tl.zeros([BS], dtype=tl.float32), mask=m_k)
 
-    # backward sweep: dS_s carried as X (the state's gradient entering the chunk from its future)
+
+@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
+def gla_bwd_k_kernel(
+    q, k, v, g, do, dht, cu, dq, hc, gend,
+    T, H, HKV, scale, SHAPE_BUCKET,
+    dk, dg, dh0,
+    KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr,
+    BT: tl.constexpr, BS: tl.constexpr,
+):
+    """dk (per query head), dg and dh0 for one D-slice of BS key channels, a backward sweep carrying
+    dS; grid (cdiv(D, BS), N·H), at the dq pass's BT (hc's slots follow it). dg from q⊙dq − k⊙dk
+    in each chunk, pinned at both chunk ends by rowsum(dS ⊙ S) with the entry states in hc and the
+    last row's end value in gend (``_chunk_dg_t``).
+
+    Transposed as the dq pass: dkᵀ = e^{Bl−B}ᵀ⊙(dS·vᵀ + scale·qnᵀ·W'), qn = q⊙e^{B−Bl},
+    W'[t, s] = do_t·v_s for t ≥ s."""
+    (i_n, i_h, i_hk, bos, seq_len, o_t, p, o_k, o_e, m_k, m_e, s_off,
+     m_s) = _d_slice(cu, T, H, HKV, KD, VD, BV, BS, BT, REVERSE, IS_VARLEN)
+    q_base = q + bos * (H * KD) + i_h * KD
+    g_base = g + bos * (H * KD) + i_h * KD
+    k_base = k + bos * (HKV * KD) + i_hk * KD
+    v_base = v + bos * (HKV * VD) + i_hk * VD
+    do_base = do + bos * (H * VD) + i_h * VD
+    dq_base = dq + bos * (H * KD) + i_h * KD
+    dk_base = dk + bos * (H * KD) + i_h * KD
+    dg_base = dg + bos * (H * KD) + i_h * KD
+    dt = q.dtype.element_ty
+    n_chunks = tl.cdiv(seq_len, BT)
+    X = _state_tile(dht, s_off, m_s, HAS_DHT, BS, BV)
+    dg_end = tl.load(gend + (i_n.to(tl.int64) * H + i_h) * KD + o_k, mask=m_k, other=0.0)
     for i_r in range(0, n_chunks):
         i_c = n_chunks - 1 - i_r
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
@@ -365,7 +398,7 @@ def gla_bwd_qk_kernel(
         qdt = qt * tl.exp(Bt) * scale
         ekt = tl.exp(Bl[:, None] - Bt)
         acc = tl.dot(X.to(dt), tl.trans(bv), input_precision=DOT_PREC)
-        W = tl.where(p[:, None] >= p[None, :], tl.dot(bdo, tl.trans(bv), input_precision=DOT_PREC), 0.0)  # [t, s]
+        W = tl.where(p[:, None] >= p[None, :], tl.dot(bdo, tl.trans(bv), input_precision=DOT_PREC), 0.0)
         if tl.min(Bl, 0) >= -SAFE_DEPTH:
             qnt = _gcast(qdt * tl.exp(-Bl)[:, None], GATE_BF16)
             intra = tl.dot(qnt, _gcast(W, GATE_BF16), input_precision=DOT_PREC) * ekt
@@ -427,12 +460,14 @@ def gla_bwd_v_kernel(
 # so the launchers run the plain kernels with configs.INTERP_CONFIG.
 _KEY = ["KD", "VD", "SHAPE_BUCKET"]
 if INTERPRET:
-    gla_fwd = gla_bwd_qk = gla_bwd_v = None
+    gla_fwd = gla_bwd_q = gla_bwd_k = gla_bwd_v = None
 else:
     _prune = {"early_config_prune": prune_configs}
     gla_fwd = triton.autotune(configs=autotune_configs(FWD_CONFIGS), key=_KEY,
                               prune_configs_by=_prune)(gla_fwd_kernel)
-    gla_bwd_qk = triton.autotune(configs=autotune_configs(BWD_K_CONFIGS), key=_KEY,
-                                 prune_configs_by=_prune)(gla_bwd_qk_kernel)
+    gla_bwd_q = triton.autotune(configs=autotune_configs(BWD_Q_CONFIGS), key=_KEY,
+                                prune_configs_by=_prune)(gla_bwd_q_kernel)
+    gla_bwd_k = triton.autotune(configs=autotune_configs(BWD_K_CONFIGS), key=_KEY,
+                                prune_configs_by=_prune)(gla_bwd_k_kernel)
     gla_bwd_v = triton.autotune(configs=autotune_configs(BWD_V_CONFIGS), key=_KEY,
                                 prune_configs_by=_prune)(gla_bwd_v_kernel)

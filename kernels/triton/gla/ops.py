@@ -49,7 +49,8 @@ def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor |
 
 
 _FWD = Launcher(_k, "gla_fwd", "gla_fwd_kernel", _INTERP_META)
-_BWD_QK = Launcher(_k, "gla_bwd_qk", "gla_bwd_qk_kernel", _INTERP_META)
+_BWD_Q = Launcher(_k, "gla_bwd_q", "gla_bwd_q_kernel", _INTERP_META)
+_BWD_K = Launcher(_k, "gla_bwd_k", "gla_bwd_k_kernel", _INTERP_META)
 _BWD_V = Launcher(_k, "gla_bwd_v", "gla_bwd_v_kernel", _INTERP_META)
 
 
@@ -70,15 +71,16 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
     return o, ht
 
 
-# the shortest chunk the qk launch may run with (the interpreter's config included): it sizes the
+# the shortest chunk the dq pass may run with (the interpreter's config included): it sizes the
 # buffer of chunk entry states; fixed at import, as the autotune list is
-_QK_MIN_CHUNK = min(c.kwargs["BT"] for c in _cfg.autotune_configs(_cfg.BWD_K_CONFIGS))
+_QK_MIN_CHUNK = min(c.kwargs["BT"] for c in _cfg.autotune_configs(_cfg.BWD_Q_CONFIGS))
 
 
 def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
-    """The two backward launches: dq, dk, dg, dh0 (D-slices); dv (E-slices). GQA sums dk, dv over
-    each kv head's query heads (per query head in fp32 first). The qk launch also takes a scratch
-    buffer for the state entering each chunk (input dtype), freed on return."""
+    """The three backward launches: dq (D-slices, forward sweep); dk, dg, dh0 (D-slices, backward
+    sweep); dv (E-slices). GQA sums dk, dv over each kv head's query heads (per query head in fp32
+    first). The dq pass hands the dk pass the state entering each chunk (input dtype) and dg's
+    value after the last row, in scratch buffers freed on return."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
@@ -89,6 +91,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
     dg = _empty(*q.shape, dtype=torch.float32, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
     hc = _empty(b * t // _QK_MIN_CHUNK + n, h, d, e, dtype=q.dtype, device=q.device)
+    gend = _empty(n, h, d, dtype=torch.float32, device=q.device)
     ph = g  # placeholder pointer for absent tensors
     common = (t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h))
     flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=dht is not None, IS_VARLEN=cu is not None,
@@ -98,10 +101,12 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
     key = ("bwd", q.shape, k.shape, v.shape, q.dtype, q.device, n, h0 is not None, dht is not None,
            cu is not None, bool(reverse), _alignment(q, k, v, g, do, h0, dht, cu))
     stream = _raw_stream(q)
-    _BWD_QK(key, (q, k, v, g, do, h0 if h0 is not None else ph, dht_arg, cu_arg) + common
-            + (dq, dk, dg, dh0 if dh0 is not None else ph, hc),
-            lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),
-                     dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None)), stream)
+    d_sliced = lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
+                        dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None))
+    _BWD_Q(key, (k, v, g, do, h0 if h0 is not None else ph, dht_arg, cu_arg) + common + (dq, hc, gend),
+           d_sliced, stream)
+    _BWD_K(key, (q, k, v, g, do, dht_arg, cu_arg, dq, hc, gend) + common + (dk, dg, dh0 if dh0 is not None else ph),
+           d_sliced, stream)
     _BWD_V(key, (q, k, g, do, dht_arg, cu_arg) + common + (dv,),
            lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h), dict(flags, BK=_cfg.pow2(d), SPLIT=e)),
            stream)

@@ -124,7 +124,7 @@ def test_no_final_state_returned():
 ])
 def test_bad_input_is_a_value_error_before_any_launch(monkeypatch, change, needle):
     launched = []
-    for name in ("_FWD", "_BWD_QK", "_BWD_V"):
+    for name in ("_FWD", "_BWD_Q", "_BWD_K", "_BWD_V"):
         monkeypatch.setattr(gla_ops, name, lambda *a, **kw: launched.append(a))
     args = dict(q=torch.zeros(1, 5, 1, 16), k=torch.zeros(1, 5, 1, 16), v=torch.zeros(1, 5, 1, 16),
                 g=torch.zeros(1, 5, 1, 16))
@@ -142,3 +142,13 @@ def test_fp16_dg_does_not_drift_over_a_long_sequence(monkeypatch):
     monkeypatch.setitem(gla_ops._INTERP_META, "BT", 64)
     monkeypatch.setitem(gla_ops._INTERP_META, "BS", 32)
     check(seed=8, t=2000, h=1, d=32, e=32, dtype=torch.float16)
+
+
+def test_the_dq_and_dk_passes_share_one_chunk_length():
+    # the dq pass writes the state entering each chunk in slots of its BT rows and the dk pass reads
+    # them at its own BT: a second chunk length in either list (or in jax-triton's configs) would
+    # let autotuning pair two that disagree
+    from lattnbench.kernels.triton.gla import configs as C
+
+    lengths = {c[0] for c in C.BWD_Q_CONFIGS + C.BWD_K_CONFIGS}
+    assert len(lengths) == 1 and C.JAX_BWD_Q_CONFIG[0] == C.JAX_BWD_K_CONFIG[0] == lengths.pop()
