@@ -1,6 +1,7 @@
 """The jobs of the bundled GLA Triton kernels: every default autotune config of the forward and of
 the three backward launches, at the seed shape (D = E = 128, bf16) with the default call's flags
-(no initial state, final state returned and its gradient given, forward direction, no varlen)."""
+(no initial state, final state returned and its gradient given, forward direction, no varlen), in
+their fast variants (the EXACT reruns do no work in rows without a deep chunk)."""
 from __future__ import annotations
 
 from lattnbench.static.triton_aot import Job
@@ -8,14 +9,15 @@ from lattnbench.static.triton_aot import Job
 D = E = 128
 SEED_SHAPE = f"D=E={D} bf16"
 MODULE = "lattnbench.kernels.triton.gla.kernels"
-_BF, _F32 = "*bf16", "*fp32"
+_BF, _F32, _I32 = "*bf16", "*fp32", "*i32"
 _SCALARS = dict(T="i32", H="i32", HKV="i32", scale="fp32", SHAPE_BUCKET="i32")
 
 
 def _flags() -> dict:
     from lattnbench.kernels.triton.gla.configs import SAFE_DEPTH
 
-    return dict(KD=D, VD=E, REVERSE=False, IS_VARLEN=False, DOT_PREC="tf32", GATE_BF16=True, SAFE_DEPTH=SAFE_DEPTH)
+    return dict(KD=D, VD=E, REVERSE=False, IS_VARLEN=False, DOT_PREC="tf32", GATE_BF16=True, SAFE_DEPTH=SAFE_DEPTH,
+                EXACT=False)
 
 
 def config_label(bt: int, bs: int, warps: int, stages: int) -> str:
@@ -29,26 +31,27 @@ def _job(kernel: str, function: str, types: dict, constexprs: dict, bt: int, bs:
 
 
 def fwd_job(bt: int, bs: int, w: int, s: int) -> Job:
-    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, h0=_F32, cu=_F32, o=_BF, ht=_F32, **_SCALARS)
+    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, h0=_F32, cu=_F32, deep=_F32, o=_BF, ht=_F32, deep_out=_I32, **_SCALARS)
     return _job("gla/triton:fwd", "gla_fwd_kernel", types, dict(BK=D, SPLIT=E, HAS_H0=False, STORE_HT=True),
                 bt, bs, w, s)
 
 
 def bwd_q_job(bt: int, bs: int, w: int, s: int) -> Job:
-    types = dict(k=_BF, v=_BF, g=_F32, do=_BF, h0=_F32, dht=_F32, cu=_F32, dq=_BF, hc=_BF, gend=_F32, **_SCALARS)
+    types = dict(k=_BF, v=_BF, g=_F32, do=_BF, h0=_F32, dht=_F32, cu=_F32, deep=_I32, dq=_BF, hc=_BF, gend=_F32,
+                 **_SCALARS)
     return _job("gla/triton:bwd-dq", "gla_bwd_q_kernel", types,
                 dict(BV=E, SPLIT=D, HAS_H0=False, HAS_DHT=True), bt, bs, w, s)
 
 
 def bwd_k_job(bt: int, bs: int, w: int, s: int) -> Job:
-    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, dq=_BF, hc=_BF, gend=_F32, dk=_BF,
-                 dg=_F32, dh0=_F32, **_SCALARS)
+    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, dq=_BF, hc=_BF, gend=_F32, deep=_I32,
+                 dk=_BF, dg=_F32, dh0=_F32, **_SCALARS)
     return _job("gla/triton:bwd-dkdg", "gla_bwd_k_kernel", types,
                 dict(BV=E, SPLIT=D, HAS_H0=False, HAS_DHT=True), bt, bs, w, s)
 
 
 def bwd_v_job(bt: int, bs: int, w: int, s: int) -> Job:
-    types = dict(q=_BF, k=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, dv=_BF, **_SCALARS)
+    types = dict(q=_BF, k=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, deep=_I32, dv=_BF, **_SCALARS)
     return _job("gla/triton:bwd-dv", "gla_bwd_v_kernel", types,
                 dict(BK=D, SPLIT=E, HAS_DHT=True), bt, bs, w, s)
 

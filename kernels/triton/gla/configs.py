@@ -26,6 +26,15 @@ FWD_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 2), (64, 64, 4, 2)
 BWD_Q_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
 BWD_K_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
 BWD_V_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 2), (64, 64, 4, 2), (64, 64, 8, 2)]
+# The longest chunk of any pass: the forward flags a row for the exact rerun when one of its chunks
+# is deeper than SAFE_DEPTH·BT/MAX_CHUNK, so no chunk of an unflagged row is deeper than SAFE_DEPTH
+# at any pass's chunk length.
+MAX_CHUNK = max(c[0] for c in FWD_CONFIGS + BWD_Q_CONFIGS + BWD_K_CONFIGS + BWD_V_CONFIGS)
+# The exact reruns (configs' EXACT variants) run only flagged rows: one small config each, the dq
+# and dk passes at their lists' BT (the chunk entry states' slots follow it).
+EXACT_FWD_CONFIG = (32, 64, 4, 1)
+EXACT_BWD_QK_CONFIG = (64, 32, 4, 1)
+EXACT_BWD_V_CONFIG = (32, 64, 4, 1)
 # The interpreter cannot autotune ("0 active drivers"): small chunks, so that tests cross chunks.
 INTERP_CONFIG = (16, 16, 4, 1)
 # jax-triton launches the plain kernels with one fixed config per pass (jax_config).
@@ -57,6 +66,12 @@ def autotune_configs(table) -> list[triton.Config]:
     elif not AUTOTUNE:
         table = table[:1]
     return [triton.Config({"BT": bt, "BS": bs}, num_warps=w, num_stages=s) for bt, bs, w, s in table]
+
+
+def exact_configs(config: tuple) -> list[triton.Config]:
+    """The one config of an exact rerun (one config: Triton's autotuner then times nothing)."""
+    bt, bs, w, s = INTERP_CONFIG if INTERPRET else config
+    return [triton.Config({"BT": bt, "BS": bs}, num_warps=w, num_stages=s)]
 
 
 def prune_configs(configs, named_args, **kwargs):

@@ -4,7 +4,8 @@ with a ``jax.custom_vjp``. GPU only; cu_seqlens is not supported here.
 jax-triton is imported lazily and the Triton cache-dir knob its import clobbers is restored
 (``lightning.jax_bridge._jax_triton``). jax-triton refuses autotuned kernels whose key lacks a
 scalar argument, so the plain kernels launch with one fixed config per pass
-(``configs.JAX_*_CONFIG``): the forward, then the backward's three launches.
+(``configs.JAX_*_CONFIG``): the forward, then the backward's three launches; a jitted
+``lax.cond`` reruns them with the EXACT variants when the forward flags a deep chunk.
 """
 from __future__ import annotations
 
@@ -28,60 +29,88 @@ def _scalars(t: int, h: int, hkv: int, scale: float, rows: int) -> tuple:
     return (t, h, hkv, np.float32(scale), _cfg.shape_bucket(t, rows))
 
 
-def fwd_call(q, k, v, g, h0, scale, reverse):
-    """(o, S_T) from one forward launch."""
+def _fwd_launch(q, k, v, g, h0, deep, scale, reverse, exact: bool):
+    """(o, S_T, the rows' deep flags) of one forward launch: the fast variant (``deep`` unread), or
+    the EXACT one over the rows ``deep`` flags."""
     import jax
     import jax.numpy as jnp
 
-    jt = _jax_triton()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
-    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_FWD_CONFIG, d, e, q.dtype == jnp.bfloat16)
-    outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
-    o, ht = jt.triton_call(
-        q, k, v, g, h0 if h0 is not None else g, g, *_scalars(t, h, hkv, scale, b * h),
+    config = _cfg.EXACT_FWD_CONFIG if exact else _cfg.JAX_FWD_CONFIG
+    bt, bs, w, s = _cfg.jax_config(config, d, e, q.dtype == jnp.bfloat16)
+    outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32),
+            jax.ShapeDtypeStruct((b * h,), jnp.int32)]
+    return tuple(_jax_triton().triton_call(
+        q, k, v, g, h0 if h0 is not None else g, g, deep, *_scalars(t, h, hkv, scale, b * h),
         kernel=_k.gla_fwd_kernel, out_shape=outs, grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s,
         KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=True,
-        IS_VARLEN=False, BT=bt, BS=bs, **_flags(q.dtype))
-    return o, ht  # a tuple, as the torch entry point returns (triton_call gives a list)
+        IS_VARLEN=False, EXACT=exact, BT=bt, BS=bs, **_flags(q.dtype)))
 
 
-def bwd_call(q, k, v, g, do, h0, dht, scale, reverse):
-    """(dq, dk, dv, dg, dh0) from the three backward launches; GQA sums dk, dv per kv head."""
+def _exact_if_deep(deep, fast: tuple, exact) -> tuple:
+    """``fast``, or ``exact(all rows flagged)`` when any row is deep: the EXACT launches write only
+    the rows they rerun, and jax hands each launch fresh buffers, so here they rerun every row."""
+    import jax
+    import jax.numpy as jnp
+
+    return jax.lax.cond(jnp.any(deep != 0), lambda: exact(jnp.ones_like(deep)), lambda: fast)
+
+
+def fwd_call(q, k, v, g, h0, scale, reverse):
+    """((o, S_T), the rows' deep flags) from the fast forward launch, or its exact rerun."""
+    o, ht, deep = _fwd_launch(q, k, v, g, h0, g, scale, reverse, False)
+    o, ht = _exact_if_deep(deep, (o, ht), lambda every: _fwd_launch(q, k, v, g, h0, every, scale, reverse, True)[:2])
+    return (o, ht), deep
+
+
+def _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse, exact: bool):
+    """(dq, dk, dv per query head, dg, dh0) from the three backward launches of one variant."""
     import jax
     import jax.numpy as jnp
 
     jt = _jax_triton()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
-    grp = h // hkv
-    gdt = q.dtype if grp == 1 else jnp.float32
+    gdt = q.dtype if h == hkv else jnp.float32
     sc = _scalars(t, h, hkv, scale, b * h)
     bf16 = q.dtype == jnp.bfloat16
-    flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, HAS_H0=h0 is not None,
-                 BV=_cfg.pow2(e), SPLIT=d, **_flags(q.dtype))
+    flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, EXACT=exact, **_flags(q.dtype))
+    qk = dict(flags, HAS_H0=h0 is not None, BV=_cfg.pow2(e), SPLIT=d)
     h0_arg = h0 if h0 is not None else g
-    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_Q_CONFIG, d, e, bf16)
+    # the dq and dk passes share one BT: the entry states' slots follow it
+    bt, bs, w, s = _cfg.jax_config(_cfg.EXACT_BWD_QK_CONFIG if exact else _cfg.JAX_BWD_Q_CONFIG, d, e, bf16)
     outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype),
             jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype),  # chunk entry states (scratch)
             jax.ShapeDtypeStruct((b, h, d), jnp.float32)]                # dg after the last row
     dq, hc, gend = jt.triton_call(
-        k, v, g, do, h0_arg, dht, g, *sc, kernel=_k.gla_bwd_q_kernel, out_shape=outs,
-        grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **flags)
-    _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_K_CONFIG, d, e, bf16)  # the dq pass's BT: hc's slots follow it
+        k, v, g, do, h0_arg, dht, g, deep, *sc, kernel=_k.gla_bwd_q_kernel, out_shape=outs,
+        grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)
+    _, bs, w, s = _cfg.jax_config(_cfg.EXACT_BWD_QK_CONFIG if exact else _cfg.JAX_BWD_K_CONFIG, d, e, bf16)
     outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
             jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
     dk, dg, dh0 = jt.triton_call(
-        q, k, v, g, do, dht, g, dq, hc, gend, *sc, kernel=_k.gla_bwd_k_kernel, out_shape=outs,
-        grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **flags)
-    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, bf16)
+        q, k, v, g, do, dht, g, dq, hc, gend, deep, *sc, kernel=_k.gla_bwd_k_kernel, out_shape=outs,
+        grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)
+    bt, bs, w, s = _cfg.jax_config(_cfg.EXACT_BWD_V_CONFIG if exact else _cfg.JAX_BWD_V_CONFIG, d, e, bf16)
     dv = jt.triton_call(
-        q, k, g, do, dht, g, *sc, kernel=_k.gla_bwd_v_kernel, out_shape=[jax.ShapeDtypeStruct((b, t, h, e), gdt)],
+        q, k, g, do, dht, g, deep, *sc, kernel=_k.gla_bwd_v_kernel, out_shape=[jax.ShapeDtypeStruct((b, t, h, e), gdt)],
         grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s, BK=_cfg.pow2(d), SPLIT=e, BT=bt, BS=bs,
-        KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, **_flags(q.dtype))[0]
-    if grp > 1:
-        dk = dk.reshape(b, t, hkv, grp, d).sum(3).astype(q.dtype)
-        dv = dv.reshape(b, t, hkv, grp, e).sum(3).astype(q.dtype)
+        **flags)[0]
+    return dq, dk, dv, dg, dh0
+
+
+def bwd_call(q, k, v, g, do, h0, dht, deep, scale, reverse):
+    """(dq, dk, dv, dg, dh0) from the fast backward launches, or their exact reruns; GQA sums dk, dv
+    per kv head."""
+    b, t, h, d = q.shape
+    hkv, e = k.shape[2], v.shape[3]
+    fast = _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse, False)
+    dq, dk, dv, dg, dh0 = _exact_if_deep(
+        deep, fast, lambda every: _bwd_launches(q, k, v, g, do, h0, dht, every, scale, reverse, True))
+    if h > hkv:
+        dk = dk.reshape(b, t, hkv, h // hkv, d).sum(3).astype(q.dtype)
+        dv = dv.reshape(b, t, hkv, h // hkv, e).sum(3).astype(q.dtype)
     return dq, dk, dv, dg, dh0
 
 
@@ -91,16 +120,17 @@ def _make_fn():
 
     @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
     def attn(q, k, v, g, h0, scale, reverse):
-        return fwd_call(q, k, v, g, h0, scale, reverse)
+        return fwd_call(q, k, v, g, h0, scale, reverse)[0]
 
     def fwd(q, k, v, g, h0, scale, reverse):
-        return fwd_call(q, k, v, g, h0, scale, reverse), (q, k, v, g, h0)
+        out, deep = fwd_call(q, k, v, g, h0, scale, reverse)
+        return out, (q, k, v, g, h0, deep)
 
     def bwd(scale, reverse, resid, cts):
-        q, k, v, g, h0 = resid
+        q, k, v, g, h0, deep = resid
         do, dht = cts
         dq, dk, dv, dg, dh0 = bwd_call(q, k, v, g, jnp.asarray(do, q.dtype), h0, jnp.asarray(dht, jnp.float32),
-                                       scale, reverse)
+                                       deep, scale, reverse)
         return dq, dk, dv, dg.astype(g.dtype), (None if h0 is None else dh0.astype(h0.dtype))
 
     attn.defvjp(fwd, bwd)

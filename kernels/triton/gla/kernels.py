@@ -35,8 +35,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .configs import (BWD_K_CONFIGS, BWD_Q_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs,
-                      prune_configs)
+from . import configs as _cfg
+from .configs import (BWD_K_CONFIGS, BWD_Q_CONFIGS, BWD_V_CONFIGS, EXACT_BWD_QK_CONFIG, EXACT_BWD_V_CONFIG,
+                      EXACT_FWD_CONFIG, FWD_CONFIGS, INTERPRET, autotune_configs, exact_configs, prune_configs)
+
+MAX_CHUNK = tl.constexpr(_cfg.MAX_CHUNK)
 
 
 @triton.jit
@@ -202,13 +205,14 @@ def _exact_apply(W, x, B, p, o_t, SIGN: tl.constexpr, BT: tl.constexpr, BX: tl.c
 
 @triton.jit
 def _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, TRANS: tl.constexpr, GATE_BF16: tl.constexpr,
-                    DOT_PREC: tl.constexpr, SAFE_DEPTH: tl.constexpr, BT: tl.constexpr):
+                    DOT_PREC: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr, BT: tl.constexpr):
     """M[t, s] = Σ_d q_td k_sd e^{B_td − B_sd} for p_s ≤ p_t, else 0 (fp32; Mᵀ when TRANS), from the
     decayed operands the chunk computes anyway, qd = q⊙e^B and kd = k⊙e^{Bl − B}:
     e^{B_t − B_s} = e^{B_t}·e^{Bl − B_s}·e^{−Bl}, so M = qd·(kd·diag(e^{−Bl}))ᵀ. While every
     channel's chunk total Bl is at least −SAFE_DEPTH, qd and kd are normal numbers and no factor
-    exceeds e^{SAFE_DEPTH}; a deeper chunk takes the exact row-by-row path."""
-    if tl.min(Bl, 0) >= -SAFE_DEPTH:
+    exceeds e^{SAFE_DEPTH}; a deeper chunk takes the exact row-by-row path, compiled in only for
+    the EXACT variant of a kernel (``_run_rows``)."""
+    if not EXACT or tl.min(Bl, 0) >= -SAFE_DEPTH:
         kn = _gcast(kd * tl.exp(-Bl)[None, :], GATE_BF16)
         qg = _gcast(qd, GATE_BF16)
         if TRANS:
@@ -222,19 +226,50 @@ def _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, TRANS: tl.constexpr, GATE_BF1
     return M
 
 
+@triton.jit
+def _run_rows(deep, row, n_chunks, EXACT: tl.constexpr):
+    """(chunks this program runs, whether it writes its end results). A kernel is compiled twice:
+    the fast variant takes the decayed products in every chunk; the EXACT one, launched after it,
+    reruns only the (sequence, head) rows that ``deep`` flags and leaves the others' outputs as
+    the fast launch wrote them. Keeping the exact path's code out of the fast variant keeps its
+    registers for the fast path."""
+    if EXACT:
+        run = tl.load(deep + row) != 0
+        return tl.where(run, n_chunks, 0), run
+    else:
+        return n_chunks, True
+
+
+@triton.jit
+def _ends_mask(m, ends, EXACT: tl.constexpr):
+    """A store mask of a program's end results: m, and in the EXACT variant only for a rerun row."""
+    if EXACT:
+        return (m.to(tl.int32) * ends.to(tl.int32)) != 0
+    else:
+        return m
+
+
+@triton.jit
+def _depth(Bl):
+    """The chunk's depth: minus its smallest per-channel total log gate."""
+    return -tl.min(Bl, 0)
+
+
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_fwd_kernel(
-    q, k, v, g, h0, cu,
+    q, k, v, g, h0, cu, deep,
     T, H, HKV, scale, SHAPE_BUCKET,
-    o, ht,
+    o, ht, deep_out,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr,
     BT: tl.constexpr, BS: tl.constexpr,
 ):
     """o (and S_T into ht) from q, g [B, T, H, D], k [B, T, HKV, D], v [B, T, HKV, E]; grid
     (cdiv(E, BS), N·H). BK is D padded to a power of two; SPLIT (= E) and SHAPE_BUCKET only steer
-    autotuning.
+    autotuning. The fast variant also flags, in deep_out [N·H] (int32), the rows with a chunk
+    deeper than SAFE_DEPTH·BT/MAX_CHUNK, so that no chunk of any pass (BT ≤ MAX_CHUNK) is deeper
+    than SAFE_DEPTH in an unflagged row; the EXACT variant reruns the rows ``deep`` flags.
 
     Every product is transposed, as in the Lightning kernel's transposed pass: the state is held as
     Sᵀ [BS, BK] and the output chunk as oᵀ [BS, BT], so the value slice (all of E at BS = 128) is
@@ -248,7 +283,9 @@ def gla_fwd_kernel(
     m_s_t = tl.trans(m_s)
     St = tl.trans(_state_tile(h0, s_off, m_s, HAS_H0, BK, BS))
     dt = q.dtype.element_ty
-    for i_c in range(0, tl.cdiv(seq_len, BT)):
+    n_run, ends = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), EXACT)
+    worst = tl.sum(tl.zeros([BK], dtype=tl.float32), 0)
+    for i_c in range(0, n_run):
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         bq = _load(q_base, rows, H * KD, o_k, valid, m_k)
         bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
@@ -259,13 +296,16 @@ def gla_fwd_kernel(
         kd = bk * tl.exp(Bl[None, :] - B)
         # carried state, decayed to each row: oᵀ = Sᵀ·qdᵀ
         acc = tl.dot(St.to(dt), tl.trans(qd.to(dt)), input_precision=DOT_PREC)
-        Mt = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, True, GATE_BF16, DOT_PREC, SAFE_DEPTH, BT)
+        Mt = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, True, GATE_BF16, DOT_PREC, SAFE_DEPTH, EXACT, BT)
         acc = tl.dot(tl.trans(bv), Mt.to(dt), acc, input_precision=DOT_PREC) * scale
         _store(o_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc))
         # Sᵀ ← Sᵀ·diag(e^{Bl}) + vᵀ·kd
         St = tl.dot(tl.trans(bv), kd.to(dt), St * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
+        worst = tl.maximum(worst, _depth(Bl))
     if STORE_HT:
-        tl.store(ht + s_off_t, St, mask=m_s_t)
+        tl.store(ht + s_off_t, St, mask=_ends_mask(m_s_t, ends, EXACT))
+    if not EXACT:
+        tl.store(deep_out + tl.program_id(1), (worst > SAFE_DEPTH * BT / MAX_CHUNK).to(tl.int32))
 
 
 @triton.jit
@@ -300,18 +340,19 @@ def _d_slice(cu, T, H, HKV, KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_bwd_q_kernel(
-    k, v, g, do, h0, dht, cu,
+    k, v, g, do, h0, dht, cu, deep,
     T, H, HKV, scale, SHAPE_BUCKET,
     dq, hc, gend,
     KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr,
     BT: tl.constexpr, BS: tl.constexpr,
 ):
     """dq for one D-slice of BS key channels, a forward sweep rebuilding S (its rows of this slice);
     grid (cdiv(D, BS), N·H). BV is E padded to a power of two. Also writes, for the dk/dg pass, the
     state entering every chunk into hc (input dtype, [(total rows) // BT + N, H, D, E]) and the dg
-    just after the last row, rowsum(dS_T ⊙ S_T), into gend [N, H, D].
+    just after the last row, rowsum(dS_T ⊙ S_T), into gend [N, H, D]. ``deep``: the forward's row
+    flags (the EXACT variant reruns those rows).
 
     The chunk's k, g and dq are held transposed, [BS, BT] (key channels × rows), so the state
     slice's rows are the M dimension of every product and the gates act on the output's rows:
@@ -325,7 +366,8 @@ def gla_bwd_q_kernel(
     dq_base = dq + bos * (H * KD) + i_h * KD
     dt = k.dtype.element_ty
     S = _state_tile(h0, s_off, m_s, HAS_H0, BS, BV)
-    for i_c in range(0, tl.cdiv(seq_len, BT)):
+    n_run, ends = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), EXACT)
+    for i_c in range(0, n_run):
         tl.store(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), S.to(hc.dtype.element_ty), mask=m_s)
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         kt = _load_t(k_base, rows, HKV * KD, o_k, valid, m_k)
@@ -339,7 +381,7 @@ def gla_bwd_q_kernel(
         Wt = tl.where(p[:, None] <= p[None, :], tl.dot(bv, tl.trans(bdo), input_precision=DOT_PREC), 0.0)
         # the intra-chunk part apart from acc: Triton 3.6's pipeliner fails on a dot accumulating into
         # a loop value inside a branch
-        if tl.min(Bl, 0) >= -SAFE_DEPTH:
+        if not EXACT or tl.min(Bl, 0) >= -SAFE_DEPTH:
             knt = _gcast(kdt * tl.exp(-Bl)[:, None], GATE_BF16)
             intra = tl.dot(knt, _gcast(Wt, GATE_BF16), input_precision=DOT_PREC) * tl.exp(Bt)
         else:
@@ -349,19 +391,19 @@ def gla_bwd_q_kernel(
     gend_off = (i_n.to(tl.int64) * H + i_h) * KD + o_k
     if HAS_DHT:
         X = tl.load(dht + s_off, mask=m_s, other=0.0).to(tl.float32)
-        tl.store(gend + gend_off, tl.sum(X * S, 1), mask=m_k)
+        tl.store(gend + gend_off, tl.sum(X * S, 1), mask=_ends_mask(m_k, ends, EXACT))
     else:
-        tl.store(gend + gend_off, tl.zeros([BS], dtype=tl.float32), mask=m_k)
+        tl.store(gend + gend_off, tl.zeros([BS], dtype=tl.float32), mask=_ends_mask(m_k, ends, EXACT))
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_bwd_k_kernel(
-    q, k, v, g, do, dht, cu, dq, hc, gend,
+    q, k, v, g, do, dht, cu, dq, hc, gend, deep,
     T, H, HKV, scale, SHAPE_BUCKET,
     dk, dg, dh0,
     KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr,
     BT: tl.constexpr, BS: tl.constexpr,
 ):
     """dk (per query head), dg and dh0 for one D-slice of BS key channels, a backward sweep carrying
@@ -382,7 +424,7 @@ def gla_bwd_k_kernel(
     dk_base = dk + bos * (H * KD) + i_h * KD
     dg_base = dg + bos * (H * KD) + i_h * KD
     dt = q.dtype.element_ty
-    n_chunks = tl.cdiv(seq_len, BT)
+    n_chunks, ends = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), EXACT)
     X = _state_tile(dht, s_off, m_s, HAS_DHT, BS, BV)
     dg_end = tl.load(gend + (i_n.to(tl.int64) * H + i_h) * KD + o_k, mask=m_k, other=0.0)
     for i_r in range(0, n_chunks):
@@ -399,7 +441,7 @@ def gla_bwd_k_kernel(
         ekt = tl.exp(Bl[:, None] - Bt)
         acc = tl.dot(X.to(dt), tl.trans(bv), input_precision=DOT_PREC)
         W = tl.where(p[:, None] >= p[None, :], tl.dot(bdo, tl.trans(bv), input_precision=DOT_PREC), 0.0)
-        if tl.min(Bl, 0) >= -SAFE_DEPTH:
+        if not EXACT or tl.min(Bl, 0) >= -SAFE_DEPTH:
             qnt = _gcast(qdt * tl.exp(-Bl)[:, None], GATE_BF16)
             intra = tl.dot(qnt, _gcast(W, GATE_BF16), input_precision=DOT_PREC) * ekt
         else:
@@ -416,17 +458,17 @@ def gla_bwd_k_kernel(
         _store_t(dg_base, rows, H * KD, o_k, valid, m_k, _chunk_dg_t(dGt, dg_end, dg_start, p, n_valid, REVERSE))
         dg_end = dg_start
     if HAS_H0:
-        tl.store(dh0 + s_off, X, mask=m_s)
+        tl.store(dh0 + s_off, X, mask=_ends_mask(m_s, ends, EXACT))
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_bwd_v_kernel(
-    q, k, g, do, dht, cu,
+    q, k, g, do, dht, cu, deep,
     T, H, HKV, scale, SHAPE_BUCKET,
     dv,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr,
     BT: tl.constexpr, BS: tl.constexpr,
 ):
     """dv (per query head) for one E-slice, backward sweep with dS held transposed, dSᵀ [BS, D];
@@ -438,7 +480,7 @@ def gla_bwd_v_kernel(
     dv_base = dv + bos * (H * VD) + i_h * VD
     Xt = tl.trans(_state_tile(dht, s_off, m_s, HAS_DHT, BK, BS))
     dt = q.dtype.element_ty
-    n_chunks = tl.cdiv(seq_len, BT)
+    n_chunks, _ = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), EXACT)
     for i_r in range(0, n_chunks):
         i_c = n_chunks - 1 - i_r
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
@@ -450,17 +492,19 @@ def gla_bwd_v_kernel(
         qd = bq * tl.exp(B)
         kd = bk * tl.exp(Bl[None, :] - B)
         acc = tl.dot(Xt.to(dt), tl.trans(kd.to(dt)), input_precision=DOT_PREC)
-        M = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, False, GATE_BF16, DOT_PREC, SAFE_DEPTH, BT) * scale
+        M = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, False, GATE_BF16, DOT_PREC, SAFE_DEPTH, EXACT, BT) * scale
         acc = tl.dot(tl.trans(bdo), M.to(dt), acc, input_precision=DOT_PREC)
         _store(dv_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc))
         Xt = tl.dot(tl.trans(bdo), (qd * scale).to(dt), Xt * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
 
 
-# Autotuned launchers on a GPU; under the interpreter autotune cannot run ("0 active drivers"),
-# so the launchers run the plain kernels with configs.INTERP_CONFIG.
+# Autotuned launchers on a GPU (the fast variants), and one-config launchers of the EXACT reruns;
+# under the interpreter autotune cannot run ("0 active drivers"), so the launchers run the plain
+# kernels with configs.INTERP_CONFIG.
 _KEY = ["KD", "VD", "SHAPE_BUCKET"]
 if INTERPRET:
     gla_fwd = gla_bwd_q = gla_bwd_k = gla_bwd_v = None
+    gla_fwd_exact = gla_bwd_q_exact = gla_bwd_k_exact = gla_bwd_v_exact = None
 else:
     _prune = {"early_config_prune": prune_configs}
     gla_fwd = triton.autotune(configs=autotune_configs(FWD_CONFIGS), key=_KEY,
@@ -471,3 +515,7 @@ else:
                                 prune_configs_by=_prune)(gla_bwd_k_kernel)
     gla_bwd_v = triton.autotune(configs=autotune_configs(BWD_V_CONFIGS), key=_KEY,
                                 prune_configs_by=_prune)(gla_bwd_v_kernel)
+    gla_fwd_exact = triton.autotune(configs=exact_configs(EXACT_FWD_CONFIG), key=_KEY)(gla_fwd_kernel)
+    gla_bwd_q_exact = triton.autotune(configs=exact_configs(EXACT_BWD_QK_CONFIG), key=_KEY)(gla_bwd_q_kernel)
+    gla_bwd_k_exact = triton.autotune(configs=exact_configs(EXACT_BWD_QK_CONFIG), key=_KEY)(gla_bwd_k_kernel)
+    gla_bwd_v_exact = triton.autotune(configs=exact_configs(EXACT_BWD_V_CONFIG), key=_KEY)(gla_bwd_v_kernel)

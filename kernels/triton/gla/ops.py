@@ -48,27 +48,40 @@ def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor |
     return n
 
 
+# each pass: the fast launch, then the exact rerun of the rows the forward flagged deep
 _FWD = Launcher(_k, "gla_fwd", "gla_fwd_kernel", _INTERP_META)
+_FWD_X = Launcher(_k, "gla_fwd_exact", "gla_fwd_kernel", _INTERP_META)
 _BWD_Q = Launcher(_k, "gla_bwd_q", "gla_bwd_q_kernel", _INTERP_META)
+_BWD_Q_X = Launcher(_k, "gla_bwd_q_exact", "gla_bwd_q_kernel", _INTERP_META)
 _BWD_K = Launcher(_k, "gla_bwd_k", "gla_bwd_k_kernel", _INTERP_META)
+_BWD_K_X = Launcher(_k, "gla_bwd_k_exact", "gla_bwd_k_kernel", _INTERP_META)
 _BWD_V = Launcher(_k, "gla_bwd_v", "gla_bwd_v_kernel", _INTERP_META)
+_BWD_V_X = Launcher(_k, "gla_bwd_v_exact", "gla_bwd_v_kernel", _INTERP_META)
+
+
+def _twice(fast: Launcher, exact: Launcher, key, fast_args: tuple, exact_args: tuple, spec, stream) -> None:
+    """A pass's fast launch, then its exact rerun (which returns at once in unflagged rows)."""
+    fast(key, fast_args, lambda: (spec()[0], dict(spec()[1], EXACT=False)), stream)
+    exact(key, exact_args, lambda: (spec()[0], dict(spec()[1], EXACT=True)), stream)
 
 
 def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
-    """Forward launch on contiguous inputs (g fp32); returns (o, final state or None)."""
+    """Forward launches on contiguous inputs; returns (o, final state or None, the rows' deep flags
+    [N·H] int32, which the backward's exact reruns follow)."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
     ht = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
-    grid = lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h)  # noqa: E731
-    args = (q, k, v, g, h0 if h0 is not None else g, cu if cu is not None else g,
-            t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o)
-    kw = dict(KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None,
-              STORE_HT=store_ht, IS_VARLEN=cu is not None, **_flags(q))
+    deep = _empty(n * h, dtype=torch.int32, device=q.device)
+    head = (q, k, v, g, h0 if h0 is not None else g, cu if cu is not None else g)
+    tail = (t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o)
+    spec = lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h),  # noqa: E731
+                    dict(KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None,
+                         STORE_HT=store_ht, IS_VARLEN=cu is not None, **_flags(q)))
     key = ("fwd", q.shape, k.shape, v.shape, q.dtype, q.device, n, store_ht, h0 is not None, cu is not None,
            bool(reverse), _alignment(q, k, v, g, h0, cu))
-    _FWD(key, args, lambda: (grid, kw), _raw_stream(q))
-    return o, ht
+    _twice(_FWD, _FWD_X, key, head + (g,) + tail + (deep,), head + (deep,) + tail + (deep,), spec, _raw_stream(q))
+    return o, ht, deep
 
 
 # the shortest chunk the dq pass may run with (the interpreter's config included): it sizes the
@@ -76,11 +89,12 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
 _QK_MIN_CHUNK = min(c.kwargs["BT"] for c in _cfg.autotune_configs(_cfg.BWD_Q_CONFIGS))
 
 
-def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
-    """The three backward launches: dq (D-slices, forward sweep); dk, dg, dh0 (D-slices, backward
-    sweep); dv (E-slices). GQA sums dk, dv over each kv head's query heads (per query head in fp32
-    first). The dq pass hands the dk pass the state entering each chunk (input dtype) and dg's
-    value after the last row, in scratch buffers freed on return."""
+def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, deep):
+    """The three backward passes, each a fast launch and the exact rerun of the rows ``deep`` flags:
+    dq (D-slices, forward sweep); dk, dg, dh0 (D-slices, backward sweep); dv (E-slices). GQA sums
+    dk, dv over each kv head's query heads (per query head in fp32 first). The dq pass hands the dk
+    pass the state entering each chunk (input dtype) and dg's value after the last row, in scratch
+    buffers freed on return."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
@@ -103,13 +117,13 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n):
     stream = _raw_stream(q)
     d_sliced = lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
                         dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None))
-    _BWD_Q(key, (k, v, g, do, h0 if h0 is not None else ph, dht_arg, cu_arg) + common + (dq, hc, gend),
-           d_sliced, stream)
-    _BWD_K(key, (q, k, v, g, do, dht_arg, cu_arg, dq, hc, gend) + common + (dk, dg, dh0 if dh0 is not None else ph),
-           d_sliced, stream)
-    _BWD_V(key, (q, k, g, do, dht_arg, cu_arg) + common + (dv,),
-           lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h), dict(flags, BK=_cfg.pow2(d), SPLIT=e)),
-           stream)
+    args = (k, v, g, do, h0 if h0 is not None else ph, dht_arg, cu_arg, deep) + common + (dq, hc, gend)
+    _twice(_BWD_Q, _BWD_Q_X, key, args, args, d_sliced, stream)
+    args = (q, k, v, g, do, dht_arg, cu_arg, dq, hc, gend, deep) + common + (dk, dg, dh0 if dh0 is not None else ph)
+    _twice(_BWD_K, _BWD_K_X, key, args, args, d_sliced, stream)
+    args = (q, k, g, do, dht_arg, cu_arg, deep) + common + (dv,)
+    _twice(_BWD_V, _BWD_V_X, key, args, args,
+           lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h), dict(flags, BK=_cfg.pow2(d), SPLIT=e)), stream)
     if grp > 1:
         dk = dk.view(b, t, hkv, grp, d).sum(3).to(q.dtype)
         dv = dv.view(b, t, hkv, grp, e).sum(3).to(q.dtype)
@@ -121,21 +135,21 @@ class GLAFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, scale, h0, reverse, cu, store_ht, n):
-        o, ht = gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n)
-        ctx.save_for_backward(q, k, v, g, h0, cu)
+        o, ht, deep = gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n)
+        ctx.save_for_backward(q, k, v, g, h0, cu, deep)
         ctx.scale, ctx.reverse, ctx.n = scale, reverse, n
         ctx.set_materialize_grads(False)  # an unused S_T arrives as None (HAS_DHT=False)
         return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, h0, cu = ctx.saved_tensors
+        q, k, v, g, h0, cu, deep = ctx.saved_tensors
         if do is None:
             do = torch.zeros(*q.shape[:3], v.shape[3], dtype=q.dtype, device=q.device)
         do = do.to(q.dtype).contiguous()
         if dht is not None:
             dht = dht.float().contiguous()
-        dq, dk, dv, dg, dh0 = gla_bwd(q, k, v, g, do, ctx.scale, h0, dht, ctx.reverse, cu, ctx.n)
+        dq, dk, dv, dg, dh0 = gla_bwd(q, k, v, g, do, ctx.scale, h0, dht, ctx.reverse, cu, ctx.n, deep)
         return dq, dk, dv, dg, None, dh0, None, None, None, None
 
 

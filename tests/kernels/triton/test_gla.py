@@ -23,9 +23,10 @@ NAMES = {torch.float32: "fp32", torch.float16: "fp16"}
 
 @pytest.fixture(autouse=True)
 def poison(monkeypatch):
-    """NaN-fill every output buffer the kernels allocate, so an unwritten element shows."""
+    """NaN-fill every output buffer the kernels allocate, so an unwritten element shows (the int32
+    row flags get -7, which no launch writes)."""
     def nan_empty(*shape, dtype, device):
-        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+        return torch.full(shape, float("nan") if dtype.is_floating_point else -7, dtype=dtype, device=device)
 
     monkeypatch.setattr(gla_ops, "_empty", nan_empty)
 
@@ -152,3 +153,26 @@ def test_the_dq_and_dk_passes_share_one_chunk_length():
 
     lengths = {c[0] for c in C.BWD_Q_CONFIGS + C.BWD_K_CONFIGS}
     assert len(lengths) == 1 and C.JAX_BWD_Q_CONFIG[0] == C.JAX_BWD_K_CONFIG[0] == lengths.pop()
+
+
+def test_only_rows_with_a_deep_chunk_are_rerun_exactly(monkeypatch):
+    # batch row 0 has fla's gates (chunks about −0.7 deep), row 1 gates near −14 per token: the fast
+    # forward flags row 1's heads only, and both rows still match the fp64 reference (row 1 through
+    # the exact reruns of every pass)
+    gen = torch.Generator().manual_seed(9)
+    b, t, h, d, e = 2, 37, 2, 16, 24
+    q, k = torch.randn(b, t, h, d, generator=gen), torch.randn(b, t, h, d, generator=gen)
+    v, do = torch.randn(b, t, h, e, generator=gen), torch.randn(b, t, h, e, generator=gen)
+    g = torch.cat([_gates(gen, (1, t, h, d), 16.0), _gates(gen, (1, t, h, d), 0.05)])
+    *_, deep = gla_ops.gla_fwd(q, k, v, g, d**-0.5, None, False, None, True, b)
+    assert deep.tolist() == [0, 0, 1, 1]
+    ins = [x.requires_grad_(True) for x in (q.clone(), k.clone(), v.clone(), g.clone())]
+    o, _ = gla_triton(*ins, output_final_state=False)
+    grads = torch.autograd.grad(o, ins, do)
+    ref = [x.detach().double().requires_grad_(True) for x in ins]
+    ro, _ = gla_naive(*ref)
+    rgrads = torch.autograd.grad(ro, ref, do.double())
+    tol = TOLERANCE["fp32"]
+    assert err_ratio(o, ro) <= tol
+    for name, x, r in zip(("dq", "dk", "dv"), grads, rgrads):
+        assert err_ratio(x, r) <= tol, name
