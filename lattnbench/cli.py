@@ -6,6 +6,7 @@ the commands that need them, so ``lattnbench --help`` is instant.
 from __future__ import annotations
 
 import importlib
+import inspect
 
 import typer
 
@@ -25,6 +26,17 @@ COMMAND_MODULES = ("speed", "memory", "check_grad", "run", "gate", "static", "re
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"lattnbench.commands.{_name}").register(app)
+
+
+def reflowed(doc: str) -> str:
+    """A docstring's paragraphs with their line breaks removed. Typer's rich help keeps a
+    paragraph's breaks, so lines wrapped at the source's width broke again at the terminal's."""
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(doc).split("\n\n"))
+
+
+for _info in app.registered_commands:
+    if _info.help is None and _info.callback is not None and _info.callback.__doc__:
+        _info.help = reflowed(_info.callback.__doc__)
 
 
 def main() -> None:

@@ -25,6 +25,18 @@ def test_help_lists_every_command():
         assert cmd in res.output
 
 
+def test_command_help_paragraphs_flow_to_the_terminal_width():
+    # a docstring's hard line breaks would wrap twice at a narrower terminal: each command's help
+    # is its docstring with every paragraph on one line, and --help at 60 columns still shows it
+    for info in app.registered_commands:
+        paragraphs = info.help.split("\n\n")
+        assert len(paragraphs) >= 1 and not any("\n" in p for p in paragraphs), info.callback.__name__
+    res = CliRunner().invoke(app, ["speed", "--help"], env={"COLUMNS": "60"})
+    assert res.exit_code == 0
+    flat = " ".join(res.output.replace("│", " ").split())
+    assert "(as triton.testing.do_bench); graph: device time without host work" in flat
+
+
 @pytest.mark.parametrize("args, needle", [
     (["speed", "--n", "4096..512"], "below the start"),
     (["speed", "--n", "abc"], "bad --n range"),
