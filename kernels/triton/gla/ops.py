@@ -61,8 +61,14 @@ _BWD_V_X = Launcher(_k, "gla_bwd_v_exact", "gla_bwd_v_kernel", _INTERP_META)
 
 def _twice(fast: Launcher, exact: Launcher, key, fast_args: tuple, exact_args: tuple, spec, stream) -> None:
     """A pass's fast launch, then its exact rerun (which returns at once in unflagged rows)."""
-    fast(key, fast_args, lambda: (spec()[0], dict(spec()[1], EXACT=False)), stream)
-    exact(key, exact_args, lambda: (spec()[0], dict(spec()[1], EXACT=True)), stream)
+    def variant(is_exact: bool):
+        def variant_spec():
+            grid, kw = spec()
+            return grid, dict(kw, EXACT=is_exact)
+        return variant_spec
+
+    fast(key, fast_args, variant(False), stream)
+    exact(key, exact_args, variant(True), stream)
 
 
 def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
