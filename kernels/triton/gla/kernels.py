@@ -212,7 +212,7 @@ def _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, TRANS: tl.constexpr, GATE_BF1
     channel's chunk total Bl is at least −SAFE_DEPTH, qd and kd are normal numbers and no factor
     exceeds e^{SAFE_DEPTH}; a deeper chunk takes the exact row-by-row path, compiled in only for
     the EXACT variant of a kernel (``_run_rows``)."""
-    if not EXACT or tl.min(Bl, 0) >= -SAFE_DEPTH:
+    if not EXACT or _depth(Bl) <= SAFE_DEPTH:
         kn = _gcast(kd * tl.exp(-Bl)[None, :], GATE_BF16)
         qg = _gcast(qd, GATE_BF16)
         if TRANS:
@@ -242,7 +242,8 @@ def _run_rows(deep, row, n_chunks, EXACT: tl.constexpr):
 
 @triton.jit
 def _ends_mask(m, ends, EXACT: tl.constexpr):
-    """A store mask of a program's end results: m, and in the EXACT variant only for a rerun row."""
+    """A store mask of a program's end results: m, and in the EXACT variant only for a rerun row
+    (as an int product: the interpreter rejects a mask that ands a tensor with a scalar bool)."""
     if EXACT:
         return (m.to(tl.int32) * ends.to(tl.int32)) != 0
     else:
@@ -381,7 +382,7 @@ def gla_bwd_q_kernel(
         Wt = tl.where(p[:, None] <= p[None, :], tl.dot(bv, tl.trans(bdo), input_precision=DOT_PREC), 0.0)
         # the intra-chunk part apart from acc: Triton 3.6's pipeliner fails on a dot accumulating into
         # a loop value inside a branch
-        if not EXACT or tl.min(Bl, 0) >= -SAFE_DEPTH:
+        if not EXACT or _depth(Bl) <= SAFE_DEPTH:
             knt = _gcast(kdt * tl.exp(-Bl)[:, None], GATE_BF16)
             intra = tl.dot(knt, _gcast(Wt, GATE_BF16), input_precision=DOT_PREC) * tl.exp(Bt)
         else:
@@ -441,7 +442,7 @@ def gla_bwd_k_kernel(
         ekt = tl.exp(Bl[:, None] - Bt)
         acc = tl.dot(X.to(dt), tl.trans(bv), input_precision=DOT_PREC)
         W = tl.where(p[:, None] >= p[None, :], tl.dot(bdo, tl.trans(bv), input_precision=DOT_PREC), 0.0)
-        if not EXACT or tl.min(Bl, 0) >= -SAFE_DEPTH:
+        if not EXACT or _depth(Bl) <= SAFE_DEPTH:
             qnt = _gcast(qdt * tl.exp(-Bl)[:, None], GATE_BF16)
             intra = tl.dot(qnt, _gcast(W, GATE_BF16), input_precision=DOT_PREC) * ekt
         else:
