@@ -149,10 +149,37 @@ def _store(base, rows, row_stride, lanes, valid, m_lanes, x):
 
 
 @triton.jit
-def _log_gates(g, BACK: tl.constexpr):
+def _tri_product(x, tri, LEFT: tl.constexpr, DOT_PREC: tl.constexpr):
+    """tri·x (LEFT) or x·tri for a 0/1 matrix tri and fp32 x, to fp32 accuracy: the chunk's
+    prefix and suffix sums as tensor-core products, where a scan over rows spread across warps
+    goes through shared memory step by step. tri is exact in tf32; x splits into its tf32 head
+    and the fp32 remainder, so both tf32 products are exact but for the remainder's own rounding
+    (2^-21 of x) and only the fp32 accumulation rounds. IEEE dots (fp32 inputs) need no split."""
+    if DOT_PREC == "ieee":
+        if LEFT:
+            return tl.dot(tri, x, input_precision="ieee")
+        else:
+            return tl.dot(x, tri, input_precision="ieee")
+    else:
+        hi = (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+        lo = x - hi
+        if LEFT:
+            return tl.dot(tri, lo, tl.dot(tri, hi, input_precision="tf32"), input_precision="tf32")
+        else:
+            return tl.dot(lo, tri, tl.dot(hi, tri, input_precision="tf32"), input_precision="tf32")
+
+
+@triton.jit
+def _log_gates(g, p, DOT_PREC: tl.constexpr):
     """(B, Bl): inclusive cumulative log gate of each row in processing order, and the chunk total.
     Invalid rows hold g = 0, so they neither add to Bl nor change B."""
-    return tl.cumsum(g, 0, reverse=BACK), tl.sum(g, 0)
+    return _tri_product(g, (p[None, :] <= p[:, None]).to(tl.float32), True, DOT_PREC), tl.sum(g, 0)
+
+
+@triton.jit
+def _log_gates_t(gt, p, DOT_PREC: tl.constexpr):
+    """(Bᵀ, Bl) of a transposed chunk gᵀ [channels, rows], as ``_log_gates``."""
+    return _tri_product(gt, (p[:, None] <= p[None, :]).to(tl.float32), False, DOT_PREC), tl.sum(gt, 1)
 
 
 @triton.jit
@@ -227,6 +254,20 @@ def _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, TRANS: tl.constexpr, GATE_BF1
 
 
 @triton.jit
+def _apart(live, a, b, DOT_PREC: tl.constexpr):
+    """tl.dot(a, b) for a ``live`` that is always true where it is called, so the product sits in a
+    region of its own. Triton gives a product whose result feeds another product in its region
+    all warps along M, to keep that result in registers; for a [32, 32] or [64, 64] product at
+    8 warps that repeats every row block on several warps (the forward's [32, 32] scores: 44
+    mma instructions a thread against 20). Apart it gets the default tiling."""
+    if live:
+        r = tl.dot(a, b, input_precision=DOT_PREC)
+    else:
+        r = tl.zeros([a.shape[0], b.shape[1]], dtype=tl.float32)
+    return r
+
+
+@triton.jit
 def _run_rows(deep, row, n_chunks, EXACT: tl.constexpr):
     """(chunks this program runs, whether it writes its end results). A kernel is compiled twice:
     the fast variant takes the decayed products in every chunk; the EXACT one, launched after it,
@@ -285,28 +326,31 @@ def gla_fwd_kernel(
     St = tl.trans(_state_tile(h0, s_off, m_s, HAS_H0, BK, BS))
     dt = q.dtype.element_ty
     n_run, ends = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), EXACT)
-    worst = tl.sum(tl.zeros([BK], dtype=tl.float32), 0)
+    worst = tl.zeros([BK], dtype=tl.float32)  # per channel: no cross-warp reduction in the loop
     for i_c in range(0, n_run):
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         bq = _load(q_base, rows, H * KD, o_k, valid, m_k)
         bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
         bv = _load(v_base, rows, HKV * VD, o_v, valid, m_v)
         bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-        B, Bl = _log_gates(bg, REVERSE)
+        B, Bl = _log_gates(bg, p, DOT_PREC)
         qd = bq * tl.exp(B)  # every factor ≤ 1
         kd = bk * tl.exp(Bl[None, :] - B)
         # carried state, decayed to each row: oᵀ = Sᵀ·qdᵀ
         acc = tl.dot(St.to(dt), tl.trans(qd.to(dt)), input_precision=DOT_PREC)
-        Mt = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, True, GATE_BF16, DOT_PREC, SAFE_DEPTH, EXACT, BT)
+        if n_run > 0:  # always: a region of its own gives the product its own warp tiling (_apart)
+            Mt = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, True, GATE_BF16, DOT_PREC, SAFE_DEPTH, EXACT, BT)
+        else:
+            Mt = tl.zeros([BT, BT], dtype=tl.float32)
         acc = tl.dot(tl.trans(bv), Mt.to(dt), acc, input_precision=DOT_PREC) * scale
         _store(o_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc))
         # Sᵀ ← Sᵀ·diag(e^{Bl}) + vᵀ·kd
         St = tl.dot(tl.trans(bv), kd.to(dt), St * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
-        worst = tl.maximum(worst, _depth(Bl))
+        worst = tl.maximum(worst, -Bl)
     if STORE_HT:
         tl.store(ht + s_off_t, St, mask=_ends_mask(m_s_t, ends, EXACT))
     if not EXACT:
-        tl.store(deep_out + tl.program_id(1), (worst > SAFE_DEPTH * BT / MAX_CHUNK).to(tl.int32))
+        tl.store(deep_out + tl.program_id(1), (tl.max(worst, 0) > SAFE_DEPTH * BT / MAX_CHUNK).to(tl.int32))
 
 
 @triton.jit
@@ -375,11 +419,10 @@ def gla_bwd_q_kernel(
         gt = _load_t(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
         bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
-        Bt = tl.cumsum(gt, 1, reverse=REVERSE)
-        Bl = tl.sum(gt, 1)
+        Bt, Bl = _log_gates_t(gt, p, DOT_PREC)
         kdt = kt * tl.exp(Bl[:, None] - Bt)
         acc = tl.dot(S.to(dt), tl.trans(bdo), input_precision=DOT_PREC)
-        Wt = tl.where(p[:, None] <= p[None, :], tl.dot(bv, tl.trans(bdo), input_precision=DOT_PREC), 0.0)
+        Wt = tl.where(p[:, None] <= p[None, :], _apart(n_run > 0, bv, tl.trans(bdo), DOT_PREC), 0.0)
         # the intra-chunk part apart from acc: Triton 3.6's pipeliner fails on a dot accumulating into
         # a loop value inside a branch
         if not EXACT or _depth(Bl) <= SAFE_DEPTH:
@@ -436,12 +479,13 @@ def gla_bwd_k_kernel(
         gt = _load_t(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
         bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
+        # a scan here: the products' two extra [BS, BT] operand tiles spill in this, the widest pass
         Bt = tl.cumsum(gt, 1, reverse=REVERSE)
         Bl = tl.sum(gt, 1)
         qdt = qt * tl.exp(Bt) * scale
         ekt = tl.exp(Bl[:, None] - Bt)
         acc = tl.dot(X.to(dt), tl.trans(bv), input_precision=DOT_PREC)
-        W = tl.where(p[:, None] >= p[None, :], tl.dot(bdo, tl.trans(bv), input_precision=DOT_PREC), 0.0)
+        W = tl.where(p[:, None] >= p[None, :], _apart(n_chunks > 0, bdo, tl.trans(bv), DOT_PREC), 0.0)
         if not EXACT or _depth(Bl) <= SAFE_DEPTH:
             qnt = _gcast(qdt * tl.exp(-Bl)[:, None], GATE_BF16)
             intra = tl.dot(qnt, _gcast(W, GATE_BF16), input_precision=DOT_PREC) * ekt
@@ -489,11 +533,14 @@ def gla_bwd_v_kernel(
         bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
         bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         bdo = _load(do_base, rows, H * VD, o_v, valid, m_v)
-        B, Bl = _log_gates(bg, REVERSE)
+        B, Bl = _log_gates(bg, p, DOT_PREC)
         qd = bq * tl.exp(B)
         kd = bk * tl.exp(Bl[None, :] - B)
         acc = tl.dot(Xt.to(dt), tl.trans(kd.to(dt)), input_precision=DOT_PREC)
-        M = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, False, GATE_BF16, DOT_PREC, SAFE_DEPTH, EXACT, BT) * scale
+        if n_chunks > 0:  # always: as the forward's scores
+            M = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, False, GATE_BF16, DOT_PREC, SAFE_DEPTH, EXACT, BT) * scale
+        else:
+            M = tl.zeros([BT, BT], dtype=tl.float32)
         acc = tl.dot(tl.trans(bdo), M.to(dt), acc, input_precision=DOT_PREC)
         _store(dv_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc))
         Xt = tl.dot(tl.trans(bdo), (qd * scale).to(dt), Xt * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
