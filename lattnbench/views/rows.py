@@ -289,7 +289,9 @@ def shape_label(row: dict, seqlen: bool = False) -> str:
     dims = (f"D{row['dim_qk']}" if row.get("dim_qk") == row.get("dim_v")
             else f"D{row['dim_qk']}E{row['dim_v']}")
     t = f" T{row['seqlen']}" if seqlen else ""
-    extra = "".join([f" decay={row['decay']}" if row.get("decay") else "",
+    # γ is the Lightning family's per-head decay: GLA's gates come from g, so its rows name none
+    decay = row.get("decay") if row.get("family") != "gla" else None
+    extra = "".join([f" decay={decay}" if decay else "",
                      " varlen" if row.get("varlen") else "",
                      " h0" if row.get("initial_state") else "", " rev" if row.get("reverse") else "",
                      f" x{row['input_scale']:g}" if row.get("input_scale") not in (None, 1) else "",

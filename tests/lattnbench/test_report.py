@@ -420,3 +420,13 @@ def test_findings_give_a_line_per_kernel_and_per_way_of_failing(tmp_path):
     assert findings[1]["err"] == f"{min(over['fla']):.1e} – {max(over['fla']):.1e}"
     assert findings[0]["e.g."] == "B2 T65 H4 D64 fp32 decay=alibi" and findings[1]["e.g."] == "B2 T1 H4 D64 fp32 decay=alibi"
     assert "lightning/triton" not in {r["kernel"] for r in findings}
+
+
+def test_gla_tables_name_no_per_head_decay():
+    """γ is the Lightning family's decay: a GLA group's label leaves the row's decay field out, a
+    Lightning group's keeps it."""
+    from lattnbench.views.rows import shape_label
+
+    row = dict(CASE, seqlen=8192, decay="random")
+    assert shape_label(dict(row, family="gla")) == "B4 H32 D128 bf16"
+    assert shape_label(dict(row, family="lightning"), seqlen=True) == "B4 T8192 H32 D128 bf16 decay=random"
