@@ -1,7 +1,7 @@
 """The jobs of the bundled GLA Triton kernels: every default autotune config of the forward and of
 the three backward launches, at the seed shape (D = E = 128, bf16) with the default call's flags
 (no initial state, final state returned and its gradient given, forward direction, no varlen), in
-their fast variants (the EXACT reruns do no work in rows without a deep chunk)."""
+their fast launches (the exact reruns do no work in rows without a deep chunk)."""
 from __future__ import annotations
 
 from lattnbench.static.triton_aot import Job
@@ -17,7 +17,7 @@ def _flags() -> dict:
     from lattnbench.kernels.triton.gla.configs import SAFE_DEPTH
 
     return dict(KD=D, VD=E, REVERSE=False, IS_VARLEN=False, DOT_PREC="tf32", GATE_BF16=True, SAFE_DEPTH=SAFE_DEPTH,
-                EXACT=False)
+                PATH="fast")
 
 
 def config_label(bt: int, bs: int, warps: int, stages: int) -> str:

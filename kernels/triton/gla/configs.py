@@ -52,12 +52,15 @@ JAX_BWD_V_CONFIG = (32, 128, 8, 2)
 SAFE_DEPTH = 60.0
 
 
-def jax_config(config: tuple, d: int, e: int, gate_bf16: bool) -> tuple:
-    """A jax-triton pass's fixed config for head dims d, e: one pipeline stage where the chunk's
-    gate operands are fp32 (fp16, fp32 inputs) and a head dim pads past 128; two stages of
-    [64, 256] fp32 tiles need 280-340 KB of shared memory (ptxas, sm_90), one 136-192 KB."""
+def jax_config(config: tuple, d: int, e: int, dtype: str) -> tuple:
+    """A jax-triton pass's fixed config for head dims d, e and inputs of ``dtype`` (bf16, fp16,
+    fp32): one pipeline stage where the chunk's gate operands are fp32 (fp16, fp32 inputs) and a
+    head dim pads past 128, and for fp32 inputs: two stages of [64, 256] fp32 tiles need 280-340 KB
+    of shared memory (ptxas, sm_90), one 136-192 KB; the fp32 dv pass, its exact sweep compiled in
+    (PATH "both"), needs 228 KB at D = E = 128 with two, 116 KB with one."""
     bt, bs, w, s = config
-    return (bt, bs, w, 1) if not gate_bf16 and pow2(max(d, e)) > 128 else config
+    one_stage = dtype == "fp32" or (dtype == "fp16" and pow2(max(d, e)) > 128)
+    return (bt, bs, w, 1) if one_stage else config
 
 
 def autotune_configs(table) -> list[triton.Config]:

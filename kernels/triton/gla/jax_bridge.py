@@ -4,8 +4,9 @@ with a ``jax.custom_vjp``. GPU only; cu_seqlens is not supported here.
 jax-triton is imported lazily and the Triton cache-dir knob its import clobbers is restored
 (``lightning.jax_bridge._jax_triton``). jax-triton refuses autotuned kernels whose key lacks a
 scalar argument, so the plain kernels launch with one fixed config per pass
-(``configs.JAX_*_CONFIG``): the forward, then the backward's three launches; a jitted
-``lax.cond`` reruns them with the EXACT variants when the forward flags a deep chunk.
+(``configs.JAX_*_CONFIG``): the forward, then the backward's three launches, each with PATH "both"
+(``kernels._run_rows``): jax-triton hands every launch fresh output buffers, so the rows with a deep
+chunk take the exact path inside the same launch rather than in a rerun.
 """
 from __future__ import annotations
 
@@ -25,47 +26,36 @@ def _flags(dtype) -> dict:
                 SAFE_DEPTH=_cfg.SAFE_DEPTH)
 
 
+def _dtype_name(dtype) -> str:
+    import jax.numpy as jnp
+
+    return {jnp.dtype(jnp.bfloat16): "bf16", jnp.dtype(jnp.float16): "fp16"}.get(jnp.dtype(dtype), "fp32")
+
+
 def _scalars(t: int, h: int, hkv: int, scale: float, rows: int) -> tuple:
     return (t, h, hkv, np.float32(scale), _cfg.shape_bucket(t, rows))
 
 
-def _fwd_launch(q, k, v, g, h0, deep, scale, reverse, exact: bool):
-    """(o, S_T, the rows' deep flags) of one forward launch: the fast variant (``deep`` unread), or
-    the EXACT one over the rows ``deep`` flags."""
+def fwd_call(q, k, v, g, h0, scale, reverse):
+    """((o, S_T), the rows' deep flags) from the forward launch."""
     import jax
     import jax.numpy as jnp
 
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
-    config = _cfg.EXACT_FWD_CONFIG if exact else _cfg.JAX_FWD_CONFIG
-    bt, bs, w, s = _cfg.jax_config(config, d, e, q.dtype == jnp.bfloat16)
+    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_FWD_CONFIG, d, e, _dtype_name(q.dtype))
     outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32),
             jax.ShapeDtypeStruct((b * h,), jnp.int32)]
-    return tuple(_jax_triton().triton_call(
-        q, k, v, g, h0 if h0 is not None else g, g, deep, *_scalars(t, h, hkv, scale, b * h),
+    o, ht, deep = _jax_triton().triton_call(
+        q, k, v, g, h0 if h0 is not None else g, g, g, *_scalars(t, h, hkv, scale, b * h),
         kernel=_k.gla_fwd_kernel, out_shape=outs, grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s,
         KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=True,
-        IS_VARLEN=False, EXACT=exact, BT=bt, BS=bs, **_flags(q.dtype)))
-
-
-def _exact_if_deep(deep, fast: tuple, exact) -> tuple:
-    """``fast``, or ``exact(all rows flagged)`` when any row is deep: the EXACT launches write only
-    the rows they rerun, and jax hands each launch fresh buffers, so here they rerun every row."""
-    import jax
-    import jax.numpy as jnp
-
-    return jax.lax.cond(jnp.any(deep != 0), lambda: exact(jnp.ones_like(deep)), lambda: fast)
-
-
-def fwd_call(q, k, v, g, h0, scale, reverse):
-    """((o, S_T), the rows' deep flags) from the fast forward launch, or its exact rerun."""
-    o, ht, deep = _fwd_launch(q, k, v, g, h0, g, scale, reverse, False)
-    o, ht = _exact_if_deep(deep, (o, ht), lambda every: _fwd_launch(q, k, v, g, h0, every, scale, reverse, True)[:2])
+        IS_VARLEN=False, PATH="both", BT=bt, BS=bs, **_flags(q.dtype))
     return (o, ht), deep
 
 
-def _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse, exact: bool):
-    """(dq, dk, dv per query head, dg, dh0) from the three backward launches of one variant."""
+def _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse):
+    """(dq, dk, dv per query head, dg, dh0) from the three backward launches."""
     import jax
     import jax.numpy as jnp
 
@@ -74,25 +64,25 @@ def _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse, exact: bool):
     hkv, e = k.shape[2], v.shape[3]
     gdt = q.dtype if h == hkv else jnp.float32
     sc = _scalars(t, h, hkv, scale, b * h)
-    bf16 = q.dtype == jnp.bfloat16
-    flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, EXACT=exact, **_flags(q.dtype))
+    name = _dtype_name(q.dtype)
+    flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, PATH="both", **_flags(q.dtype))
     qk = dict(flags, HAS_H0=h0 is not None, BV=_cfg.pow2(e), SPLIT=d)
     h0_arg = h0 if h0 is not None else g
     # the dq and dk passes share one BT: the entry states' slots follow it
-    bt, bs, w, s = _cfg.jax_config(_cfg.EXACT_BWD_QK_CONFIG if exact else _cfg.JAX_BWD_Q_CONFIG, d, e, bf16)
+    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_Q_CONFIG, d, e, name)
     outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype),
             jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype),  # chunk entry states (scratch)
             jax.ShapeDtypeStruct((b, h, d), jnp.float32)]                # dg after the last row
     dq, hc, gend = jt.triton_call(
         k, v, g, do, h0_arg, dht, g, deep, *sc, kernel=_k.gla_bwd_q_kernel, out_shape=outs,
         grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)
-    _, bs, w, s = _cfg.jax_config(_cfg.EXACT_BWD_QK_CONFIG if exact else _cfg.JAX_BWD_K_CONFIG, d, e, bf16)
+    _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_K_CONFIG, d, e, name)
     outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
             jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
     dk, dg, dh0 = jt.triton_call(
         q, k, v, g, do, dht, g, dq, hc, gend, deep, *sc, kernel=_k.gla_bwd_k_kernel, out_shape=outs,
         grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)
-    bt, bs, w, s = _cfg.jax_config(_cfg.EXACT_BWD_V_CONFIG if exact else _cfg.JAX_BWD_V_CONFIG, d, e, bf16)
+    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, name)
     dv = jt.triton_call(
         q, k, g, do, dht, g, deep, *sc, kernel=_k.gla_bwd_v_kernel, out_shape=[jax.ShapeDtypeStruct((b, t, h, e), gdt)],
         grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s, BK=_cfg.pow2(d), SPLIT=e, BT=bt, BS=bs,
@@ -101,13 +91,10 @@ def _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse, exact: bool):
 
 
 def bwd_call(q, k, v, g, do, h0, dht, deep, scale, reverse):
-    """(dq, dk, dv, dg, dh0) from the fast backward launches, or their exact reruns; GQA sums dk, dv
-    per kv head."""
+    """(dq, dk, dv, dg, dh0) from the backward launches; GQA sums dk, dv per kv head."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
-    fast = _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse, False)
-    dq, dk, dv, dg, dh0 = _exact_if_deep(
-        deep, fast, lambda every: _bwd_launches(q, k, v, g, do, h0, dht, every, scale, reverse, True))
+    dq, dk, dv, dg, dh0 = _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse)
     if h > hkv:
         dk = dk.reshape(b, t, hkv, h // hkv, d).sum(3).astype(q.dtype)
         dv = dv.reshape(b, t, hkv, h // hkv, e).sum(3).astype(q.dtype)

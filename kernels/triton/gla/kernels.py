@@ -238,7 +238,7 @@ def _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, TRANS: tl.constexpr, GATE_BF1
     e^{B_t − B_s} = e^{B_t}·e^{Bl − B_s}·e^{−Bl}, so M = qd·(kd·diag(e^{−Bl}))ᵀ. While every
     channel's chunk total Bl is at least −SAFE_DEPTH, qd and kd are normal numbers and no factor
     exceeds e^{SAFE_DEPTH}; a deeper chunk takes the exact row-by-row path, compiled in only for
-    the EXACT variant of a kernel (``_run_rows``)."""
+    the sweeps that may take it (EXACT: the kernels' PATH, ``_run_rows``)."""
     if not EXACT or _depth(Bl) <= SAFE_DEPTH:
         kn = _gcast(kd * tl.exp(-Bl)[None, :], GATE_BF16)
         qg = _gcast(qd, GATE_BF16)
@@ -269,11 +269,13 @@ def _apart(live, a, b, DOT_PREC: tl.constexpr):
 
 @triton.jit
 def _run_rows(deep, row, n_chunks, EXACT: tl.constexpr):
-    """(chunks this program runs, whether it writes its end results). A kernel is compiled twice:
-    the fast variant takes the decayed products in every chunk; the EXACT one, launched after it,
-    reruns only the (sequence, head) rows that ``deep`` flags and leaves the others' outputs as
-    the fast launch wrote them. Keeping the exact path's code out of the fast variant keeps its
-    registers for the fast path."""
+    """(chunks this program runs, whether it writes its end results). From torch a pass launches
+    twice: PATH "fast" takes the decayed products in every chunk of every row; "exact", launched
+    after it, reruns only the (sequence, head) rows that ``deep`` flags and leaves the others'
+    outputs as the fast launch wrote them. Keeping the exact path's code out of the fast launch
+    keeps its registers for the fast sweep (ptxas for sm_90: the dq pass's fast sweep spills when
+    both sweeps share one kernel). jax-triton hands every launch fresh output buffers, so from JAX
+    a pass launches once with PATH "both": the fast sweep, and the exact one in flagged rows."""
     if EXACT:
         run = tl.load(deep + row) != 0
         return tl.where(run, n_chunks, 0), run
@@ -297,37 +299,15 @@ def _depth(Bl):
     return -tl.min(Bl, 0)
 
 
-@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
-def gla_fwd_kernel(
-    q, k, v, g, h0, cu, deep,
-    T, H, HKV, scale, SHAPE_BUCKET,
-    o, ht, deep_out,
-    KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr,
-    BT: tl.constexpr, BS: tl.constexpr,
-):
-    """o (and S_T into ht) from q, g [B, T, H, D], k [B, T, HKV, D], v [B, T, HKV, E]; grid
-    (cdiv(E, BS), N·H). BK is D padded to a power of two; SPLIT (= E) and SHAPE_BUCKET only steer
-    autotuning. The fast variant also flags, in deep_out [N·H] (int32), the rows with a chunk
-    deeper than SAFE_DEPTH·BT/MAX_CHUNK, so that no chunk of any pass (BT ≤ MAX_CHUNK) is deeper
-    than SAFE_DEPTH in an unflagged row; the EXACT variant reruns the rows ``deep`` flags.
-
-    Every product is transposed, as in the Lightning kernel's transposed pass: the state is held as
-    Sᵀ [BS, BK] and the output chunk as oᵀ [BS, BT], so the value slice (all of E at BS = 128) is
-    the M dimension of the big products, the two warpgroups split it, and q, k and g are loaded,
-    cumulated and decayed once per head rather than once per E-slice."""
-    (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
-     m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
-    v_base = v + bos * (HKV * VD) + i_hk * VD
-    o_base = o + bos * (H * VD) + i_h * VD
-    s_off_t = tl.trans(s_off)
-    m_s_t = tl.trans(m_s)
-    St = tl.trans(_state_tile(h0, s_off, m_s, HAS_H0, BK, BS))
-    dt = q.dtype.element_ty
-    n_run, ends = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), EXACT)
+@triton.jit
+def _fwd_sweep(St, n_chunks, q_base, k_base, v_base, g_base, o_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV, scale,
+               KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
+               DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr):
+    """The forward's chunks in order from the state Sᵀ = St: writes o; returns the final Sᵀ and each
+    key channel's deepest chunk. EXACT compiles in the exact path of chunks deeper than SAFE_DEPTH."""
+    dt = q_base.dtype.element_ty
     worst = tl.zeros([BK], dtype=tl.float32)  # per channel: no cross-warp reduction in the loop
-    for i_c in range(0, n_run):
+    for i_c in range(0, n_chunks):
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         bq = _load(q_base, rows, H * KD, o_k, valid, m_k)
         bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
@@ -338,7 +318,7 @@ def gla_fwd_kernel(
         kd = bk * tl.exp(Bl[None, :] - B)
         # carried state, decayed to each row: oᵀ = Sᵀ·qdᵀ
         acc = tl.dot(St.to(dt), tl.trans(qd.to(dt)), input_precision=DOT_PREC)
-        if n_run > 0:  # always: a region of its own gives the product its own warp tiling (_apart)
+        if n_chunks > 0:  # always: a region of its own gives the product its own warp tiling (_apart)
             Mt = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, True, GATE_BF16, DOT_PREC, SAFE_DEPTH, EXACT, BT)
         else:
             Mt = tl.zeros([BT, BT], dtype=tl.float32)
@@ -347,10 +327,49 @@ def gla_fwd_kernel(
         # Sᵀ ← Sᵀ·diag(e^{Bl}) + vᵀ·kd
         St = tl.dot(tl.trans(bv), kd.to(dt), St * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
         worst = tl.maximum(worst, -Bl)
+    return St, worst
+
+
+
+@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
+def gla_fwd_kernel(
+    q, k, v, g, h0, cu, deep,
+    T, H, HKV, scale, SHAPE_BUCKET,
+    o, ht, deep_out,
+    KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, PATH: tl.constexpr,
+    BT: tl.constexpr, BS: tl.constexpr,
+):
+    """o (and S_T into ht) from q, g [B, T, H, D], k [B, T, HKV, D], v [B, T, HKV, E]; grid
+    (cdiv(E, BS), N·H). BK is D padded to a power of two; SPLIT (= E) and SHAPE_BUCKET only steer
+    autotuning. The rows with a chunk deeper than SAFE_DEPTH·BT/MAX_CHUNK are flagged in deep_out
+    [N·H] (int32), so that no chunk of any pass (BT ≤ MAX_CHUNK) is deeper than SAFE_DEPTH in an
+    unflagged row. ``PATH`` (``_run_rows``): "fast" sweeps every row without the exact path and
+    writes the flags; "exact" resweeps the rows ``deep`` flags with it; "both" does both in one
+    launch.
+
+    Every product is transposed, as in the Lightning kernel's transposed pass: the state is held as
+    Sᵀ [BS, BK] and the output chunk as oᵀ [BS, BT], so the value slice (all of E at BS = 128) is
+    the M dimension of the big products, the two warpgroups split it, and q, k and g are loaded,
+    cumulated and decayed once per head rather than once per E-slice."""
+    (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
+     m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
+    v_base = v + bos * (HKV * VD) + i_hk * VD
+    o_base = o + bos * (H * VD) + i_h * VD
+    S0 = tl.trans(_state_tile(h0, s_off, m_s, HAS_H0, BK, BS))
+    n_run, ends = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), PATH == "exact")
+    St, worst = _fwd_sweep(S0, n_run, q_base, k_base, v_base, g_base, o_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H,
+                           HKV, scale, KD, VD, BK, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, PATH == "exact")
+    is_deep = tl.max(worst, 0) > SAFE_DEPTH * BT / MAX_CHUNK
+    if PATH == "both":
+        if is_deep:
+            St, _ = _fwd_sweep(S0, n_run, q_base, k_base, v_base, g_base, o_base, seq_len, o_t, p, o_k, o_v, m_k, m_v,
+                               H, HKV, scale, KD, VD, BK, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, True)
     if STORE_HT:
-        tl.store(ht + s_off_t, St, mask=_ends_mask(m_s_t, ends, EXACT))
-    if not EXACT:
-        tl.store(deep_out + tl.program_id(1), (tl.max(worst, 0) > SAFE_DEPTH * BT / MAX_CHUNK).to(tl.int32))
+        tl.store(ht + tl.trans(s_off), St, mask=_ends_mask(tl.trans(m_s), ends, PATH == "exact"))
+    if PATH != "exact":
+        tl.store(deep_out + tl.program_id(1), is_deep.to(tl.int32))
 
 
 @triton.jit
@@ -383,6 +402,38 @@ def _d_slice(cu, T, H, HKV, KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr
     return i_n, i_h, i_hk, bos, seq_len, o_t, p, o_k, o_e, m_k, m_e, s_off, m_k[:, None] & m_e[None, :]
 
 
+@triton.jit
+def _q_sweep(S, n_chunks, k_base, v_base, g_base, do_base, dq_base, hc, bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e,
+             m_s, H, HKV, scale, KD: tl.constexpr, VD: tl.constexpr, BS: tl.constexpr, BT: tl.constexpr,
+             REVERSE: tl.constexpr, DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr,
+             EXACT: tl.constexpr):
+    """The dq pass's chunks in order from the state S: writes dq and each chunk's entry state into
+    hc; returns the final S. EXACT compiles in the exact path of chunks deeper than SAFE_DEPTH."""
+    dt = k_base.dtype.element_ty
+    for i_c in range(0, n_chunks):
+        tl.store(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), S.to(hc.dtype.element_ty), mask=m_s)
+        rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
+        kt = _load_t(k_base, rows, HKV * KD, o_k, valid, m_k)
+        gt = _load_t(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
+        bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
+        Bt, Bl = _log_gates_t(gt, p, DOT_PREC)
+        kdt = kt * tl.exp(Bl[:, None] - Bt)
+        acc = tl.dot(S.to(dt), tl.trans(bdo), input_precision=DOT_PREC)
+        Wt = tl.where(p[:, None] <= p[None, :], _apart(n_chunks > 0, bv, tl.trans(bdo), DOT_PREC), 0.0)
+        # the intra-chunk part apart from acc: Triton 3.6's pipeliner fails on a dot accumulating into
+        # a loop value inside a branch
+        if not EXACT or _depth(Bl) <= SAFE_DEPTH:
+            knt = _gcast(kdt * tl.exp(-Bl)[:, None], GATE_BF16)
+            intra = tl.dot(knt, _gcast(Wt, GATE_BF16), input_precision=DOT_PREC) * tl.exp(Bt)
+        else:
+            intra = tl.trans(_exact_apply(tl.trans(Wt), tl.trans(kt), tl.trans(Bt), p, o_t, 1.0, BT, BS))
+        _store_t(dq_base, rows, H * KD, o_k, valid, m_k, (acc * tl.exp(Bt) + intra) * scale)
+        S = tl.dot(kdt.to(dt), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+    return S
+
+
+
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_bwd_q_kernel(
     k, v, g, do, h0, dht, cu, deep,
@@ -390,14 +441,14 @@ def gla_bwd_q_kernel(
     dq, hc, gend,
     KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, PATH: tl.constexpr,
     BT: tl.constexpr, BS: tl.constexpr,
 ):
     """dq for one D-slice of BS key channels, a forward sweep rebuilding S (its rows of this slice);
     grid (cdiv(D, BS), N·H). BV is E padded to a power of two. Also writes, for the dk/dg pass, the
     state entering every chunk into hc (input dtype, [(total rows) // BT + N, H, D, E]) and the dg
     just after the last row, rowsum(dS_T ⊙ S_T), into gend [N, H, D]. ``deep``: the forward's row
-    flags (the EXACT variant reruns those rows).
+    flags, which ``PATH`` follows as in the forward.
 
     The chunk's k, g and dq are held transposed, [BS, BT] (key channels × rows), so the state
     slice's rows are the M dimension of every product and the gates act on the output's rows:
@@ -409,68 +460,38 @@ def gla_bwd_q_kernel(
     v_base = v + bos * (HKV * VD) + i_hk * VD
     do_base = do + bos * (H * VD) + i_h * VD
     dq_base = dq + bos * (H * KD) + i_h * KD
-    dt = k.dtype.element_ty
-    S = _state_tile(h0, s_off, m_s, HAS_H0, BS, BV)
-    n_run, ends = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), EXACT)
-    for i_c in range(0, n_run):
-        tl.store(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), S.to(hc.dtype.element_ty), mask=m_s)
-        rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
-        kt = _load_t(k_base, rows, HKV * KD, o_k, valid, m_k)
-        gt = _load_t(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-        bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
-        bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
-        Bt, Bl = _log_gates_t(gt, p, DOT_PREC)
-        kdt = kt * tl.exp(Bl[:, None] - Bt)
-        acc = tl.dot(S.to(dt), tl.trans(bdo), input_precision=DOT_PREC)
-        Wt = tl.where(p[:, None] <= p[None, :], _apart(n_run > 0, bv, tl.trans(bdo), DOT_PREC), 0.0)
-        # the intra-chunk part apart from acc: Triton 3.6's pipeliner fails on a dot accumulating into
-        # a loop value inside a branch
-        if not EXACT or _depth(Bl) <= SAFE_DEPTH:
-            knt = _gcast(kdt * tl.exp(-Bl)[:, None], GATE_BF16)
-            intra = tl.dot(knt, _gcast(Wt, GATE_BF16), input_precision=DOT_PREC) * tl.exp(Bt)
+    S0 = _state_tile(h0, s_off, m_s, HAS_H0, BS, BV)
+    n_run, ends = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), PATH == "exact")
+    if PATH == "both":
+        if tl.load(deep + tl.program_id(1)) != 0:
+            S = _q_sweep(S0, n_run, k_base, v_base, g_base, do_base, dq_base, hc, bos, i_n, i_h, seq_len, o_t, p,
+                         o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT, REVERSE, DOT_PREC, GATE_BF16,
+                         SAFE_DEPTH, True)
         else:
-            intra = tl.trans(_exact_apply(tl.trans(Wt), tl.trans(kt), tl.trans(Bt), p, o_t, 1.0, BT, BS))
-        _store_t(dq_base, rows, H * KD, o_k, valid, m_k, (acc * tl.exp(Bt) + intra) * scale)
-        S = tl.dot(kdt.to(dt), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+            S = _q_sweep(S0, n_run, k_base, v_base, g_base, do_base, dq_base, hc, bos, i_n, i_h, seq_len, o_t, p,
+                         o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT, REVERSE, DOT_PREC, GATE_BF16,
+                         SAFE_DEPTH, False)
+    else:
+        S = _q_sweep(S0, n_run, k_base, v_base, g_base, do_base, dq_base, hc, bos, i_n, i_h, seq_len, o_t, p, o_k,
+                     o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH,
+                     PATH == "exact")
     gend_off = (i_n.to(tl.int64) * H + i_h) * KD + o_k
     if HAS_DHT:
         X = tl.load(dht + s_off, mask=m_s, other=0.0).to(tl.float32)
-        tl.store(gend + gend_off, tl.sum(X * S, 1), mask=_ends_mask(m_k, ends, EXACT))
+        tl.store(gend + gend_off, tl.sum(X * S, 1), mask=_ends_mask(m_k, ends, PATH == "exact"))
     else:
-        tl.store(gend + gend_off, tl.zeros([BS], dtype=tl.float32), mask=_ends_mask(m_k, ends, EXACT))
+        tl.store(gend + gend_off, tl.zeros([BS], dtype=tl.float32), mask=_ends_mask(m_k, ends, PATH == "exact"))
 
 
-@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
-def gla_bwd_k_kernel(
-    q, k, v, g, do, dht, cu, dq, hc, gend, deep,
-    T, H, HKV, scale, SHAPE_BUCKET,
-    dk, dg, dh0,
-    KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
-    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr,
-    BT: tl.constexpr, BS: tl.constexpr,
-):
-    """dk (per query head), dg and dh0 for one D-slice of BS key channels, a backward sweep carrying
-    dS; grid (cdiv(D, BS), N·H), at the dq pass's BT (hc's slots follow it). dg from q⊙dq − k⊙dk
-    in each chunk, pinned at both chunk ends by rowsum(dS ⊙ S) with the entry states in hc and the
-    last row's end value in gend (``_chunk_dg_t``).
-
-    Transposed as the dq pass: dkᵀ = e^{Bl−B}ᵀ⊙(dS·vᵀ + scale·qnᵀ·W'), qn = q⊙e^{B−Bl},
-    W'[t, s] = do_t·v_s for t ≥ s."""
-    (i_n, i_h, i_hk, bos, seq_len, o_t, p, o_k, o_e, m_k, m_e, s_off,
-     m_s) = _d_slice(cu, T, H, HKV, KD, VD, BV, BS, BT, REVERSE, IS_VARLEN)
-    q_base = q + bos * (H * KD) + i_h * KD
-    g_base = g + bos * (H * KD) + i_h * KD
-    k_base = k + bos * (HKV * KD) + i_hk * KD
-    v_base = v + bos * (HKV * VD) + i_hk * VD
-    do_base = do + bos * (H * VD) + i_h * VD
-    dq_base = dq + bos * (H * KD) + i_h * KD
-    dk_base = dk + bos * (H * KD) + i_h * KD
-    dg_base = dg + bos * (H * KD) + i_h * KD
-    dt = q.dtype.element_ty
-    n_chunks, ends = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), EXACT)
-    X = _state_tile(dht, s_off, m_s, HAS_DHT, BS, BV)
-    dg_end = tl.load(gend + (i_n.to(tl.int64) * H + i_h) * KD + o_k, mask=m_k, other=0.0)
+@triton.jit
+def _k_sweep(X, dg_end, n_chunks, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc, bos, i_n, i_h,
+             seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD: tl.constexpr, VD: tl.constexpr,
+             BS: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr, DOT_PREC: tl.constexpr,
+             GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr):
+    """The dk / dg pass's chunks from the last to the first, from the state gradient X and dg's
+    value after the last row: writes dk and dg; returns the gradient of the initial state. EXACT
+    compiles in the exact path of chunks deeper than SAFE_DEPTH."""
+    dt = q_base.dtype.element_ty
     for i_r in range(0, n_chunks):
         i_c = n_chunks - 1 - i_r
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
@@ -502,30 +523,64 @@ def gla_bwd_k_kernel(
         n_valid = tl.minimum(seq_len - i_c * BT, BT).to(tl.float32)
         _store_t(dg_base, rows, H * KD, o_k, valid, m_k, _chunk_dg_t(dGt, dg_end, dg_start, p, n_valid, REVERSE))
         dg_end = dg_start
-    if HAS_H0:
-        tl.store(dh0 + s_off, X, mask=_ends_mask(m_s, ends, EXACT))
+    return X
+
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
-def gla_bwd_v_kernel(
-    q, k, g, do, dht, cu, deep,
+def gla_bwd_k_kernel(
+    q, k, v, g, do, dht, cu, dq, hc, gend, deep,
     T, H, HKV, scale, SHAPE_BUCKET,
-    dv,
-    KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-    REVERSE: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
-    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr,
+    dk, dg, dh0,
+    KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, PATH: tl.constexpr,
     BT: tl.constexpr, BS: tl.constexpr,
 ):
-    """dv (per query head) for one E-slice, backward sweep with dS held transposed, dSᵀ [BS, D];
-    grid (cdiv(E, BS), N·H). dv_s = dS_sᵀ k_s = Σ_{t≥s} M_ts·scale·do_t + (dS carried)ᵀ(k_s⊙e^{Bl − B_s}):
-    the forward's transposed pass run backwards, dvᵀ = dSᵀ·kdᵀ + scale·doᵀ·M."""
-    (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
-     m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
+    """dk (per query head), dg and dh0 for one D-slice of BS key channels, a backward sweep carrying
+    dS; grid (cdiv(D, BS), N·H), at the dq pass's BT (hc's slots follow it). dg from q⊙dq − k⊙dk
+    in each chunk, pinned at both chunk ends by rowsum(dS ⊙ S) with the entry states in hc and the
+    last row's end value in gend (``_chunk_dg_t``). ``PATH`` as in the dq pass.
+
+    Transposed as the dq pass: dkᵀ = e^{Bl−B}ᵀ⊙(dS·vᵀ + scale·qnᵀ·W'), qn = q⊙e^{B−Bl},
+    W'[t, s] = do_t·v_s for t ≥ s."""
+    (i_n, i_h, i_hk, bos, seq_len, o_t, p, o_k, o_e, m_k, m_e, s_off,
+     m_s) = _d_slice(cu, T, H, HKV, KD, VD, BV, BS, BT, REVERSE, IS_VARLEN)
+    q_base = q + bos * (H * KD) + i_h * KD
+    g_base = g + bos * (H * KD) + i_h * KD
+    k_base = k + bos * (HKV * KD) + i_hk * KD
+    v_base = v + bos * (HKV * VD) + i_hk * VD
     do_base = do + bos * (H * VD) + i_h * VD
-    dv_base = dv + bos * (H * VD) + i_h * VD
-    Xt = tl.trans(_state_tile(dht, s_off, m_s, HAS_DHT, BK, BS))
-    dt = q.dtype.element_ty
-    n_chunks, _ = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), EXACT)
+    dq_base = dq + bos * (H * KD) + i_h * KD
+    dk_base = dk + bos * (H * KD) + i_h * KD
+    dg_base = dg + bos * (H * KD) + i_h * KD
+    n_run, ends = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), PATH == "exact")
+    X0 = _state_tile(dht, s_off, m_s, HAS_DHT, BS, BV)
+    dg_end = tl.load(gend + (i_n.to(tl.int64) * H + i_h) * KD + o_k, mask=m_k, other=0.0)
+    if PATH == "both":
+        if tl.load(deep + tl.program_id(1)) != 0:
+            X = _k_sweep(X0, dg_end, n_run, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc,
+                         bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT,
+                         REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, True)
+        else:
+            X = _k_sweep(X0, dg_end, n_run, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc,
+                         bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT,
+                         REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, False)
+    else:
+        X = _k_sweep(X0, dg_end, n_run, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc, bos,
+                     i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT, REVERSE,
+                     DOT_PREC, GATE_BF16, SAFE_DEPTH, PATH == "exact")
+    if HAS_H0:
+        tl.store(dh0 + s_off, X, mask=_ends_mask(m_s, ends, PATH == "exact"))
+
+
+@triton.jit
+def _v_sweep(Xt, n_chunks, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV, scale,
+             KD: tl.constexpr, VD: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr, DOT_PREC: tl.constexpr,
+             GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr):
+    """The dv pass's chunks from the last to the first, from dSᵀ = Xt: writes dv. EXACT compiles in
+    the exact path of chunks deeper than SAFE_DEPTH."""
+    dt = q_base.dtype.element_ty
     for i_r in range(0, n_chunks):
         i_c = n_chunks - 1 - i_r
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
@@ -546,7 +601,40 @@ def gla_bwd_v_kernel(
         Xt = tl.dot(tl.trans(bdo), (qd * scale).to(dt), Xt * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
 
 
-# Autotuned launchers on a GPU (the fast variants), and one-config launchers of the EXACT reruns;
+
+@triton.jit(do_not_specialize=["SHAPE_BUCKET"])
+def gla_bwd_v_kernel(
+    q, k, g, do, dht, cu, deep,
+    T, H, HKV, scale, SHAPE_BUCKET,
+    dv,
+    KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, PATH: tl.constexpr,
+    BT: tl.constexpr, BS: tl.constexpr,
+):
+    """dv (per query head) for one E-slice, backward sweep with dS held transposed, dSᵀ [BS, D];
+    grid (cdiv(E, BS), N·H). dv_s = dS_sᵀ k_s = Σ_{t≥s} M_ts·scale·do_t + (dS carried)ᵀ(k_s⊙e^{Bl − B_s}):
+    the forward's transposed pass run backwards, dvᵀ = dSᵀ·kdᵀ + scale·doᵀ·M. ``PATH`` as in the dq
+    pass."""
+    (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
+     m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
+    do_base = do + bos * (H * VD) + i_h * VD
+    dv_base = dv + bos * (H * VD) + i_h * VD
+    X0 = tl.trans(_state_tile(dht, s_off, m_s, HAS_DHT, BK, BS))
+    n_run, _ = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), PATH == "exact")
+    if PATH == "both":
+        if tl.load(deep + tl.program_id(1)) != 0:
+            _v_sweep(X0, n_run, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV,
+                     scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, True)
+        else:
+            _v_sweep(X0, n_run, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV,
+                     scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, False)
+    else:
+        _v_sweep(X0, n_run, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV,
+                 scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, PATH == "exact")
+
+
+# Autotuned launchers on a GPU (the fast launches), and one-config launchers of the exact reruns;
 # under the interpreter autotune cannot run ("0 active drivers"), so the launchers run the plain
 # kernels with configs.INTERP_CONFIG.
 _KEY = ["KD", "VD", "SHAPE_BUCKET"]

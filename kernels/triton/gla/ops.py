@@ -64,7 +64,7 @@ def _twice(fast: Launcher, exact: Launcher, key, fast_args: tuple, exact_args: t
     def variant(is_exact: bool):
         def variant_spec():
             grid, kw = spec()
-            return grid, dict(kw, EXACT=is_exact)
+            return grid, dict(kw, PATH="exact" if is_exact else "fast")
         return variant_spec
 
     fast(key, fast_args, variant(False), stream)

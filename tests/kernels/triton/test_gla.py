@@ -155,10 +155,31 @@ def test_the_dq_and_dk_passes_share_one_chunk_length():
     assert len(lengths) == 1 and C.JAX_BWD_Q_CONFIG[0] == C.JAX_BWD_K_CONFIG[0] == lengths.pop()
 
 
-def test_only_rows_with_a_deep_chunk_are_rerun_exactly(monkeypatch):
+def _one_launch(fast, exact, key, fast_args, exact_args, spec, stream):
+    """A pass launched as the JAX bridge launches it: once, with PATH "both" (the exact launch's
+    arguments carry the forward's row flags)."""
+    def both():
+        grid, kw = spec()
+        return grid, dict(kw, PATH="both")
+
+    fast(key, exact_args, both, stream)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_one_launch_per_pass_as_from_jax(monkeypatch, reverse):
+    # jax-triton hands every launch fresh buffers, so the bridge cannot rerun rows into a fast
+    # launch's outputs: each pass launches once and sweeps flagged rows with the exact path itself
+    monkeypatch.setattr(gla_ops, "_twice", _one_launch)
+    check(seed=10, h=2, hkv=1, d=24, e=40, reverse=reverse)
+
+
+@pytest.mark.parametrize("launch", ["fast launch, then exact rerun", "one launch"])
+def test_only_rows_with_a_deep_chunk_take_the_exact_path(monkeypatch, launch):
     # batch row 0 has fla's gates (chunks about −0.7 deep), row 1 gates near −14 per token: the fast
     # forward flags row 1 only, and both rows still match the fp64 reference (row 1 through the
-    # exact reruns of every pass); T = 20 crosses the interpreter's 16-token chunk
+    # exact path of every pass); T = 20 crosses the interpreter's 16-token chunk
+    if launch == "one launch":
+        monkeypatch.setattr(gla_ops, "_twice", _one_launch)
     gen = torch.Generator().manual_seed(9)
     b, t, h, d, e = 2, 20, 1, 16, 16
     q, k = torch.randn(b, t, h, d, generator=gen), torch.randn(b, t, h, d, generator=gen)
