@@ -1,8 +1,11 @@
 """The jobs of the bundled GLA Triton kernels: every default autotune config of the forward and of
 the three backward launches, at the seed shape (D = E = 128, bf16) with the default call's flags
-(no initial state, final state returned and its gradient given, forward direction, no varlen), in
-their fast launches (the exact reruns do no work in rows without a deep chunk)."""
+(no initial state, final state returned and its gradient given, forward direction, no varlen):
+the torch launches (PATH "fast": the exact reruns do no work in rows without a deep chunk), and
+the JAX bridge's single launches (PATH "both", its fixed configs)."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 from lattnbench.static.triton_aot import Job
 
@@ -56,9 +59,20 @@ def bwd_v_job(bt: int, bs: int, w: int, s: int) -> Job:
                 dict(BK=D, SPLIT=E, HAS_DHT=True), bt, bs, w, s)
 
 
+def bridge_job(job: Job) -> Job:
+    """The same pass as jax-triton launches it: one launch holding both sweeps (PATH "both")."""
+    return replace(job, kernel=job.kernel.replace("gla/triton", "gla/jax-triton"),
+                   constexprs=dict(job.constexprs, PATH="both"))
+
+
 def default_jobs() -> list[Job]:
-    """Every default autotune config of the forward and the two backward launches."""
+    """Every default autotune config of the forward and the three backward launches, and each
+    pass at the JAX bridge's fixed config (bf16)."""
     from lattnbench.kernels.triton.gla import configs as C
 
+    bridge = [make(*C.jax_config(c, D, E, "bf16")) for make, c in
+              ((fwd_job, C.JAX_FWD_CONFIG), (bwd_q_job, C.JAX_BWD_Q_CONFIG), (bwd_k_job, C.JAX_BWD_K_CONFIG),
+               (bwd_v_job, C.JAX_BWD_V_CONFIG))]
     return ([fwd_job(*c) for c in C.FWD_CONFIGS] + [bwd_q_job(*c) for c in C.BWD_Q_CONFIGS]
-            + [bwd_k_job(*c) for c in C.BWD_K_CONFIGS] + [bwd_v_job(*c) for c in C.BWD_V_CONFIGS])
+            + [bwd_k_job(*c) for c in C.BWD_K_CONFIGS] + [bwd_v_job(*c) for c in C.BWD_V_CONFIGS]
+            + [bridge_job(j) for j in bridge])

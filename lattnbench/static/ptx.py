@@ -2,10 +2,12 @@
 
 How the chunk loop is found: PTX marks a loop by a label (``$L__BB0_7:``) and a branch back to
 it from further down (``@%p1 bra $L__BB0_7;``). Each back-branch spans the instructions between
-its label and itself; the chunk loop is the span holding the most instructions. The Lightning
-kernels have one loop over chunks per pass (everything inside a chunk is unrolled by Triton), so
-the widest back-branch is that loop; a software-pipelined loop keeps its steady state between one
-label and one back-branch, its prologue and epilogue outside it.
+its label and itself; the chunk loop is the widest span that holds no other span. The Lightning
+kernels and the GLA kernels' torch launches have one loop over chunks per pass (everything inside
+a chunk is unrolled by Triton), so that is the loop; the GLA bridge's launches hold a second copy
+with the exact path, whose token-by-token loops sit inside it, so the widest innermost span is
+the chunk loop every row takes. A software-pipelined loop keeps its steady state between one label
+and one back-branch, its prologue and epilogue outside it.
 """
 from __future__ import annotations
 
@@ -49,18 +51,18 @@ def is_instruction(line: str) -> bool:
 
 
 def loop_span(lines: list[str]) -> tuple[int, int] | None:
-    """(first, last) line index of the widest label..back-branch span, or None without a loop."""
+    """(first, last) line index of the widest label..back-branch span holding no other such span,
+    or None without a loop."""
     where = {m.group(1): i for i, ln in enumerate(lines) if (m := _LABEL.match(ln))}
+    spans = [(where[m.group(1)], i) for i, ln in enumerate(lines)
+             if (m := _BRANCH.search(ln)) and m.group(1) in where and where[m.group(1)] < i]
+    innermost = [(a, b) for a, b in spans if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in spans)]
     best: tuple[int, int] | None = None
     best_n = -1
-    for i, ln in enumerate(lines):
-        m = _BRANCH.search(ln)
-        if not m or m.group(1) not in where or where[m.group(1)] >= i:
-            continue
-        start = where[m.group(1)]
-        n = sum(1 for x in lines[start:i + 1] if is_instruction(x))
+    for start, end in innermost:
+        n = sum(1 for x in lines[start:end + 1] if is_instruction(x))
         if n > best_n:
-            best, best_n = (start, i), n
+            best, best_n = (start, end), n
     return best
 
 
