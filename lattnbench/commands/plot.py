@@ -16,8 +16,8 @@ def plot(
         "OUT-speed.png, OUT-memory.png, OUT-speedup.png.")] = None,
     kind: Annotated[str, typer.Option(help="speed, memory, speedup or all.")] = "speed",
     reference: Annotated[Optional[str], typer.Option(
-        help="Kernel for the speed-up plot (default: the first softmax kernel, "
-        "softmax/sdpa-flash when timed).")] = None,
+        help="Kernel for the speed-up plot (default: the file's own reference, as a suite names it, "
+        "when timed; else softmax/sdpa-flash when timed, else the first softmax kernel).")] = None,
     timer: Annotated[str, typer.Option(
         help="Timer of the speed and speed-up plots: device, graph or latency.")] = "device",
     mode: Annotated[Optional[str], typer.Option(

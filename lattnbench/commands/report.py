@@ -19,8 +19,8 @@ def report(
         help="Block NAME for --readme (default: the first file's suite name).")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Write the markdown to this file.")] = None,
     reference: Annotated[Optional[str], typer.Option(
-        help="Kernel the speed-up columns compare against (default: the first softmax kernel, "
-        "softmax/sdpa-flash when timed).")] = None,
+        help="Kernel the speed-up columns compare against (default: the file's own reference, as a "
+        "suite names it, when timed; else softmax/sdpa-flash when timed, else the first softmax kernel).")] = None,
     plots: Annotated[Optional[Path], typer.Option(
         help="Directory of plots (from `lattnbench plot`) to link, relative to the README/--out.")] = None,
     timer: Annotated[str, typer.Option(

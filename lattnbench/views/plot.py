@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lattnbench.views.rows import (MODE_ORDER, is_speed, kernel_sort_key, pick_reference,
-                               shape_key, shape_label, value)
+from lattnbench.views.rows import (MODE_ORDER, doc_reference, is_speed, kernel_sort_key, shape_key,
+                               shape_label, value)
 from lattnbench.views.rows import HOST_NOTE, THROTTLE_NOTE, timer_range
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def figure(doc: dict, kind: str, reference: str | None = None, timer: str = "dev
     if kind not in KINDS:
         raise PlotError(f"unknown plot kind {kind!r}: choose from {', '.join(KINDS)}, all")
     rows = _rows_for(doc, kind)
-    ref = pick_reference(doc["rows"], reference) if kind == "speedup" or reference else None
+    ref = doc_reference(doc, reference) if kind == "speedup" or reference else None
     if kind == "speedup" and ref is None:
         raise PlotError("no softmax kernel was timed: pass --reference KERNEL for a speed-up plot")
     which = None if kind == "memory" else timer

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from lattnbench.results import ResultsError  # noqa: F401 - the report command's error type
 from lattnbench.views.rows import (DASH, ReportError, MODE_ORDER, TENSOR_ORDER, agreement_passes,
-                                   fmt, gpu_name, is_speed, kernel_sort_key, legend, load_docs, marks,
-                                   pct_floor, pick_reference, shape_key, shape_label, spread_text, timer_median,
-                                   value)
+                                   doc_reference, fmt, gpu_name, is_speed, kernel_sort_key, legend, load_docs,
+                                   marks, pct_floor, pick_reference, shape_key, shape_label, spread_text,
+                                   timer_median, value)
 
 #: a README block name: letters, digits, dot, dash and underscore
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -204,7 +204,7 @@ def render(docs: Sequence[dict], reference: str | None = None,
         pick_reference(all_rows, reference)  # validates
     parts: list[str] = []
     for doc in docs:
-        ref = reference if reference is not None else pick_reference(doc["rows"])
+        ref = reference if reference is not None else doc_reference(doc)
         name = Path(doc.get("path", "results.json")).name
         parts.append(f"Results `{name}` (suite {doc.get('suite')}): {env_summary(doc)}.\n")
         interp = sum(1 for r in doc["rows"] if r.get("metric") == "time_ms" and r.get("interpreted"))

@@ -258,6 +258,15 @@ def kernel_sort_key(name: str, families: dict[str, str]) -> tuple:
     return (FAMILY_ORDER.index(fam) if fam in FAMILY_ORDER else len(FAMILY_ORDER), name)
 
 
+def doc_reference(doc: dict, requested: str | None = None) -> str | None:
+    """The kernel a results file's speed-ups are measured against: ``requested`` (checked), else
+    the file's own ``reference`` (a suite names one) when it was timed, else ``pick_reference``'s."""
+    named = doc.get("reference")
+    if requested is None and named and any(is_speed(r) and r["kernel"] == named for r in doc["rows"]):
+        return named
+    return pick_reference(doc["rows"], requested)
+
+
 def pick_reference(rows: Sequence[dict], requested: str | None = None) -> str | None:
     """The kernel speed-ups are measured against: ``requested`` (checked), else a softmax one.
 

@@ -137,6 +137,23 @@ def test_explicit_and_unknown_reference(tmp_path):
     assert len(bad.stderr.strip().splitlines()) == 1
 
 
+def test_the_files_own_reference_is_the_default(tmp_path):
+    """A suite names the kernel its ratios are taken against; its results file keeps the name, and
+    the report uses it when it was timed (else the softmax default); --reference still wins."""
+    import json
+
+    res_path = write_results(tmp_path / "r.json")
+    doc = json.loads(res_path.read_text())
+    doc["reference"] = "lightning/triton"
+    res_path.write_text(json.dumps(doc))
+    head = lambda res: tables(res.stdout)["speed · fwd · B4 H32 D128 bf16 decay=alibi · cuda · device timer"][0]  # noqa: E731
+    assert "softmax/sdpa-flash × device" in head(run(res_path)) and "lightning/triton × device" not in head(run(res_path))
+    assert "lightning/triton × device" in head(run(res_path, "--reference", "softmax/sdpa-flash"))
+    doc["reference"] = "lightning/not-timed"
+    res_path.write_text(json.dumps(doc))
+    assert "lightning/triton × device" in head(run(res_path))
+
+
 def test_regeneration_is_byte_identical(tmp_path):
     first = write_results(tmp_path / "a" / "seed-readme.json", seed=3)
     run(first, "--out", tmp_path / "one.md")
