@@ -330,7 +330,6 @@ def _fwd_sweep(St, n_chunks, q_base, k_base, v_base, g_base, o_base, seq_len, o_
     return St, worst
 
 
-
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_fwd_kernel(
     q, k, v, g, h0, cu, deep,
@@ -433,7 +432,6 @@ def _q_sweep(S, n_chunks, k_base, v_base, g_base, do_base, dq_base, hc, bos, i_n
     return S
 
 
-
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_bwd_q_kernel(
     k, v, g, do, h0, dht, cu, deep,
@@ -526,7 +524,6 @@ def _k_sweep(X, dg_end, n_chunks, q_base, k_base, v_base, g_base, do_base, dq_ba
     return X
 
 
-
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_bwd_k_kernel(
     q, k, v, g, do, dht, cu, dq, hc, gend, deep,
@@ -599,7 +596,6 @@ def _v_sweep(Xt, n_chunks, q_base, k_base, g_base, do_base, dv_base, seq_len, o_
         acc = tl.dot(tl.trans(bdo), M.to(dt), acc, input_precision=DOT_PREC)
         _store(dv_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc))
         Xt = tl.dot(tl.trans(bdo), (qd * scale).to(dt), Xt * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
-
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
