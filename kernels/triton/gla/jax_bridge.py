@@ -86,7 +86,7 @@ def _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse):
     vt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, name)
     dv = jt.triton_call(
         q, k, g, do, g, dhc, deep, *sc, kernel=_k.gla_bwd_v_kernel, out_shape=[jax.ShapeDtypeStruct((b, t, h, e), gdt)],
-        grid=(_cfg.cdiv(e, bs), b * h, _cfg.cdiv(t, bt)), num_warps=w, num_stages=s, KD=d, VD=e, BK=_cfg.pow2(d),
+        grid=(_cfg.cdiv(t, bt), b * h, _cfg.cdiv(e, bs)), num_warps=w, num_stages=s, KD=d, VD=e, BK=_cfg.pow2(d),
         SPLIT=e, REVERSE=bool(reverse), IS_VARLEN=False, PATH="both", STATE_BT=bt, BT=vt, BS=bs,
         **_flags(q.dtype))[0]
     return dq, dk, dv, dg, dh0

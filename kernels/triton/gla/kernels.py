@@ -89,16 +89,17 @@ def _load(base, rows, row_stride, lanes, valid, m_lanes):
 
 
 @triton.jit
-def _e_slice(q, g, k, cu, T, H, HKV, KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BS: tl.constexpr,
+def _e_slice(i_s, q, g, k, cu, T, H, HKV, KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BS: tl.constexpr,
              BT: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr):
-    """Where a program of an E-sliced pass (grid (cdiv(E, BS), N·H)) works: its query and kv head,
-    first row and length, the chunk rows' order, its BK key lanes and BS value columns with their
-    masks, its q, g and k base pointers, and the offset and mask of its [BK, BS] state tile."""
+    """Where a program of an E-sliced pass (slice i_s of cdiv(E, BS), row N·H on grid axis 1)
+    works: its query and kv head, first row and length, the chunk rows' order, its BK key lanes and
+    BS value columns with their masks, its q, g and k base pointers, and the offset and mask of its
+    [BK, BS] state tile."""
     i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t, p = _order(BT, REVERSE)
     o_k = tl.arange(0, BK)
-    o_v = tl.program_id(0) * BS + tl.arange(0, BS)
+    o_v = i_s * BS + tl.arange(0, BS)
     m_k = o_k < KD
     m_v = o_v < VD
     q_base = q + bos * (H * KD) + i_h * KD
@@ -361,7 +362,7 @@ def gla_fwd_kernel(
     the M dimension of the big products, the two warpgroups split it, and q, k and g are loaded,
     cumulated and decayed once per head rather than once per E-slice."""
     (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
-     m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
+     m_s) = _e_slice(tl.program_id(0), q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
     v_base = v + bos * (HKV * VD) + i_hk * VD
     o_base = o + bos * (H * VD) + i_h * VD
     S0 = tl.trans(_state_tile(h0, s_off, m_s, HAS_H0, BK, BS))
@@ -622,15 +623,15 @@ def gla_bwd_v_kernel(
     STATE_BT: tl.constexpr, BT: tl.constexpr, BS: tl.constexpr,
 ):
     """dv (per query head) of one E-slice and one chunk of STATE_BT rows, the dk pass's chunk;
-    grid (cdiv(E, BS), N·H, cdiv(T, STATE_BT)). Every such chunk at once: the dk pass wrote the
+    grid (cdiv(T, STATE_BT), N·H, cdiv(E, BS)). Every such chunk at once: the dk pass wrote the
     gradient of the state leaving each into dhc, so a program sweeps only its chunk's STATE_BT / BT
     sub-chunks of BT rows backwards from there, with dSᵀ held transposed, dSᵀ [BS, D]:
     dv_s = dS_sᵀ k_s = Σ_{t≥s} M_ts·scale·do_t + (dS carried)ᵀ(k_s⊙e^{Bl − B_s}), the forward's
     transposed pass run backwards, dvᵀ = dSᵀ·kdᵀ + scale·doᵀ·M. ``PATH`` as in the dq pass."""
     (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
-     m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
+     m_s) = _e_slice(tl.program_id(2), q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
     i_n = tl.program_id(1) // H
-    i_c = tl.program_id(2)
+    i_c = tl.program_id(0)  # on axis 0: a grid's axes 1 and 2 hold at most 65535
     do_base = do + bos * (H * VD) + i_h * VD
     dv_base = dv + bos * (H * VD) + i_h * VD
     live = i_c * STATE_BT < seq_len  # the grid covers the longest possible sequence

@@ -138,7 +138,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, deep):
     state_bt = _state_chunk()
     args = (q, k, g, do, cu_arg, dhc, deep) + common + (dv,)
     _twice(_BWD_V, _BWD_V_X, key, args, args,
-           lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h, _cfg.cdiv(t, state_bt)),
+           lambda: (lambda meta: (_cfg.cdiv(t, state_bt), n * h, _cfg.cdiv(e, meta["BS"])),
                     dict(KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), IS_VARLEN=cu is not None,
                          STATE_BT=state_bt, **_flags(q))), stream)
     if grp > 1:
