@@ -411,8 +411,8 @@ def _d_slice(cu, T, H, HKV, KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr
 
 
 @triton.jit
-def _q_sweep(S, n_chunks, k_base, v_base, g_base, do_base, dq_base, hc, bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e,
-             m_s, H, HKV, scale, KD: tl.constexpr, VD: tl.constexpr, BS: tl.constexpr, BT: tl.constexpr,
+def _q_sweep(S, n_chunks, k_base, v_base, g_base, do_base, dq_base, hc, bos, i_n, i_h, seq_len, o_t, p, o_k,
+             o_e, m_k, m_e, m_s, H, HKV, scale, KD: tl.constexpr, VD: tl.constexpr, BS: tl.constexpr, BT: tl.constexpr,
              REVERSE: tl.constexpr, DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr,
              EXACT: tl.constexpr):
     """The dq pass's chunks in order from the state S: writes dq and each chunk's entry state into
@@ -491,8 +491,8 @@ def gla_bwd_q_kernel(
 
 
 @triton.jit
-def _k_sweep(X, dg_end, n_chunks, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc, dhc, bos, i_n, i_h,
-             seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD: tl.constexpr, VD: tl.constexpr,
+def _k_sweep(X, dg_end, n_chunks, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc, dhc,
+             bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD: tl.constexpr, VD: tl.constexpr,
              BS: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr, DOT_PREC: tl.constexpr,
              GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr):
     """The dk / dg pass's chunks from the last to the first, from the state gradient X and dg's
@@ -577,17 +577,17 @@ def gla_bwd_k_kernel(
                          dhc, bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT,
                          REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, False)
     else:
-        X = _k_sweep(X0, dg_end, n_run, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc, dhc, bos,
-                     i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT, REVERSE,
+        X = _k_sweep(X0, dg_end, n_run, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc, dhc,
+                     bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT, REVERSE,
                      DOT_PREC, GATE_BF16, SAFE_DEPTH, PATH == "exact")
     if HAS_H0:
         tl.store(dh0 + s_off, X, mask=_ends_mask(m_s, ends, PATH == "exact"))
 
 
 @triton.jit
-def _v_sweep(Xt, c0, n_chunks, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV, scale,
-             KD: tl.constexpr, VD: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr, DOT_PREC: tl.constexpr,
-             GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr):
+def _v_sweep(Xt, c0, n_chunks, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H,
+             HKV, scale, KD: tl.constexpr, VD: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
+             DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr):
     """The dv pass's chunks c0 + n_chunks − 1 down to c0 (processing order), from dSᵀ = Xt, the
     gradient of the state leaving the last of them: writes dv. EXACT compiles in the exact path of
     chunks deeper than SAFE_DEPTH."""
@@ -604,7 +604,8 @@ def _v_sweep(Xt, c0, n_chunks, q_base, k_base, g_base, do_base, dv_base, seq_len
         kd = bk * tl.exp(Bl[None, :] - B)
         acc = tl.dot(Xt.to(dt), tl.trans(kd.to(dt)), input_precision=DOT_PREC)
         if n_chunks > 0:  # always: as the forward's scores
-            M = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, False, GATE_BF16, DOT_PREC, SAFE_DEPTH, EXACT, BT) * scale
+            M = _decayed_scores(qd, kd, bq, bk, B, Bl, p, o_t, False, GATE_BF16, DOT_PREC, SAFE_DEPTH, EXACT,
+                                BT) * scale
         else:
             M = tl.zeros([BT, BT], dtype=tl.float32)
         acc = tl.dot(tl.trans(bdo), M.to(dt), acc, input_precision=DOT_PREC)

@@ -104,9 +104,10 @@ def _state_chunk() -> int:
 def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, deep):
     """The three backward passes, each a fast launch and the exact rerun of the rows ``deep`` flags:
     dq (D-slices, forward sweep); dk, dg, dh0 (D-slices, backward sweep); dv (E-slices, every dk
-    chunk at once). GQA sums dk, dv over each kv head's query heads (per query head in fp32 first). The dq pass hands the dk pass the state entering each chunk and dg's
-    value after the last row; the dk pass hands the dv pass the state gradient leaving each chunk
-    (input dtype, scratch buffers freed on return)."""
+    chunk at once). GQA sums dk, dv over each kv head's query heads (per query head in fp32
+    first). The dq pass hands the dk pass the state entering each chunk and dg's value after the
+    last row; the dk pass hands the dv pass the state gradient leaving each chunk (input dtype,
+    scratch buffers freed on return)."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
