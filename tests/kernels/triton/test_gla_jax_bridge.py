@@ -3,13 +3,12 @@ checks before any launch, the registry entry's reason where it cannot run, and e
 fwd+bwd against its kernel's signature, with a stand-in for jax-triton."""
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 import pytest
 
 from lattnbench.kernels.triton.gla import jax_bridge
 from lattnbench.registry import default_registry
+from triton_testutil import SignatureCheckingJaxTriton
 
 
 def _arrays(g_heads=2, d=16):
@@ -45,30 +44,6 @@ def test_registry_entry_says_why_it_cannot_run_on_the_cpu():
     assert "varlen" not in default_registry()["gla/jax-triton"].features
 
 
-class _FakeJaxTriton:
-    """Stands in for jax-triton (which needs a GPU): checks each launch against its kernel's
-    signature as jax-triton passes it (every argument, then one pointer per output), records it,
-    and returns zeros of the declared outputs."""
-
-    def __init__(self):
-        self.launches = []
-
-    def triton_call(self, *args, kernel, out_shape, grid, num_warps, num_stages, **meta):
-        import jax.numpy as jnp
-
-        params = [(n, "constexpr" in str(p.annotation), p.default)  # a JITFunction, or the interpreter's wrapper
-                  for n, p in inspect.signature(kernel.fn).parameters.items()]
-        runtime = [n for n, const, _ in params if not const]
-        assert len(args) + len(out_shape) == len(runtime), (kernel.fn.__name__, len(args), len(out_shape), runtime)
-        constexprs = {n for n, const, _ in params if const}
-        assert set(meta) <= constexprs, set(meta) - constexprs
-        missing = [n for n, const, default in params if const and n not in meta and default is inspect.Parameter.empty]
-        assert not missing, (kernel.fn.__name__, missing)
-        assert 1 <= len(grid) <= 3 and all(isinstance(x, int) and x > 0 for x in grid), grid
-        self.launches.append((kernel.fn.__name__, dict(meta), grid, [tuple(o.shape) for o in out_shape]))
-        return [jnp.zeros(o.shape, o.dtype) for o in out_shape]
-
-
 @pytest.mark.parametrize("h0, reverse", [(False, False), (True, True)])
 def test_every_launch_matches_its_kernel_and_each_pass_launches_once(monkeypatch, h0, reverse):
     # one launch per pass, each with both sweeps (jax-triton hands every launch fresh buffers, so
@@ -77,7 +52,7 @@ def test_every_launch_matches_its_kernel_and_each_pass_launches_once(monkeypatch
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
 
-    fake = _FakeJaxTriton()
+    fake = SignatureCheckingJaxTriton()
     monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: fake)
     monkeypatch.setattr(jax_bridge, "_FN", None)
     q, k, v, g = (jnp.asarray(x) for x in _arrays(d=24))
@@ -88,9 +63,9 @@ def test_every_launch_matches_its_kernel_and_each_pass_launches_once(monkeypatch
 
     out, vjp = jax.vjp(attn, *args)
     vjp(tuple(jnp.ones_like(x) for x in out))
-    names = [n for n, *_ in fake.launches]
+    names = [launch["name"] for launch in fake.launches]
     assert names == ["gla_fwd_kernel", "gla_bwd_q_kernel", "gla_bwd_k_kernel", "gla_bwd_v_kernel"]
-    metas = {n: m for n, m, *_ in fake.launches}
+    metas = {launch["name"]: launch["meta"] for launch in fake.launches}
     assert all(m["PATH"] == "both" and m["REVERSE"] == reverse for m in metas.values())
     assert metas["gla_bwd_q_kernel"]["BT"] == metas["gla_bwd_k_kernel"]["BT"] == metas["gla_bwd_v_kernel"]["STATE_BT"]
     assert metas["gla_bwd_v_kernel"]["STATE_BT"] % metas["gla_bwd_v_kernel"]["BT"] == 0

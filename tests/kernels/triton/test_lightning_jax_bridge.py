@@ -1,11 +1,13 @@
 """The jax-triton bridge: argument checks and what it hands to jax-triton (its kernels need a GPU;
-here jax-triton is a stand-in that records the calls)."""
+here jax-triton is a stand-in that checks every launch against its kernel's signature and records
+it)."""
 import numpy as np
 import pytest
 
 jax = pytest.importorskip("jax")
 
 from lattnbench.kernels.triton.lightning.jax_bridge import lightning_attn_jax_triton  # noqa: E402
+from triton_testutil import SignatureCheckingJaxTriton  # noqa: E402
 
 
 def _x(*shape):
@@ -43,19 +45,13 @@ def test_scalars_reach_jax_triton_as_fp32_not_fp64(monkeypatch):
 
     from lattnbench.kernels.triton.lightning import jax_bridge
 
-    calls = []
-
-    class FakeJaxTriton:
-        @staticmethod
-        def triton_call(*args, kernel, out_shape, grid, **meta):
-            calls.append((kernel.__name__, args, meta["ROLE"] if "ROLE" in meta else None))
-            return [jnp.zeros(s.shape, s.dtype) for s in out_shape]
-
-    monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: FakeJaxTriton)
+    fake = SignatureCheckingJaxTriton()
+    monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: fake)
     q, k, v = (jnp.asarray(_x(1, 8, 2, 16)) for _ in range(3))
     jax_bridge._fwd_call(q, k, v, jnp.zeros(2, jnp.float32), None, 0.25, False)
     jax_bridge._bwd_call(q, k, v, q, jnp.zeros(2, jnp.float32), None, jnp.zeros((1, 2, 16, 16), jnp.float32),
                          0.25, False)
+    calls = [(c["name"], c["args"], c["meta"].get("ROLE")) for c in fake.launches]
     assert [(name, role) for name, _, role in calls] == [("lightning_fwd_kernel", None)] + [
         ("lightning_bwd_kernel", role) for role in (0, 1, 2)]
     for _, args, _ in calls:
@@ -75,15 +71,8 @@ def test_launch_config_orientation(monkeypatch, d, e, dtype, want):
 
     from lattnbench.kernels.triton.lightning import jax_bridge
 
-    metas = []
-
-    class FakeJaxTriton:
-        @staticmethod
-        def triton_call(*args, kernel, out_shape, grid, **meta):
-            metas.append((kernel.__name__, meta["TR"], meta["BV"], meta["num_warps"]))
-            return [jnp.zeros(s.shape, s.dtype) for s in out_shape]
-
-    monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: FakeJaxTriton)
+    fake = SignatureCheckingJaxTriton()
+    monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: fake)
     dt = getattr(jnp, dtype)
     q, k = jnp.asarray(_x(1, 8, 2, d), dt), jnp.asarray(_x(1, 8, 2, d), dt)
     v = jnp.asarray(_x(1, 8, 2, e), dt)
@@ -91,5 +80,6 @@ def test_launch_config_orientation(monkeypatch, d, e, dtype, want):
     jax_bridge._fwd_call(q, k, v, g, None, 0.25, False)
     jax_bridge._bwd_call(q, k, v, jnp.asarray(_x(1, 8, 2, e), dt), g, None, jnp.zeros((1, 2, d, e), jnp.float32),
                          0.25, False)
+    metas = [(c["meta"]["TR"], c["meta"]["BV"], c["num_warps"]) for c in fake.launches]
     assert len(metas) == 4
-    assert {m[1:] for m in metas} == {want}
+    assert set(metas) == {want}

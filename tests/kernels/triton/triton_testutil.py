@@ -1,4 +1,5 @@
 """Shared helpers of the Triton kernel tests."""
+import inspect
 
 
 class LaunchSpy:
@@ -10,3 +11,29 @@ class LaunchSpy:
     def __getitem__(self, grid):
         self.grids.append(grid)
         return self.kern[grid]
+
+
+class SignatureCheckingJaxTriton:
+    """Stands in for jax-triton (which needs a GPU): checks each launch against its kernel's
+    signature as jax-triton passes it (every argument, then one pointer per output), records it
+    (``launches``: name, args, constexprs, grid, num_warps, output shapes), and returns zeros of the
+    declared outputs."""
+
+    def __init__(self):
+        self.launches = []
+
+    def triton_call(self, *args, kernel, out_shape, grid, num_warps, num_stages, **meta):
+        import jax.numpy as jnp
+
+        params = [(n, "constexpr" in str(p.annotation), p.default)  # a JITFunction, or the interpreter's wrapper
+                  for n, p in inspect.signature(kernel.fn).parameters.items()]
+        runtime = [n for n, const, _ in params if not const]
+        assert len(args) + len(out_shape) == len(runtime), (kernel.fn.__name__, len(args), len(out_shape), runtime)
+        constexprs = {n for n, const, _ in params if const}
+        assert set(meta) <= constexprs, set(meta) - constexprs
+        missing = [n for n, const, default in params if const and n not in meta and default is inspect.Parameter.empty]
+        assert not missing, (kernel.fn.__name__, missing)
+        assert 1 <= len(grid) <= 3 and all(isinstance(x, int) and x > 0 for x in grid), grid
+        self.launches.append(dict(name=kernel.fn.__name__, args=args, meta=dict(meta), grid=grid, num_warps=num_warps,
+                                  outs=[tuple(o.shape) for o in out_shape]))
+        return [jnp.zeros(o.shape, o.dtype) for o in out_shape]
