@@ -54,11 +54,11 @@ def bwd_k_job(bt: int, bs: int, w: int, s: int) -> Job:
 
 
 def bwd_v_job(bt: int, bs: int, w: int, s: int) -> Job:
-    from lattnbench.kernels.triton.gla.configs import BWD_K_CONFIGS
+    from lattnbench.kernels.triton.gla.configs import STATE_BT
 
     types = dict(q=_BF, k=_BF, g=_F32, do=_BF, cu=_F32, dhc=_BF, deep=_I32, dv=_BF, **_SCALARS)
-    return _job("gla/triton:bwd-dv", "gla_bwd_v_kernel", types,
-                dict(BK=D, SPLIT=E, STATE_BT=BWD_K_CONFIGS[0][0]), bt, bs, w, s)
+    return _job("gla/triton:bwd-dv", "gla_bwd_v_kernel", types, dict(BK=D, SPLIT=E, STATE_BT=STATE_BT),
+                bt, bs, w, s)
 
 
 def bridge_job(job: Job) -> Job:

@@ -26,6 +26,8 @@ FWD_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 2), (64, 64, 4, 2)
 # traffic), the only chunk length in their lists.
 BWD_Q_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
 BWD_K_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
+# the one chunk length of those lists: the slots of the states the backward passes hand on
+STATE_BT = BWD_K_CONFIGS[0][0]
 # The dv pass takes every dk chunk at once, from the state gradient the dk pass leaves per chunk in
 # its slots, and sweeps the chunk's sub-chunks of BT rows: BT divides the dk pass's. With a whole
 # chunk of BT = 64 (no loop left) every config spills (ptxas for sm_90: 288-688 B); at 4 warps and

@@ -98,7 +98,7 @@ _QK_MIN_CHUNK = min(c.kwargs["BT"] for c in _cfg.autotune_configs(_cfg.BWD_Q_CON
 def _state_chunk() -> int:
     """The dk pass's chunk length: the slots of the state gradients it hands the dv pass (one BT in
     its autotune list; the interpreter's fixed config, which tests may change, under it)."""
-    return _INTERP_META["BT"] if _cfg.INTERPRET else _cfg.BWD_K_CONFIGS[0][0]
+    return _INTERP_META["BT"] if _cfg.INTERPRET else _cfg.STATE_BT
 
 
 def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, deep):

@@ -155,6 +155,7 @@ def test_the_backward_passes_agree_on_the_chunk_states_length():
     lengths = {c[0] for c in C.BWD_Q_CONFIGS + C.BWD_K_CONFIGS}
     assert len(lengths) == 1 and C.JAX_BWD_Q_CONFIG[0] == C.JAX_BWD_K_CONFIG[0] == min(lengths)
     state = lengths.pop()
+    assert state == C.STATE_BT
     assert all(state % c[0] == 0 for c in C.BWD_V_CONFIGS + [C.JAX_BWD_V_CONFIG, C.EXACT_BWD_V_CONFIG])
 
 
