@@ -48,17 +48,15 @@ def bwd_q_job(bt: int, bs: int, w: int, s: int) -> Job:
 
 def bwd_k_job(bt: int, bs: int, w: int, s: int) -> Job:
     types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, dq=_BF, hc=_BF, gend=_F32, deep=_I32,
-                 dk=_BF, dg=_F32, dh0=_F32, dhc=_BF, **_SCALARS)
+                 dk=_BF, dg=_F32, dh0=_F32, **_SCALARS)
     return _job("gla/triton:bwd-dkdg", "gla_bwd_k_kernel", types,
                 dict(BV=E, SPLIT=D, HAS_H0=False, HAS_DHT=True), bt, bs, w, s)
 
 
 def bwd_v_job(bt: int, bs: int, w: int, s: int) -> Job:
-    from lattnbench.kernels.triton.gla.configs import STATE_BT
-
-    types = dict(q=_BF, k=_BF, g=_F32, do=_BF, cu=_F32, dhc=_BF, deep=_I32, dv=_BF, **_SCALARS)
-    return _job("gla/triton:bwd-dv", "gla_bwd_v_kernel", types, dict(BK=D, SPLIT=E, STATE_BT=STATE_BT),
-                bt, bs, w, s)
+    types = dict(q=_BF, k=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, deep=_I32, dv=_BF, **_SCALARS)
+    return _job("gla/triton:bwd-dv", "gla_bwd_v_kernel", types,
+                dict(BK=D, SPLIT=E, HAS_DHT=True), bt, bs, w, s)
 
 
 def bridge_job(job: Job) -> Job:
@@ -68,8 +66,8 @@ def bridge_job(job: Job) -> Job:
 
 
 def default_jobs() -> list[Job]:
-    """Every default autotune config of the forward and the three backward launches, and each pass
-    at the JAX bridge's fixed config (bf16)."""
+    """Every default autotune config of the forward and the three backward launches, and each
+    pass at the JAX bridge's fixed config (bf16)."""
     from lattnbench.kernels.triton.gla import configs as C
 
     bridge = [make(*C.jax_config(c, D, E, "bf16")) for make, c in

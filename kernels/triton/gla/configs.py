@@ -21,25 +21,17 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # BS = 64 doubles the programs for grids that leave SMs idle.
 FWD_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 2), (64, 64, 4, 2), (64, 64, 8, 2)]
 # The dq pass writes and the dk pass reads back the state entering every chunk (E·2/BT bytes per
-# key element each way in bf16, for dg), in slots of BT rows, and the dk pass writes the state
-# gradient for the dv pass the same way: the three run at BT = 64 (BT = 32 would double that
-# traffic), the only chunk length in their lists.
+# key element each way in bf16, for dg), in slots of BT rows: both passes run at BT = 64 (BT = 32
+# would double that traffic), the only chunk length in their lists.
 BWD_Q_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
 BWD_K_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
-# the one chunk length of those lists: the slots of the states the backward passes hand on
-STATE_BT = BWD_K_CONFIGS[0][0]
-# The dv pass takes every dk chunk at once, from the state gradient the dk pass leaves per chunk in
-# its slots, and sweeps the chunk's sub-chunks of BT rows: BT divides the dk pass's. With a whole
-# chunk of BT = 64 (no loop left) every config spills (ptxas for sm_90: 288-688 B); at 4 warps and
-# BS = 64, 225 registers a thread, two programs share an SM.
-BWD_V_CONFIGS = [(32, 128, 8, 2), (32, 128, 8, 3), (16, 128, 8, 2), (16, 64, 4, 2), (32, 64, 8, 2)]
+BWD_V_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 2), (64, 64, 4, 2), (64, 64, 8, 2)]
 # The longest chunk of any pass: the forward flags a row for the exact rerun when one of its chunks
 # is deeper than SAFE_DEPTH·BT/MAX_CHUNK, so no chunk of an unflagged row is deeper than SAFE_DEPTH
 # at any pass's chunk length.
 MAX_CHUNK = max(c[0] for c in FWD_CONFIGS + BWD_Q_CONFIGS + BWD_K_CONFIGS + BWD_V_CONFIGS)
 # The exact reruns (configs' EXACT variants) run only flagged rows: one small config each, the dq
-# and dk passes at their lists' BT (the chunk states' slots follow it), the dv pass at a BT that
-# divides it.
+# and dk passes at their lists' BT (the chunk entry states' slots follow it).
 EXACT_FWD_CONFIG = (32, 64, 4, 1)
 EXACT_BWD_QK_CONFIG = (64, 32, 4, 1)
 EXACT_BWD_V_CONFIG = (32, 64, 4, 1)
@@ -47,8 +39,7 @@ EXACT_BWD_V_CONFIG = (32, 64, 4, 1)
 INTERP_CONFIG = (16, 16, 4, 1)
 # jax-triton launches the plain kernels with one fixed config per pass (jax_config): each the
 # fastest of its list at B4 T8192 H32 D=E=128 bf16 on the H200 (every config of every pass timed
-# alone, the dv pass's when it swept the whole sequence; the forward's BT = 32 config is the one
-# that does not spill).
+# alone; the forward's BT = 32 config is the one that does not spill).
 JAX_FWD_CONFIG = (32, 128, 8, 2)
 JAX_BWD_Q_CONFIG = (64, 64, 8, 2)
 JAX_BWD_K_CONFIG = (64, 64, 8, 1)

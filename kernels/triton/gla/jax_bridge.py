@@ -65,10 +65,10 @@ def _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse):
     gdt = q.dtype if h == hkv else jnp.float32
     sc = _scalars(t, h, hkv, scale, b * h)
     name = _dtype_name(q.dtype)
-    qk = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, PATH="both", HAS_H0=h0 is not None,
-              BV=_cfg.pow2(e), SPLIT=d, **_flags(q.dtype))
+    flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, PATH="both", **_flags(q.dtype))
+    qk = dict(flags, HAS_H0=h0 is not None, BV=_cfg.pow2(e), SPLIT=d)
     h0_arg = h0 if h0 is not None else g
-    # the three passes share one BT: the slots of the chunk states and state gradients follow it
+    # the dq and dk passes share one BT: the entry states' slots follow it
     bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_Q_CONFIG, d, e, name)
     outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype),
             jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype),  # chunk entry states (scratch)
@@ -78,17 +78,15 @@ def _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse):
         grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_K_CONFIG, d, e, name)
     outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
-            jax.ShapeDtypeStruct((b, h, d, e), jnp.float32),
-            jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype)]  # state gradients (scratch)
-    dk, dg, dh0, dhc = jt.triton_call(
+            jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
+    dk, dg, dh0 = jt.triton_call(
         q, k, v, g, do, dht, g, dq, hc, gend, deep, *sc, kernel=_k.gla_bwd_k_kernel, out_shape=outs,
         grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)
-    vt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, name)
+    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, name)
     dv = jt.triton_call(
-        q, k, g, do, g, dhc, deep, *sc, kernel=_k.gla_bwd_v_kernel, out_shape=[jax.ShapeDtypeStruct((b, t, h, e), gdt)],
-        grid=(_cfg.cdiv(t, bt), b * h, _cfg.cdiv(e, bs)), num_warps=w, num_stages=s, KD=d, VD=e, BK=_cfg.pow2(d),
-        SPLIT=e, REVERSE=bool(reverse), IS_VARLEN=False, PATH="both", STATE_BT=bt, BT=vt, BS=bs,
-        **_flags(q.dtype))[0]
+        q, k, g, do, dht, g, deep, *sc, kernel=_k.gla_bwd_v_kernel, out_shape=[jax.ShapeDtypeStruct((b, t, h, e), gdt)],
+        grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s, BK=_cfg.pow2(d), SPLIT=e, BT=bt, BS=bs,
+        **flags)[0]
     return dq, dk, dv, dg, dh0
 
 

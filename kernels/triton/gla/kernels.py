@@ -21,11 +21,9 @@ Four kernels, one launch each:
   gla_bwd_k_kernel  dk, dg and dh0, backward sweep over the same D-slices, state dS [BS, E]; dg
                     from q⊙dq − k⊙dk inside each chunk, pinned at both chunk ends by
                     rowsum(dS ⊙ S) (``_chunk_dg_t``)
-  gla_bwd_v_kernel  dv; programs own an E-slice of one dk chunk, state dSᵀ [BS, D], from the
-                    state gradient the dk pass leaves for that chunk: every chunk at once
-The backward recomputes every state it needs but two per chunk, in the input dtype: the state
-entering it (written by the dq pass, read back by the dk pass for dg) and the gradient of the state
-leaving it (written by the dk pass, read by the dv pass).
+  gla_bwd_v_kernel  dv, backward sweep; programs own an E-slice, state dSᵀ [BS, D]
+The backward recomputes every state it needs; the one thing stored per chunk is the state entering
+it (written by the dq pass in the input dtype, read back by the dk pass for dg).
 
 Tensors are contiguous ``[B, T, heads, dim]`` (q, g, do, o, dq, dg with H heads; k, v with HKV);
 kernels take inputs, then scalars, then outputs (jax-triton appends outputs last), so the same
@@ -89,17 +87,16 @@ def _load(base, rows, row_stride, lanes, valid, m_lanes):
 
 
 @triton.jit
-def _e_slice(i_s, q, g, k, cu, T, H, HKV, KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BS: tl.constexpr,
+def _e_slice(q, g, k, cu, T, H, HKV, KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BS: tl.constexpr,
              BT: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr):
-    """Where a program of an E-sliced pass (slice i_s of cdiv(E, BS), row N·H on grid axis 1)
-    works: its query and kv head, first row and length, the chunk rows' order, its BK key lanes and
-    BS value columns with their masks, its q, g and k base pointers, and the offset and mask of its
-    [BK, BS] state tile."""
+    """Where a program of an E-sliced pass (grid (cdiv(E, BS), N·H)) works: its query and kv head,
+    first row and length, the chunk rows' order, its BK key lanes and BS value columns with their
+    masks, its q, g and k base pointers, and the offset and mask of its [BK, BS] state tile."""
     i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t, p = _order(BT, REVERSE)
     o_k = tl.arange(0, BK)
-    o_v = i_s * BS + tl.arange(0, BS)
+    o_v = tl.program_id(0) * BS + tl.arange(0, BS)
     m_k = o_k < KD
     m_v = o_v < VD
     q_base = q + bos * (H * KD) + i_h * KD
@@ -287,17 +284,11 @@ def _run_rows(deep, row, n_chunks, EXACT: tl.constexpr):
 
 
 @triton.jit
-def _masked(m, flag):
-    """m where the scalar flag holds, else all false (an int product: the interpreter rejects a mask
-    that ands a tensor with a scalar bool)."""
-    return (m.to(tl.int32) * flag.to(tl.int32)) != 0
-
-
-@triton.jit
 def _ends_mask(m, ends, EXACT: tl.constexpr):
-    """A store mask of a program's end results: m, and in the EXACT variant only for a rerun row."""
+    """A store mask of a program's end results: m, and in the EXACT variant only for a rerun row
+    (as an int product: the interpreter rejects a mask that ands a tensor with a scalar bool)."""
     if EXACT:
-        return _masked(m, ends)
+        return (m.to(tl.int32) * ends.to(tl.int32)) != 0
     else:
         return m
 
@@ -362,7 +353,7 @@ def gla_fwd_kernel(
     the M dimension of the big products, the two warpgroups split it, and q, k and g are loaded,
     cumulated and decayed once per head rather than once per E-slice."""
     (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
-     m_s) = _e_slice(tl.program_id(0), q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
+     m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
     v_base = v + bos * (HKV * VD) + i_hk * VD
     o_base = o + bos * (H * VD) + i_h * VD
     S0 = tl.trans(_state_tile(h0, s_off, m_s, HAS_H0, BK, BS))
@@ -491,19 +482,16 @@ def gla_bwd_q_kernel(
 
 
 @triton.jit
-def _k_sweep(X, dg_end, n_chunks, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc, dhc,
-             bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD: tl.constexpr, VD: tl.constexpr,
+def _k_sweep(X, dg_end, n_chunks, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc, bos, i_n, i_h,
+             seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD: tl.constexpr, VD: tl.constexpr,
              BS: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr, DOT_PREC: tl.constexpr,
              GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr):
     """The dk / dg pass's chunks from the last to the first, from the state gradient X and dg's
-    value after the last row: writes dk, dg and, into dhc, the gradient of the state leaving each
-    chunk (the dv pass's input); returns the gradient of the initial state. EXACT compiles in the
-    exact path of chunks deeper than SAFE_DEPTH."""
+    value after the last row: writes dk and dg; returns the gradient of the initial state. EXACT
+    compiles in the exact path of chunks deeper than SAFE_DEPTH."""
     dt = q_base.dtype.element_ty
     for i_r in range(0, n_chunks):
         i_c = n_chunks - 1 - i_r
-        # the gradient of the state leaving the chunk, for the dv pass's chunks
-        tl.store(_entry_state(dhc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), X.to(dhc.dtype.element_ty), mask=m_s)
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         qt = _load_t(q_base, rows, H * KD, o_k, valid, m_k)
         kt = _load_t(k_base, rows, HKV * KD, o_k, valid, m_k)
@@ -540,7 +528,7 @@ def _k_sweep(X, dg_end, n_chunks, q_base, k_base, v_base, g_base, do_base, dq_ba
 def gla_bwd_k_kernel(
     q, k, v, g, do, dht, cu, dq, hc, gend, deep,
     T, H, HKV, scale, SHAPE_BUCKET,
-    dk, dg, dh0, dhc,
+    dk, dg, dh0,
     KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, PATH: tl.constexpr,
@@ -549,8 +537,7 @@ def gla_bwd_k_kernel(
     """dk (per query head), dg and dh0 for one D-slice of BS key channels, a backward sweep carrying
     dS; grid (cdiv(D, BS), N·H), at the dq pass's BT (hc's slots follow it). dg from q⊙dq − k⊙dk
     in each chunk, pinned at both chunk ends by rowsum(dS ⊙ S) with the entry states in hc and the
-    last row's end value in gend (``_chunk_dg_t``). Also writes the gradient of the state leaving
-    every chunk into dhc (input dtype, hc's slots). ``PATH`` as in the dq pass.
+    last row's end value in gend (``_chunk_dg_t``). ``PATH`` as in the dq pass.
 
     Transposed as the dq pass: dkᵀ = e^{Bl−B}ᵀ⊙(dS·vᵀ + scale·qnᵀ·W'), qn = q⊙e^{B−Bl},
     W'[t, s] = do_t·v_s for t ≥ s."""
@@ -570,30 +557,29 @@ def gla_bwd_k_kernel(
     if PATH == "both":
         if tl.load(deep + tl.program_id(1)) != 0:
             X = _k_sweep(X0, dg_end, n_run, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc,
-                         dhc, bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT,
+                         bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT,
                          REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, True)
         else:
             X = _k_sweep(X0, dg_end, n_run, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc,
-                         dhc, bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT,
+                         bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT,
                          REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, False)
     else:
-        X = _k_sweep(X0, dg_end, n_run, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc, dhc,
-                     bos, i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT, REVERSE,
+        X = _k_sweep(X0, dg_end, n_run, q_base, k_base, v_base, g_base, do_base, dq_base, dk_base, dg_base, hc, bos,
+                     i_n, i_h, seq_len, o_t, p, o_k, o_e, m_k, m_e, m_s, H, HKV, scale, KD, VD, BS, BT, REVERSE,
                      DOT_PREC, GATE_BF16, SAFE_DEPTH, PATH == "exact")
     if HAS_H0:
         tl.store(dh0 + s_off, X, mask=_ends_mask(m_s, ends, PATH == "exact"))
 
 
 @triton.jit
-def _v_sweep(Xt, c0, n_chunks, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H,
-             HKV, scale, KD: tl.constexpr, VD: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
-             DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr):
-    """The dv pass's chunks c0 + n_chunks − 1 down to c0 (processing order), from dSᵀ = Xt, the
-    gradient of the state leaving the last of them: writes dv. EXACT compiles in the exact path of
-    chunks deeper than SAFE_DEPTH."""
+def _v_sweep(Xt, n_chunks, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV, scale,
+             KD: tl.constexpr, VD: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr, DOT_PREC: tl.constexpr,
+             GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr):
+    """The dv pass's chunks from the last to the first, from dSᵀ = Xt: writes dv. EXACT compiles in
+    the exact path of chunks deeper than SAFE_DEPTH."""
     dt = q_base.dtype.element_ty
     for i_r in range(0, n_chunks):
-        i_c = c0 + n_chunks - 1 - i_r
+        i_c = n_chunks - 1 - i_r
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         bq = _load(q_base, rows, H * KD, o_k, valid, m_k)
         bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
@@ -615,40 +601,33 @@ def _v_sweep(Xt, c0, n_chunks, q_base, k_base, g_base, do_base, dv_base, seq_len
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_bwd_v_kernel(
-    q, k, g, do, cu, dhc, deep,
+    q, k, g, do, dht, cu, deep,
     T, H, HKV, scale, SHAPE_BUCKET,
     dv,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-    REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr,
+    REVERSE: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, PATH: tl.constexpr,
-    STATE_BT: tl.constexpr, BT: tl.constexpr, BS: tl.constexpr,
+    BT: tl.constexpr, BS: tl.constexpr,
 ):
-    """dv (per query head) of one E-slice and one chunk of STATE_BT rows, the dk pass's chunk;
-    grid (cdiv(T, STATE_BT), N·H, cdiv(E, BS)). Every such chunk at once: the dk pass wrote the
-    gradient of the state leaving each into dhc, so a program sweeps only its chunk's STATE_BT / BT
-    sub-chunks of BT rows backwards from there, with dSᵀ held transposed, dSᵀ [BS, D]:
-    dv_s = dS_sᵀ k_s = Σ_{t≥s} M_ts·scale·do_t + (dS carried)ᵀ(k_s⊙e^{Bl − B_s}), the forward's
-    transposed pass run backwards, dvᵀ = dSᵀ·kdᵀ + scale·doᵀ·M. ``PATH`` as in the dq pass."""
+    """dv (per query head) for one E-slice, backward sweep with dS held transposed, dSᵀ [BS, D];
+    grid (cdiv(E, BS), N·H). dv_s = dS_sᵀ k_s = Σ_{t≥s} M_ts·scale·do_t + (dS carried)ᵀ(k_s⊙e^{Bl − B_s}):
+    the forward's transposed pass run backwards, dvᵀ = dSᵀ·kdᵀ + scale·doᵀ·M. ``PATH`` as in the dq
+    pass."""
     (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
-     m_s) = _e_slice(tl.program_id(2), q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
-    i_n = tl.program_id(1) // H
-    i_c = tl.program_id(0)  # on axis 0: a grid's axes 1 and 2 hold at most 65535
+     m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
     do_base = do + bos * (H * VD) + i_h * VD
     dv_base = dv + bos * (H * VD) + i_h * VD
-    live = i_c * STATE_BT < seq_len  # the grid covers the longest possible sequence
-    n_run, _ = _run_rows(deep, tl.program_id(1), tl.where(live, STATE_BT // BT, 0), PATH == "exact")
-    X0 = tl.trans(tl.load(_entry_state(dhc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_v, STATE_BT),
-                          mask=_masked(m_s, live), other=0.0)).to(tl.float32)
-    c0 = i_c * (STATE_BT // BT)
+    X0 = tl.trans(_state_tile(dht, s_off, m_s, HAS_DHT, BK, BS))
+    n_run, _ = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), PATH == "exact")
     if PATH == "both":
         if tl.load(deep + tl.program_id(1)) != 0:
-            _v_sweep(X0, c0, n_run, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H,
-                     HKV, scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, True)
+            _v_sweep(X0, n_run, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV,
+                     scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, True)
         else:
-            _v_sweep(X0, c0, n_run, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H,
-                     HKV, scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, False)
+            _v_sweep(X0, n_run, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV,
+                     scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, False)
     else:
-        _v_sweep(X0, c0, n_run, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV,
+        _v_sweep(X0, n_run, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV,
                  scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, PATH == "exact")
 
 

@@ -95,19 +95,12 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
 _QK_MIN_CHUNK = min(c.kwargs["BT"] for c in _cfg.autotune_configs(_cfg.BWD_Q_CONFIGS))
 
 
-def _state_chunk() -> int:
-    """The dk pass's chunk length: the slots of the state gradients it hands the dv pass (one BT in
-    its autotune list; the interpreter's fixed config, which tests may change, under it)."""
-    return _INTERP_META["BT"] if _cfg.INTERPRET else _cfg.STATE_BT
-
-
 def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, deep):
     """The three backward passes, each a fast launch and the exact rerun of the rows ``deep`` flags:
-    dq (D-slices, forward sweep); dk, dg, dh0 (D-slices, backward sweep); dv (E-slices, every dk
-    chunk at once). GQA sums dk, dv over each kv head's query heads (per query head in fp32
-    first). The dq pass hands the dk pass the state entering each chunk and dg's value after the
-    last row; the dk pass hands the dv pass the state gradient leaving each chunk (input dtype,
-    scratch buffers freed on return)."""
+    dq (D-slices, forward sweep); dk, dg, dh0 (D-slices, backward sweep); dv (E-slices). GQA sums
+    dk, dv over each kv head's query heads (per query head in fp32 first). The dq pass hands the dk
+    pass the state entering each chunk (input dtype) and dg's value after the last row, in scratch
+    buffers freed on return."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
@@ -118,7 +111,6 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, deep):
     dg = _empty(*q.shape, dtype=torch.float32, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
     hc = _empty(b * t // _QK_MIN_CHUNK + n, h, d, e, dtype=q.dtype, device=q.device)
-    dhc = _empty(*hc.shape, dtype=q.dtype, device=q.device)
     gend = _empty(n, h, d, dtype=torch.float32, device=q.device)
     ph = g  # placeholder pointer for absent tensors
     common = (t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h))
@@ -133,15 +125,11 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, deep):
                         dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None))
     args = (k, v, g, do, h0 if h0 is not None else ph, dht_arg, cu_arg, deep) + common + (dq, hc, gend)
     _twice(_BWD_Q, _BWD_Q_X, key, args, args, d_sliced, stream)
-    args = (q, k, v, g, do, dht_arg, cu_arg, dq, hc, gend, deep) + common + (dk, dg, dh0 if dh0 is not None else ph,
-                                                                           dhc)
+    args = (q, k, v, g, do, dht_arg, cu_arg, dq, hc, gend, deep) + common + (dk, dg, dh0 if dh0 is not None else ph)
     _twice(_BWD_K, _BWD_K_X, key, args, args, d_sliced, stream)
-    state_bt = _state_chunk()
-    args = (q, k, g, do, cu_arg, dhc, deep) + common + (dv,)
+    args = (q, k, g, do, dht_arg, cu_arg, deep) + common + (dv,)
     _twice(_BWD_V, _BWD_V_X, key, args, args,
-           lambda: (lambda meta: (_cfg.cdiv(t, state_bt), n * h, _cfg.cdiv(e, meta["BS"])),
-                    dict(KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), IS_VARLEN=cu is not None,
-                         STATE_BT=state_bt, **_flags(q))), stream)
+           lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h), dict(flags, BK=_cfg.pow2(d), SPLIT=e)), stream)
     if grp > 1:
         dk = dk.view(b, t, hkv, grp, d).sum(3).to(q.dtype)
         dv = dv.view(b, t, hkv, grp, e).sum(3).to(q.dtype)
