@@ -9,6 +9,8 @@ the way the Gluon kernel does. Decays cover none, mild, the seeds' strongest and
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -129,7 +131,9 @@ def test_end_term_launch_matches_its_torch_form(poisoned, d, e, grad_dtype):
         assert err_ratio(got_dh0, want_dh0) <= 1e-6
         rows = [r for r in range(t) if r != last]
         assert torch.equal(got_dk[:, rows], dk[:, rows]) and torch.equal(got_dv[:, rows], dv[:, rows])
-        tol = 1e-6 if grad_dtype == torch.float32 else 2.0**-8  # one rounding of the sum to bf16
+        # one rounding of the sum to bf16: at most 2^-8 of each value rounding to nearest (the GPU), 2^-7
+        # in Triton's interpreter, whose fp32 -> bf16 cast truncates (1 + 0.75·2^-7 becomes 1)
+        tol = 1e-6 if grad_dtype == torch.float32 else 2.0**-7 if os.environ.get("TRITON_INTERPRET") == "1" else 2.0**-8
         assert err_ratio(got_dk[:, last], want_dk[:, last]) <= tol
         assert err_ratio(got_dv[:, last], want_dv[:, last]) <= tol
         # a head past the floor is corrected: its row moved by more than the rounding
