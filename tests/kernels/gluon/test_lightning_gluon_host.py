@@ -14,7 +14,7 @@ import torch
 from lattnbench.kernels.gluon.lightning import compat, gluon_path, lightning_attn_gluon
 from lattnbench.kernels.gluon.lightning import configs as gcfg
 from lattnbench.kernels.gluon.lightning import ops as gops
-from lattnbench.kernels.gluon.lightning.backward import dkdv_by_forwards, with_start_states
+from lattnbench.kernels.gluon.lightning.backward import with_start_states
 from lattnbench.kernels.naive.torch_ref import lightning_naive
 from lattnbench.kernels.triton.lightning import lightning_attn_triton
 from lattnbench.kernels.triton.lightning import ops as tops
@@ -133,28 +133,6 @@ def test_the_forward_compiles_for_sm90_with_async_wgmma_and_warp_specialization(
     assert m["tma_stores"] >= 1 and m["mbarrier_waits"] >= 4
 
 
-def test_the_dkdv_pass_compiles_for_sm90_within_the_shared_memory_a_block_may_have():
-    """The dk / dv kernel's AOT compile: four TMA loads and two TMA stores a chunk, deferred waits,
-    the forward's register split, and its 4-tile ring, state and output buffers (229,720 B at
-    D = E = 128) within the 232,448 B an sm_90 block may have. Spills are not asserted: Triton 3.6
-    (the GPU image's) spills none, 3.9 84 B."""
-    if compat.IMPORT_ERROR is not None:
-        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    code = ("import json; from lattnbench.static.gluon_aot import compile_dkdv; "
-            "m = compile_dkdv(d=128, e=128, dtype='bf16', reverse=True, from_dst=True, store_ht=True); "
-            "m.pop('ptx'); print('METRICS', json.dumps(m))")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    line = [ln for ln in run.stdout.splitlines() if ln.startswith("METRICS ")]
-    assert run.returncode == 0 and line, run.stderr[-2000:]
-    m = json.loads(line[0].removeprefix("METRICS "))
-    cfg = gcfg.DKDV_CONFIG
-    assert m["wgmma"] > 0 and 1 in m["wait_depths"] and 0 in m["wait_depths"]
-    assert {cfg.worker_regs[0], cfg.worker_regs[1]} <= set(m["setmaxnreg"]) and m["registers"] <= cfg.maxnreg
-    assert 0 < m["shared_bytes"] <= 232448
-    assert m["tma_loads"] >= 4 and m["tma_stores"] >= 2 and m["mbarrier_waits"] >= 4
-
-
 def test_the_gluon_backward_takes_long_bf16_calls_without_grouped_heads_unless_told(monkeypatch):
     big = gcfg.GLUON_BACKWARD_MIN_ROWS
     monkeypatch.setattr(gcfg, "BACKWARD_ON_GLUON", False)
@@ -175,13 +153,11 @@ def test_the_gluon_backward_takes_long_bf16_calls_without_grouped_heads_unless_t
     assert "32 rows" in gops.gluon_backward_path(wide, wide)  # B·T·H = 1·8·4
 
 
-@pytest.mark.parametrize("on_gluon,fused", [(True, True), (True, False), (False, True)],
-                         ids=["gluon-backward-dkdv", "gluon-backward-passes", "triton-backward"])
-def test_a_gluon_forward_takes_the_backward_its_rule_names(monkeypatch, on_gluon, fused):
+@pytest.mark.parametrize("on_gluon", [True, False], ids=["gluon-backward", "triton-backward"])
+def test_a_gluon_forward_takes_the_backward_its_rule_names(monkeypatch, on_gluon):
     """The autograd wiring, with the interpreter's Triton forward standing in for the Gluon one
-    (same contract) and two of its passes for the dk / dv kernel: a dq pass and one dk / dv call
-    when the rule says Gluon (three forward passes with the dk / dv kernel off), none otherwise,
-    and the fp64 gradients either way."""
+    (same contract): three more forward calls when the rule says Gluon, none otherwise, and the
+    fp64 gradients either way."""
     calls = []
 
     @with_start_states
@@ -192,14 +168,8 @@ def test_a_gluon_forward_takes_the_backward_its_rule_names(monkeypatch, on_gluon
         calls.append(reverse)
         return triton_fwd(q, k, v, g, scale, h0, reverse, store_ht, h0_mode)
 
-    def dkdv_stand_in(q, k, v, do, g, scale, dht, reverse, want_s_end):
-        calls.append(("dkdv", reverse))
-        return dkdv_by_forwards(triton_fwd)(q, k, v, do, g, scale, dht, reverse, want_s_end)
-
     monkeypatch.setattr(gops, "gluon_path", lambda q, v, cu_seqlens=None: None)
     monkeypatch.setattr(gops, "gluon_fwd", stand_in)
-    monkeypatch.setattr(gops, "gluon_dkdv", dkdv_stand_in)
-    monkeypatch.setattr(gcfg, "FUSED_DKDV", fused)
     monkeypatch.setattr(gops, "gluon_backward_path", lambda q, k: None if on_gluon else "off")
     gen = torch.Generator().manual_seed(11)
     q, k, v = _qkv(gen, b=2, t=37, h=4, hkv=4, d=16, e=8)
@@ -209,9 +179,7 @@ def test_a_gluon_forward_takes_the_backward_its_rule_names(monkeypatch, on_gluon
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v, h0)]
     o, s = lightning_attn_gluon(*leaves[:3], gamma=gamma, initial_state=leaves[3], reverse=True)
     grads = torch.autograd.grad((o, s), leaves, (do, ds))
-    # the dq pass keeps the forward's order, the dk and dv passes reverse it
-    passes = [True, True, ("dkdv", False)] if fused else [True, True, False, False]
-    assert calls == (passes if on_gluon else [True])
+    assert calls == ([True, True, False, False] if on_gluon else [True])  # the dq pass keeps the order
     ref = [x.double().requires_grad_(True) for x in (q, k, v, h0)]
     ro, rs = lightning_naive(*ref[:3], gamma.double(), 16**-0.5, ref[3], True)
     want = torch.autograd.grad((ro, rs), ref, (do.double(), ds.double()))
