@@ -1,7 +1,7 @@
 """The jobs of the bundled GLA Triton kernels: every default autotune config of the forward and of
 the three backward launches, at the seed shape (D = E = 128, bf16) with the default call's flags
 (no initial state, final state returned and its gradient given, forward direction, no varlen):
-the torch launches (PATH "fast": the exact reruns do no work in rows without a deep chunk), and
+the prep launch of the decayed operands, the torch launches (PATH "fast": the exact reruns do no work in rows without a deep chunk), and
 the JAX bridge's single launches (PATH "both", its fixed configs)."""
 from __future__ import annotations
 
@@ -34,9 +34,21 @@ def _job(kernel: str, function: str, types: dict, constexprs: dict, bt: int, bs:
 
 
 def fwd_job(bt: int, bs: int, w: int, s: int) -> Job:
-    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, h0=_F32, cu=_F32, deep=_F32, o=_BF, ht=_F32, deep_out=_I32, **_SCALARS)
-    return _job("gla/triton:fwd", "gla_fwd_kernel", types, dict(BK=D, SPLIT=E, HAS_H0=False, STORE_HT=True),
-                bt, bs, w, s)
+    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, qd=_BF, kd=_BF, bl=_F32, h0=_F32, cu=_F32, deep=_F32, o=_BF, ht=_F32,
+                 deep_out=_I32, **_SCALARS)
+    return _job("gla/triton:fwd", "gla_fwd_kernel", types,
+                dict(BK=D, SPLIT=E, HAS_H0=False, STORE_HT=True, PRE=True), bt, bs, w, s)
+
+
+def prep_job() -> Job:
+    """The one launch config of the decayed operands (``ops.gla_prep``)."""
+    from lattnbench.kernels.triton.gla import configs as C
+
+    types = dict(q=_BF, k=_BF, g=_F32, cu=_F32, T="i32", H="i32", HKV="i32", qd=_BF, kd=_BF, bl=_F32)
+    flags = dict(KD=D, REVERSE=False, IS_VARLEN=False, BT=C.PRE_CHUNK, BD=C.PREP_BD)
+    return Job(kernel="gla/triton:prep", config=f"BT={C.PRE_CHUNK} BD={C.PREP_BD} w{C.PREP_WARPS} s1", module=MODULE,
+               function="gla_prep_kernel", types=types, constexprs=flags, num_warps=C.PREP_WARPS, num_stages=1,
+               aligned=("T", "H", "HKV"), shape=SEED_SHAPE)
 
 
 def bwd_q_job(bt: int, bs: int, w: int, s: int) -> Job:
@@ -54,9 +66,10 @@ def bwd_k_job(bt: int, bs: int, w: int, s: int) -> Job:
 
 
 def bwd_v_job(bt: int, bs: int, w: int, s: int) -> Job:
-    types = dict(q=_BF, k=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, deep=_I32, dv=_BF, **_SCALARS)
+    types = dict(q=_BF, k=_BF, g=_F32, qd=_BF, kd=_BF, bl=_F32, do=_BF, dht=_F32, cu=_F32, deep=_I32, dv=_BF,
+                 **_SCALARS)
     return _job("gla/triton:bwd-dv", "gla_bwd_v_kernel", types,
-                dict(BK=D, SPLIT=E, HAS_DHT=True), bt, bs, w, s)
+                dict(BK=D, SPLIT=E, HAS_DHT=True, PRE=True), bt, bs, w, s)
 
 
 def bridge_job(job: Job) -> Job:
@@ -73,6 +86,6 @@ def default_jobs() -> list[Job]:
     bridge = [make(*C.jax_config(c, D, E, "bf16")) for make, c in
               ((fwd_job, C.JAX_FWD_CONFIG), (bwd_q_job, C.JAX_BWD_Q_CONFIG), (bwd_k_job, C.JAX_BWD_K_CONFIG),
                (bwd_v_job, C.JAX_BWD_V_CONFIG))]
-    return ([fwd_job(*c) for c in C.FWD_CONFIGS] + [bwd_q_job(*c) for c in C.BWD_Q_CONFIGS]
+    return ([prep_job()] + [fwd_job(*c) for c in C.FWD_CONFIGS] + [bwd_q_job(*c) for c in C.BWD_Q_CONFIGS]
             + [bwd_k_job(*c) for c in C.BWD_K_CONFIGS] + [bwd_v_job(*c) for c in C.BWD_V_CONFIGS]
             + [bridge_job(j) for j in bridge])

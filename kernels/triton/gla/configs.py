@@ -19,13 +19,19 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # Sᵀ / dSᵀ [BS, D] (forward, dv: E-slices), S / dS [BS, E] (dq/dk/dg: D-slices, the chunk's q, k,
 # g transposed). BS = 128 at 8 warps is a whole head dim per program (the warpgroups split it);
 # BS = 64 doubles the programs for grids that leave SMs idle.
-FWD_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 2), (64, 64, 4, 2), (64, 64, 8, 2)]
+# The forward and the dv pass sweep the decayed operands that one parallel launch
+# (``gla_prep_kernel``) writes per chunk of PRE_CHUNK rows, so their chunk is that one.
+PRE_CHUNK = 64
+FWD_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 8, 2)]
 # The dq pass writes and the dk pass reads back the state entering every chunk (E·2/BT bytes per
 # key element each way in bf16, for dg), in slots of BT rows: both passes run at BT = 64 (BT = 32
 # would double that traffic), the only chunk length in their lists.
 BWD_Q_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
 BWD_K_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
-BWD_V_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (32, 128, 8, 2), (64, 64, 4, 2), (64, 64, 8, 2)]
+BWD_V_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 8, 2)]
+# The chunk of the exact sweep that a PATH "both" launch of the forward or the dv pass (the JAX
+# bridge's) runs in flagged rows (kernels.BOTH_EXACT_CHUNK).
+BOTH_EXACT_CHUNK = 16
 # The longest chunk of any pass: the forward flags a row for the exact rerun when one of its chunks
 # is deeper than SAFE_DEPTH·BT/MAX_CHUNK, so no chunk of an unflagged row is deeper than SAFE_DEPTH
 # at any pass's chunk length.
@@ -37,13 +43,19 @@ EXACT_BWD_QK_CONFIG = (64, 32, 4, 1)
 EXACT_BWD_V_CONFIG = (32, 64, 4, 1)
 # The interpreter cannot autotune ("0 active drivers"): small chunks, so that tests cross chunks.
 INTERP_CONFIG = (16, 16, 4, 1)
-# jax-triton launches the plain kernels with one fixed config per pass (jax_config): each the
-# fastest of its list at B4 T8192 H32 D=E=128 bf16 on the H200 (every config of every pass timed
-# alone; the forward's BT = 32 config is the one that does not spill).
-JAX_FWD_CONFIG = (32, 128, 8, 2)
+# jax-triton launches the plain kernels with one fixed config per pass (jax_config): the dq and dk
+# passes' the fastest of their lists at B4 T8192 H32 D=E=128 bf16 on the H200 (every config timed
+# alone); the forward and the dv pass at the config the torch path's autotuner picks at
+# n = 8192 and 32768 (the bridge's kernels hold the exact sweep too and still spill nothing at it).
+JAX_FWD_CONFIG = (64, 128, 8, 3)
 JAX_BWD_Q_CONFIG = (64, 64, 8, 2)
 JAX_BWD_K_CONFIG = (64, 64, 8, 1)
-JAX_BWD_V_CONFIG = (32, 128, 8, 2)
+JAX_BWD_V_CONFIG = (64, 128, 8, 3)
+# gla_prep_kernel: key channels per program, warps, and the most programs per (sequence, head) row
+# (each walks every P-th chunk of its row)
+PREP_BD = 64
+PREP_WARPS = 4
+PREP_MAX_PROGRAMS = 64
 
 # The intra-chunk products reuse the chunk's decayed operands q⊙e^B and k⊙e^{Bl − B}, one of them
 # rescaled by e^{−Bl}: while every channel's chunk total Bl is at least −SAFE_DEPTH they are normal

@@ -4,9 +4,11 @@ with a ``jax.custom_vjp``. GPU only; cu_seqlens is not supported here.
 jax-triton is imported lazily and the Triton cache-dir knob its import clobbers is restored
 (``lightning.jax_bridge._jax_triton``). jax-triton refuses autotuned kernels whose key lacks a
 scalar argument, so the plain kernels launch with one fixed config per pass
-(``configs.JAX_*_CONFIG``): the forward, then the backward's three launches, each with PATH "both"
-(``kernels._run_rows``): jax-triton hands every launch fresh output buffers, so the rows with a deep
-chunk take the exact path inside the same launch rather than in a rerun.
+(``configs.JAX_*_CONFIG``): the decayed operands (``gla_prep_kernel``), the forward, then the
+backward's three launches, each sweep with PATH "both" (``kernels._run_rows``): jax-triton hands
+every launch fresh output buffers, so the rows with a deep chunk take the exact path inside the same
+launch rather than in a rerun. The forward and the dv pass sweep the decayed operands (PRE), as from
+torch.
 """
 from __future__ import annotations
 
@@ -36,25 +38,43 @@ def _scalars(t: int, h: int, hkv: int, scale: float, rows: int) -> tuple:
     return (t, h, hkv, np.float32(scale), _cfg.shape_bucket(t, rows))
 
 
+def prep_call(q, k, g, reverse):
+    """(qd, kd, bl): the decayed operands of every chunk (``ops.gla_prep``), one launch."""
+    import jax
+    import jax.numpy as jnp
+
+    b, t, h, d = q.shape
+    bt = _cfg.PRE_CHUNK
+    gdt = q.dtype if q.dtype == jnp.bfloat16 else jnp.float32
+    bd = min(_cfg.PREP_BD, _cfg.pow2(d))
+    outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), gdt),
+            jax.ShapeDtypeStruct((b * t // bt + b, h, d), jnp.float32)]
+    return tuple(_jax_triton().triton_call(
+        q, k, g, g, t, h, k.shape[2], kernel=_k.gla_prep_kernel, out_shape=outs,
+        grid=(min(_cfg.cdiv(t, bt), _cfg.PREP_MAX_PROGRAMS), b * h, _cfg.cdiv(d, bd)), num_warps=_cfg.PREP_WARPS,
+        num_stages=1, KD=d, REVERSE=bool(reverse), IS_VARLEN=False, BT=bt, BD=bd))
+
+
 def fwd_call(q, k, v, g, h0, scale, reverse):
-    """((o, S_T), the rows' deep flags) from the forward launch."""
+    """((o, S_T), (the rows' deep flags, the decayed operands)) from the forward's launches."""
     import jax
     import jax.numpy as jnp
 
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
+    pre = prep_call(q, k, g, reverse)
     bt, bs, w, s = _cfg.jax_config(_cfg.JAX_FWD_CONFIG, d, e, _dtype_name(q.dtype))
     outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32),
             jax.ShapeDtypeStruct((b * h,), jnp.int32)]
     o, ht, deep = _jax_triton().triton_call(
-        q, k, v, g, h0 if h0 is not None else g, g, g, *_scalars(t, h, hkv, scale, b * h),
+        q, k, v, g, *pre, h0 if h0 is not None else g, g, g, *_scalars(t, h, hkv, scale, b * h),
         kernel=_k.gla_fwd_kernel, out_shape=outs, grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s,
         KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=True,
-        IS_VARLEN=False, PATH="both", BT=bt, BS=bs, **_flags(q.dtype))
-    return (o, ht), deep
+        IS_VARLEN=False, PATH="both", PRE=True, BT=bt, BS=bs, **_flags(q.dtype))
+    return (o, ht), (deep, pre)
 
 
-def _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse):
+def _bwd_launches(q, k, v, g, do, h0, dht, deep, pre, scale, reverse):
     """(dq, dk, dv per query head, dg, dh0) from the three backward launches."""
     import jax
     import jax.numpy as jnp
@@ -84,17 +104,17 @@ def _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse):
         grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)
     bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, name)
     dv = jt.triton_call(
-        q, k, g, do, dht, g, deep, *sc, kernel=_k.gla_bwd_v_kernel, out_shape=[jax.ShapeDtypeStruct((b, t, h, e), gdt)],
-        grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s, BK=_cfg.pow2(d), SPLIT=e, BT=bt, BS=bs,
-        **flags)[0]
+        q, k, g, *pre, do, dht, g, deep, *sc, kernel=_k.gla_bwd_v_kernel,
+        out_shape=[jax.ShapeDtypeStruct((b, t, h, e), gdt)], grid=(_cfg.cdiv(e, bs), b * h), num_warps=w,
+        num_stages=s, BK=_cfg.pow2(d), SPLIT=e, PRE=True, BT=bt, BS=bs, **flags)[0]
     return dq, dk, dv, dg, dh0
 
 
-def bwd_call(q, k, v, g, do, h0, dht, deep, scale, reverse):
+def bwd_call(q, k, v, g, do, h0, dht, deep, pre, scale, reverse):
     """(dq, dk, dv, dg, dh0) from the backward launches; GQA sums dk, dv per kv head."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
-    dq, dk, dv, dg, dh0 = _bwd_launches(q, k, v, g, do, h0, dht, deep, scale, reverse)
+    dq, dk, dv, dg, dh0 = _bwd_launches(q, k, v, g, do, h0, dht, deep, pre, scale, reverse)
     if h > hkv:
         dk = dk.reshape(b, t, hkv, h // hkv, d).sum(3).astype(q.dtype)
         dv = dv.reshape(b, t, hkv, h // hkv, e).sum(3).astype(q.dtype)
@@ -110,14 +130,14 @@ def _make_fn():
         return fwd_call(q, k, v, g, h0, scale, reverse)[0]
 
     def fwd(q, k, v, g, h0, scale, reverse):
-        out, deep = fwd_call(q, k, v, g, h0, scale, reverse)
-        return out, (q, k, v, g, h0, deep)
+        out, (deep, pre) = fwd_call(q, k, v, g, h0, scale, reverse)
+        return out, (q, k, v, g, h0, deep, pre)
 
     def bwd(scale, reverse, resid, cts):
-        q, k, v, g, h0, deep = resid
+        q, k, v, g, h0, deep, pre = resid
         do, dht = cts
         dq, dk, dv, dg, dh0 = bwd_call(q, k, v, g, jnp.asarray(do, q.dtype), h0, jnp.asarray(dht, jnp.float32),
-                                       deep, scale, reverse)
+                                       deep, pre, scale, reverse)
         return dq, dk, dv, dg.astype(g.dtype), (None if h0 is None else dh0.astype(h0.dtype))
 
     attn.defvjp(fwd, bwd)

@@ -40,6 +40,10 @@ from .configs import (BWD_K_CONFIGS, BWD_Q_CONFIGS, BWD_V_CONFIGS, EXACT_BWD_QK_
                       EXACT_FWD_CONFIG, FWD_CONFIGS, INTERPRET, autotune_configs, exact_configs, prune_configs)
 
 MAX_CHUNK = tl.constexpr(_cfg.MAX_CHUNK)
+# The chunk of the exact sweep inside a PATH "both" launch of the forward or the dv pass: ptxas
+# allocates both sweeps of such a kernel together, and the exact sweep at the fast one's 64 rows
+# spills (7-8 KB, sm_90), where at 16 it leaves the fast sweep's registers alone.
+BOTH_EXACT_CHUNK = tl.constexpr(_cfg.BOTH_EXACT_CHUNK)
 
 
 @triton.jit
@@ -123,8 +127,19 @@ def _entry_state(hc, bos, i_n, i_c, i_h, H, KD: tl.constexpr, VD: tl.constexpr, 
     [slots, H, D, E]: slot bos // BT + i_n + i_c. A sequence of L rows from row bos uses
     cdiv(L, BT) ≤ (bos + L) // BT + 1 − bos // BT slots, so the sequences' slots never overlap and
     all fit in (total rows) // BT + N."""
-    slot = (bos // BT + i_n + i_c).to(tl.int64)
-    return hc + (slot * H + i_h) * (KD * VD) + o_k[:, None] * VD + o_e[None, :]
+    return hc + (_slot(bos, i_n, i_c, BT) * H + i_h) * (KD * VD) + o_k[:, None] * VD + o_e[None, :]
+
+
+@triton.jit
+def _slot(bos, i_n, i_c, BT: tl.constexpr):
+    """Slot of chunk i_c of sequence i_n (first row bos) in a per-chunk buffer: bos // BT + i_n + i_c."""
+    return (bos // BT + i_n + i_c).to(tl.int64)
+
+
+@triton.jit
+def _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD: tl.constexpr, o_k, m_k, BT: tl.constexpr):
+    """Bl [channels] of chunk i_c from bl [slots, H, D], the totals ``gla_prep_kernel`` wrote."""
+    return tl.load(bl + (_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, mask=m_k, other=0.0)
 
 
 @triton.jit
@@ -300,6 +315,72 @@ def _depth(Bl):
 
 
 @triton.jit
+def gla_prep_kernel(
+    q, k, g, cu,
+    T, H, HKV,
+    qd, kd, bl,
+    KD: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr,
+):
+    """The decayed operands of every chunk at once, for the sweeps that take them ready-made (PRE):
+    qd = q⊙e^B, kd = k⊙e^{Bl − B} [B, T, H, D] (per query head) and Bl into bl [slots, H, D] (slot
+    ``_slot``). B is the inclusive cumulative log gate in processing order from the chunk start, so
+    every factor is ≤ 1. Grid (P, N·H, cdiv(D, BD)): program (j, row, slice) takes the row's chunks
+    j, j + P, … of its BD key channels; the chunks are independent, so this is the parallel part of
+    the recurrence, taken out of the sequential sweeps."""
+    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_hk = i_h // (H // HKV)
+    o_t, p = _order(BT, REVERSE)
+    o_k = tl.program_id(2) * BD + tl.arange(0, BD)
+    m_k = o_k < KD
+    q_base = q + bos * (H * KD) + i_h * KD
+    g_base = g + bos * (H * KD) + i_h * KD
+    k_base = k + bos * (HKV * KD) + i_hk * KD
+    qd_base = qd + bos * (H * KD) + i_h * KD
+    kd_base = kd + bos * (H * KD) + i_h * KD
+    for i_c in range(tl.program_id(0), tl.cdiv(seq_len, BT), tl.num_programs(0)):
+        rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
+        bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        B = tl.cumsum(bg, 0, reverse=REVERSE)  # invalid rows hold g = 0
+        Bl = tl.sum(bg, 0)
+        bq = _load(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
+        _store(qd_base, rows, H * KD, o_k, valid, m_k, bq * tl.exp(B))
+        _store(kd_base, rows, H * KD, o_k, valid, m_k, bk * tl.exp(Bl[None, :] - B))
+        tl.store(bl + (_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, Bl, mask=m_k)
+
+
+@triton.jit
+def _fwd_sweep_pre(St, n_chunks, qd_base, kd_base, v_base, bl, o_base, bos, i_n, i_h, seq_len, o_t, p, o_k, o_v, m_k,
+                   m_v, H, HKV, scale, KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr,
+                   REVERSE: tl.constexpr, DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr):
+    """``_fwd_sweep`` on the decayed operands ``gla_prep_kernel`` wrote: the sweep keeps only what
+    carries from chunk to chunk (the products and the state's decay), no cumulative sum and no
+    per-element exponential. kn = kd⊙e^{−Bl} (= k⊙e^{−B}) comes from kd and the chunk's totals."""
+    dt = v_base.dtype.element_ty
+    worst = tl.zeros([BK], dtype=tl.float32)
+    for i_c in range(0, n_chunks):
+        rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
+        bqd = _load(qd_base, rows, H * KD, o_k, valid, m_k)
+        bkd = _load(kd_base, rows, H * KD, o_k, valid, m_k)
+        bv = _load(v_base, rows, HKV * VD, o_v, valid, m_v)
+        Bl = _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)
+        # carried state, decayed to each row: oᵀ = Sᵀ·qdᵀ
+        acc = tl.dot(St.to(dt), tl.trans(bqd.to(dt)), input_precision=DOT_PREC)
+        if n_chunks > 0:  # always: a region of its own gives the product its own warp tiling (_apart)
+            kn = _gcast(bkd.to(tl.float32) * tl.exp(-Bl)[None, :], GATE_BF16)
+            Mt = tl.where(p[:, None] <= p[None, :],
+                          tl.dot(kn, tl.trans(_gcast(bqd, GATE_BF16)), input_precision=DOT_PREC), 0.0)
+        else:
+            Mt = tl.zeros([BT, BT], dtype=tl.float32)
+        acc = tl.dot(tl.trans(bv), Mt.to(dt), acc, input_precision=DOT_PREC) * scale
+        _store(o_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc))
+        # Sᵀ ← Sᵀ·diag(e^{Bl}) + vᵀ·kd
+        St = tl.dot(tl.trans(bv), bkd.to(dt), St * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
+        worst = tl.maximum(worst, -Bl)
+    return St, worst
+
+
+@triton.jit
 def _fwd_sweep(St, n_chunks, q_base, k_base, v_base, g_base, o_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV, scale,
                KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
                DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, EXACT: tl.constexpr):
@@ -332,17 +413,19 @@ def _fwd_sweep(St, n_chunks, q_base, k_base, v_base, g_base, o_base, seq_len, o_
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_fwd_kernel(
-    q, k, v, g, h0, cu, deep,
+    q, k, v, g, qd, kd, bl, h0, cu, deep,
     T, H, HKV, scale, SHAPE_BUCKET,
     o, ht, deep_out,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, PATH: tl.constexpr,
-    BT: tl.constexpr, BS: tl.constexpr,
+    PRE: tl.constexpr, BT: tl.constexpr, BS: tl.constexpr,
 ):
     """o (and S_T into ht) from q, g [B, T, H, D], k [B, T, HKV, D], v [B, T, HKV, E]; grid
     (cdiv(E, BS), N·H). BK is D padded to a power of two; SPLIT (= E) and SHAPE_BUCKET only steer
-    autotuning. The rows with a chunk deeper than SAFE_DEPTH·BT/MAX_CHUNK are flagged in deep_out
+    autotuning. PRE: the fast sweep takes the decayed operands qd, kd and the chunk totals bl that
+    ``gla_prep_kernel`` wrote at this BT (``_fwd_sweep_pre``); the exact sweep always starts from
+    q, k and g. The rows with a chunk deeper than SAFE_DEPTH·BT/MAX_CHUNK are flagged in deep_out
     [N·H] (int32), so that no chunk of any pass (BT ≤ MAX_CHUNK) is deeper than SAFE_DEPTH in an
     unflagged row. ``PATH`` (``_run_rows``): "fast" sweeps every row without the exact path and
     writes the flags; "exact" resweeps the rows ``deep`` flags with it; "both" does both in one
@@ -358,13 +441,23 @@ def gla_fwd_kernel(
     o_base = o + bos * (H * VD) + i_h * VD
     S0 = tl.trans(_state_tile(h0, s_off, m_s, HAS_H0, BK, BS))
     n_run, ends = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), PATH == "exact")
-    St, worst = _fwd_sweep(S0, n_run, q_base, k_base, v_base, g_base, o_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H,
-                           HKV, scale, KD, VD, BK, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, PATH == "exact")
+    if PRE and PATH != "exact":
+        i_n = tl.program_id(1) // H
+        qd_base = qd + bos * (H * KD) + i_h * KD
+        kd_base = kd + bos * (H * KD) + i_h * KD
+        St, worst = _fwd_sweep_pre(S0, n_run, qd_base, kd_base, v_base, bl, o_base, bos, i_n, i_h, seq_len, o_t, p,
+                                   o_k, o_v, m_k, m_v, H, HKV, scale, KD, VD, BK, BT, REVERSE, DOT_PREC, GATE_BF16)
+    else:
+        St, worst = _fwd_sweep(S0, n_run, q_base, k_base, v_base, g_base, o_base, seq_len, o_t, p, o_k, o_v, m_k, m_v,
+                               H, HKV, scale, KD, VD, BK, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH,
+                               PATH == "exact")
     is_deep = tl.max(worst, 0) > SAFE_DEPTH * BT / MAX_CHUNK
     if PATH == "both":
         if is_deep:
-            St, _ = _fwd_sweep(S0, n_run, q_base, k_base, v_base, g_base, o_base, seq_len, o_t, p, o_k, o_v, m_k, m_v,
-                               H, HKV, scale, KD, VD, BK, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, True)
+            xo_t, xp = _order(BOTH_EXACT_CHUNK, REVERSE)
+            St, _ = _fwd_sweep(S0, tl.cdiv(seq_len, BOTH_EXACT_CHUNK), q_base, k_base, v_base, g_base, o_base, seq_len,
+                               xo_t, xp, o_k, o_v, m_k, m_v, H, HKV, scale, KD, VD, BK, BOTH_EXACT_CHUNK, REVERSE,
+                               DOT_PREC, GATE_BF16, SAFE_DEPTH, True)
     if STORE_HT:
         tl.store(ht + tl.trans(s_off), St, mask=_ends_mask(tl.trans(m_s), ends, PATH == "exact"))
     if PATH != "exact":
@@ -599,33 +692,72 @@ def _v_sweep(Xt, n_chunks, q_base, k_base, g_base, do_base, dv_base, seq_len, o_
         Xt = tl.dot(tl.trans(bdo), (qd * scale).to(dt), Xt * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
 
 
+@triton.jit
+def _v_sweep_pre(Xt, n_chunks, qd_base, kd_base, do_base, dv_base, bl, bos, i_n, i_h, seq_len, o_t, p, o_k, o_v, m_k,
+                 m_v, H, scale, KD: tl.constexpr, VD: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
+                 DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr):
+    """``_v_sweep`` on the forward's decayed operands (``gla_prep_kernel``). It carries
+    Y = dSᵀ/scale, so that the state update accumulates doᵀ·qd in place, with no rounding of
+    scale·qd: dvᵀ = scale·(Y·kdᵀ + doᵀ·M), M the unscaled intra-chunk scores."""
+    dt = do_base.dtype.element_ty
+    Y = Xt / scale
+    for i_r in range(0, n_chunks):
+        i_c = n_chunks - 1 - i_r
+        rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
+        bqd = _load(qd_base, rows, H * KD, o_k, valid, m_k)
+        bkd = _load(kd_base, rows, H * KD, o_k, valid, m_k)
+        bdo = _load(do_base, rows, H * VD, o_v, valid, m_v)
+        Bl = _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)
+        acc = tl.dot(Y.to(dt), tl.trans(bkd.to(dt)), input_precision=DOT_PREC)
+        if n_chunks > 0:  # always: as the forward's scores
+            kn = _gcast(bkd.to(tl.float32) * tl.exp(-Bl)[None, :], GATE_BF16)
+            M = tl.where(p[None, :] <= p[:, None],
+                         tl.dot(_gcast(bqd, GATE_BF16), tl.trans(kn), input_precision=DOT_PREC), 0.0)
+        else:
+            M = tl.zeros([BT, BT], dtype=tl.float32)
+        acc = tl.dot(tl.trans(bdo), M.to(dt), acc, input_precision=DOT_PREC)
+        _store(dv_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc * scale))
+        Y = tl.dot(tl.trans(bdo), bqd.to(dt), Y * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
+
+
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_bwd_v_kernel(
-    q, k, g, do, dht, cu, deep,
+    q, k, g, qd, kd, bl, do, dht, cu, deep,
     T, H, HKV, scale, SHAPE_BUCKET,
     dv,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, GATE_BF16: tl.constexpr, SAFE_DEPTH: tl.constexpr, PATH: tl.constexpr,
-    BT: tl.constexpr, BS: tl.constexpr,
+    PRE: tl.constexpr, BT: tl.constexpr, BS: tl.constexpr,
 ):
     """dv (per query head) for one E-slice, backward sweep with dS held transposed, dSᵀ [BS, D];
     grid (cdiv(E, BS), N·H). dv_s = dS_sᵀ k_s = Σ_{t≥s} M_ts·scale·do_t + (dS carried)ᵀ(k_s⊙e^{Bl − B_s}):
     the forward's transposed pass run backwards, dvᵀ = dSᵀ·kdᵀ + scale·doᵀ·M. ``PATH`` as in the dq
-    pass."""
+    pass; PRE as in the forward (the forward's qd, kd and bl, ``_v_sweep_pre``)."""
     (i_h, i_hk, bos, seq_len, o_t, p, o_k, o_v, m_k, m_v, q_base, g_base, k_base, s_off,
      m_s) = _e_slice(q, g, k, cu, T, H, HKV, KD, VD, BK, BS, BT, REVERSE, IS_VARLEN)
     do_base = do + bos * (H * VD) + i_h * VD
     dv_base = dv + bos * (H * VD) + i_h * VD
     X0 = tl.trans(_state_tile(dht, s_off, m_s, HAS_DHT, BK, BS))
     n_run, _ = _run_rows(deep, tl.program_id(1), tl.cdiv(seq_len, BT), PATH == "exact")
+    i_n = tl.program_id(1) // H
+    qd_base = qd + bos * (H * KD) + i_h * KD
+    kd_base = kd + bos * (H * KD) + i_h * KD
     if PATH == "both":
         if tl.load(deep + tl.program_id(1)) != 0:
-            _v_sweep(X0, n_run, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV,
-                     scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, True)
+            xo_t, xp = _order(BOTH_EXACT_CHUNK, REVERSE)
+            _v_sweep(X0, tl.cdiv(seq_len, BOTH_EXACT_CHUNK), q_base, k_base, g_base, do_base, dv_base, seq_len, xo_t, xp,
+                     o_k, o_v, m_k, m_v, H, HKV, scale, KD, VD, BOTH_EXACT_CHUNK, REVERSE, DOT_PREC, GATE_BF16,
+                     SAFE_DEPTH, True)
+        elif PRE:
+            _v_sweep_pre(X0, n_run, qd_base, kd_base, do_base, dv_base, bl, bos, i_n, i_h, seq_len, o_t, p, o_k, o_v,
+                         m_k, m_v, H, scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16)
         else:
             _v_sweep(X0, n_run, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV,
                      scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, False)
+    elif PRE and PATH == "fast":
+        _v_sweep_pre(X0, n_run, qd_base, kd_base, do_base, dv_base, bl, bos, i_n, i_h, seq_len, o_t, p, o_k, o_v, m_k,
+                     m_v, H, scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16)
     else:
         _v_sweep(X0, n_run, q_base, k_base, g_base, do_base, dv_base, seq_len, o_t, p, o_k, o_v, m_k, m_v, H, HKV,
                  scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16, SAFE_DEPTH, PATH == "exact")

@@ -6,7 +6,7 @@ import math
 import torch
 
 from ..lightning import checks
-from ..lightning.launch import Launcher
+from ..lightning.launch import Launcher, PlainLauncher
 from ..lightning.ops import _alignment, _raw_stream
 from . import configs as _cfg
 from . import kernels as _k
@@ -48,6 +48,8 @@ def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor |
     return n
 
 
+# the decayed operands of every chunk, one parallel launch before the sweeps that take them
+_PREP = PlainLauncher(_k, "gla_prep_kernel")
 # each pass: the fast launch, then the exact rerun of the rows the forward flagged deep
 _FWD = Launcher(_k, "gla_fwd", "gla_fwd_kernel", _INTERP_META)
 _FWD_X = Launcher(_k, "gla_fwd_exact", "gla_fwd_kernel", _INTERP_META)
@@ -71,23 +73,54 @@ def _twice(fast: Launcher, exact: Launcher, key, fast_args: tuple, exact_args: t
     exact(key, exact_args, variant(True), stream)
 
 
+def _pre_chunk() -> int:
+    """The chunk of the decayed operands, which the forward and the dv pass sweep at: the
+    interpreter's config chunk (tests may change it), else ``configs.PRE_CHUNK``."""
+    return _INTERP_META["BT"] if _cfg.INTERPRET else _cfg.PRE_CHUNK
+
+
+def gla_prep(q, k, g, reverse, cu, n):
+    """(qd, kd, bl): the decayed operands q⊙e^B, k⊙e^{Bl−B} per query head (bf16 for bf16 inputs,
+    fp32 otherwise: fp16 would underflow where fp32 keeps them) and the chunk totals Bl
+    [(total rows) // BT + N, H, D] fp32, from one parallel launch (``kernels.gla_prep_kernel``)."""
+    b, t, h, d = q.shape
+    bt = _pre_chunk()
+    gdt = q.dtype if q.dtype == torch.bfloat16 else torch.float32
+    qd = _empty(b, t, h, d, dtype=gdt, device=q.device)
+    kd = _empty(b, t, h, d, dtype=gdt, device=q.device)
+    bl = _empty(b * t // bt + n, h, d, dtype=torch.float32, device=q.device)
+    bd = min(_cfg.PREP_BD, _cfg.pow2(d))
+    # under the interpreter two programs a row, so that the chunk stride is exercised at small T
+    programs = 2 if _cfg.INTERPRET else min(_cfg.cdiv(t, bt), _cfg.PREP_MAX_PROGRAMS)
+    grid = (programs, n * h, _cfg.cdiv(d, bd))
+    spec = lambda: (lambda meta: grid,  # noqa: E731
+                    dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=cu is not None, BT=bt, BD=bd,
+                         num_warps=_cfg.PREP_WARPS, num_stages=1))
+    key = ("prep", q.shape, k.shape, q.dtype, q.device, n, cu is not None, bool(reverse), bt,
+           _alignment(q, k, g, cu))
+    _PREP(key, (q, k, g, cu if cu is not None else g, t, h, k.shape[2], qd, kd, bl), spec, _raw_stream(q))
+    return qd, kd, bl
+
+
 def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
     """Forward launches on contiguous inputs; returns (o, final state or None, the rows' deep flags
-    [N·H] int32, which the backward's exact reruns follow)."""
+    [N·H] int32, which the backward's exact reruns follow, and the decayed operands (qd, kd, bl),
+    which the dv pass sweeps again)."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
+    pre = gla_prep(q, k, g, reverse, cu, n)
     o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
     ht = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
     deep = _empty(n * h, dtype=torch.int32, device=q.device)
-    head = (q, k, v, g, h0 if h0 is not None else g, cu if cu is not None else g)
+    head = (q, k, v, g) + pre + (h0 if h0 is not None else g, cu if cu is not None else g)
     tail = (t, h, hkv, float(scale), _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o)
     spec = lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h),  # noqa: E731
                     dict(KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None,
-                         STORE_HT=store_ht, IS_VARLEN=cu is not None, **_flags(q)))
+                         STORE_HT=store_ht, IS_VARLEN=cu is not None, PRE=True, **_flags(q)))
     key = ("fwd", q.shape, k.shape, v.shape, q.dtype, q.device, n, store_ht, h0 is not None, cu is not None,
            bool(reverse), _alignment(q, k, v, g, h0, cu))
     _twice(_FWD, _FWD_X, key, head + (g,) + tail + (deep,), head + (deep,) + tail + (deep,), spec, _raw_stream(q))
-    return o, ht, deep
+    return o, ht, deep, pre
 
 
 # the shortest chunk the dq pass may run with (the interpreter's config included): it sizes the
@@ -95,12 +128,12 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
 _QK_MIN_CHUNK = min(c.kwargs["BT"] for c in _cfg.autotune_configs(_cfg.BWD_Q_CONFIGS))
 
 
-def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, deep):
+def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, deep, pre):
     """The three backward passes, each a fast launch and the exact rerun of the rows ``deep`` flags:
     dq (D-slices, forward sweep); dk, dg, dh0 (D-slices, backward sweep); dv (E-slices). GQA sums
     dk, dv over each kv head's query heads (per query head in fp32 first). The dq pass hands the dk
     pass the state entering each chunk (input dtype) and dg's value after the last row, in scratch
-    buffers freed on return."""
+    buffers freed on return; the dv pass sweeps the forward's decayed operands ``pre``."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
@@ -127,9 +160,10 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, deep):
     _twice(_BWD_Q, _BWD_Q_X, key, args, args, d_sliced, stream)
     args = (q, k, v, g, do, dht_arg, cu_arg, dq, hc, gend, deep) + common + (dk, dg, dh0 if dh0 is not None else ph)
     _twice(_BWD_K, _BWD_K_X, key, args, args, d_sliced, stream)
-    args = (q, k, g, do, dht_arg, cu_arg, deep) + common + (dv,)
+    args = (q, k, g) + tuple(pre) + (do, dht_arg, cu_arg, deep) + common + (dv,)
     _twice(_BWD_V, _BWD_V_X, key, args, args,
-           lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h), dict(flags, BK=_cfg.pow2(d), SPLIT=e)), stream)
+           lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h),
+                    dict(flags, BK=_cfg.pow2(d), SPLIT=e, PRE=True)), stream)
     if grp > 1:
         dk = dk.view(b, t, hkv, grp, d).sum(3).to(q.dtype)
         dv = dv.view(b, t, hkv, grp, e).sum(3).to(q.dtype)
@@ -141,21 +175,21 @@ class GLAFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, scale, h0, reverse, cu, store_ht, n):
-        o, ht, deep = gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n)
-        ctx.save_for_backward(q, k, v, g, h0, cu, deep)
+        o, ht, deep, pre = gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n)
+        ctx.save_for_backward(q, k, v, g, h0, cu, deep, *pre)
         ctx.scale, ctx.reverse, ctx.n = scale, reverse, n
         ctx.set_materialize_grads(False)  # an unused S_T arrives as None (HAS_DHT=False)
         return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):
-        q, k, v, g, h0, cu, deep = ctx.saved_tensors
+        q, k, v, g, h0, cu, deep, *pre = ctx.saved_tensors
         if do is None:
             do = torch.zeros(*q.shape[:3], v.shape[3], dtype=q.dtype, device=q.device)
         do = do.to(q.dtype).contiguous()
         if dht is not None:
             dht = dht.float().contiguous()
-        dq, dk, dv, dg, dh0 = gla_bwd(q, k, v, g, do, ctx.scale, h0, dht, ctx.reverse, cu, ctx.n, deep)
+        dq, dk, dv, dg, dh0 = gla_bwd(q, k, v, g, do, ctx.scale, h0, dht, ctx.reverse, cu, ctx.n, deep, pre)
         return dq, dk, dv, dg, None, dh0, None, None, None, None
 
 

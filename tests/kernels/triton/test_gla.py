@@ -155,6 +155,39 @@ def test_the_dq_and_dk_passes_share_one_chunk_length():
     assert len(lengths) == 1 and C.JAX_BWD_Q_CONFIG[0] == C.JAX_BWD_K_CONFIG[0] == lengths.pop()
 
 
+def test_the_forward_and_the_dv_pass_sweep_the_prep_chunk():
+    # both sweep the decayed operands the prep launch writes per chunk, and the chunk totals by slot:
+    # every config of theirs, jax-triton's included, must run at that chunk
+    from lattnbench.kernels.triton.gla import configs as C
+
+    lengths = {c[0] for c in C.FWD_CONFIGS + C.BWD_V_CONFIGS} | {C.JAX_FWD_CONFIG[0], C.JAX_BWD_V_CONFIG[0]}
+    assert lengths == {C.PRE_CHUNK}
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_prep_writes_every_chunks_decayed_operands(reverse):
+    # varlen with a one-row sequence and partial chunks, GQA, two programs a row striding the chunks
+    from lattnbench.kernels.triton.lightning import checks
+
+    gen = torch.Generator().manual_seed(11)
+    cu, h, hkv, d = [0, 21, 22, 50], 2, 1, 24
+    t = cu[-1]
+    q, k = torch.randn(1, t, h, d, generator=gen), torch.randn(1, t, hkv, d, generator=gen)
+    g = _gates(gen, (1, t, h, d), 4.0)
+    qd, kd, bl = gla_ops.gla_prep(q, k, g, reverse, checks.cu_tensor(cu, t, q.device), len(cu) - 1)
+    bt = gla_ops._pre_chunk()
+    for i_n, (bos, eos) in enumerate(zip(cu[:-1], cu[1:])):
+        order = torch.arange(bos, eos).flip(0) if reverse else torch.arange(bos, eos)
+        for i_c, rows in enumerate(order.split(bt)):
+            gc = g[0, rows].double()
+            B, Bl = gc.cumsum(0), gc.sum(0)
+            want_q = q[0, rows].double() * B.exp()
+            want_k = k[0, rows].double().repeat_interleave(h // hkv, 1) * (Bl - B).exp()
+            torch.testing.assert_close(qd[0, rows].double(), want_q, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(kd[0, rows].double(), want_k, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(bl[bos // bt + i_n + i_c].double(), Bl, rtol=1e-5, atol=1e-6)
+
+
 def _one_launch(fast, exact, key, fast_args, exact_args, spec, stream):
     """A pass launched as the JAX bridge launches it: once, with PATH "both" (the exact launch's
     arguments carry the forward's row flags)."""
@@ -185,7 +218,7 @@ def test_only_rows_with_a_deep_chunk_take_the_exact_path(monkeypatch, launch):
     q, k = torch.randn(b, t, h, d, generator=gen), torch.randn(b, t, h, d, generator=gen)
     v, do = torch.randn(b, t, h, e, generator=gen), torch.randn(b, t, h, e, generator=gen)
     g = torch.cat([_gates(gen, (1, t, h, d), 16.0), _gates(gen, (1, t, h, d), 0.05)])
-    *_, deep = gla_ops.gla_fwd(q, k, v, g, d**-0.5, None, False, None, True, b)
+    _, _, deep, _ = gla_ops.gla_fwd(q, k, v, g, d**-0.5, None, False, None, True, b)
     assert deep.tolist() == [0, 1]
     ins = [x.requires_grad_(True) for x in (q.clone(), k.clone(), v.clone(), g.clone())]
     o, _ = gla_triton(*ins, output_final_state=False)

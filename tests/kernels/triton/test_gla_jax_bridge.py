@@ -64,8 +64,12 @@ def test_every_launch_matches_its_kernel_and_each_pass_launches_once(monkeypatch
     out, vjp = jax.vjp(attn, *args)
     vjp(tuple(jnp.ones_like(x) for x in out))
     names = [launch["name"] for launch in fake.launches]
-    assert names == ["gla_fwd_kernel", "gla_bwd_q_kernel", "gla_bwd_k_kernel", "gla_bwd_v_kernel"]
+    assert names == ["gla_prep_kernel", "gla_fwd_kernel", "gla_bwd_q_kernel", "gla_bwd_k_kernel", "gla_bwd_v_kernel"]
     metas = {launch["name"]: launch["meta"] for launch in fake.launches}
-    assert all(m["PATH"] == "both" and m["REVERSE"] == reverse for m in metas.values())
+    assert all(m["REVERSE"] == reverse for m in metas.values())
+    assert all(m["PATH"] == "both" for name, m in metas.items() if name != "gla_prep_kernel")
     assert metas["gla_bwd_q_kernel"]["BT"] == metas["gla_bwd_k_kernel"]["BT"]
+    # the forward and the dv pass sweep the prep launch's chunks
+    assert metas["gla_prep_kernel"]["BT"] == metas["gla_fwd_kernel"]["BT"] == metas["gla_bwd_v_kernel"]["BT"]
+    assert metas["gla_fwd_kernel"]["PRE"] and metas["gla_bwd_v_kernel"]["PRE"]
     assert metas["gla_bwd_q_kernel"]["HAS_H0"] == h0
