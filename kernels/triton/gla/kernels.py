@@ -7,13 +7,15 @@ Inside a chunk of BT tokens, with ``B`` the inclusive cumulative sum of g in pro
 (relative to the chunk start, so ``B ≤ 0`` and falling) and ``Bl`` the chunk's total:
   o_t    = scale·[(q_t⊙e^{B_t})ᵀ S_in + Σ_{s≤t} (Σ_d q_td k_sd e^{B_td − B_sd}) v_s]
   S_out  = diag(e^{Bl})·S_in + Σ_s (k_s⊙e^{Bl − B_s}) v_sᵀ
-Every inter-chunk factor is ≤ 1. Each chunk computes qd = q⊙e^B and kd = k⊙e^{Bl − B} once and
-uses them for the intra-chunk products too, e^{B_t − B_s} = e^{B_t}·e^{Bl − B_s}·e^{−Bl}
-(``_decayed_scores``); a chunk deeper than SAFE_DEPTH takes the exact token-by-token path instead.
-Every pass holds its state slice as the M dimension of its big products (all of a head dim at
-BS = 128, the two warpgroups splitting it).
+Every inter-chunk factor is ≤ 1. Each chunk has qd = q⊙e^B and kd = k⊙e^{Bl − B} and uses them for
+the intra-chunk products too, e^{B_t − B_s} = e^{B_t}·e^{Bl − B_s}·e^{−Bl} (``_decayed_scores``); a
+chunk deeper than SAFE_DEPTH takes the exact token-by-token path instead. Every pass holds its state
+slice as the M dimension of its big products (all of a head dim at BS = 128, the two warpgroups
+splitting it).
 
-Four kernels, one launch each:
+Five kernels, one launch each:
+  gla_prep_kernel   qd, kd and the chunk totals Bl of every chunk at once (no state: parallel over
+                    chunks), so that the forward and the dv pass sweep them ready-made (PRE)
   gla_fwd_kernel    o (and S_T); programs own an E-slice, state Sᵀ [BS, D]
   gla_bwd_q_kernel  dq, forward sweep; programs own a D-slice (GLA's state rows evolve
                     independently), state S [BS, E], chunk tiles transposed; also the state
@@ -22,8 +24,9 @@ Four kernels, one launch each:
                     from q⊙dq − k⊙dk inside each chunk, pinned at both chunk ends by
                     rowsum(dS ⊙ S) (``_chunk_dg_t``)
   gla_bwd_v_kernel  dv, backward sweep; programs own an E-slice, state dSᵀ [BS, D]
-The backward recomputes every state it needs; the one thing stored per chunk is the state entering
-it (written by the dq pass in the input dtype, read back by the dk pass for dg).
+The backward recomputes every state it needs; the things stored per chunk are the forward's chunk
+totals and the state entering it (written by the dq pass in the input dtype, read back by the dk
+pass for dg).
 
 Tensors are contiguous ``[B, T, heads, dim]`` (q, g, do, o, dq, dg with H heads; k, v with HKV);
 kernels take inputs, then scalars, then outputs (jax-triton appends outputs last), so the same
