@@ -76,6 +76,15 @@ def jax_config(config: tuple, d: int, e: int, dtype: str) -> tuple:
     return (bt, bs, w, 1) if one_stage else config
 
 
+def prep_grid(t: int, rows: int, d: int, bt: int) -> tuple[tuple[int, int, int], int]:
+    """(grid, BD) of ``gla_prep_kernel`` for t rows of tokens (all sequences' under varlen), ``rows``
+    (sequence, head) rows and head dim d at chunk bt: up to PREP_MAX_PROGRAMS programs a row, each
+    striding its chunks; under the interpreter two, so that the stride is exercised at small T."""
+    bd = min(PREP_BD, pow2(d))
+    programs = 2 if INTERPRET else min(cdiv(t, bt), PREP_MAX_PROGRAMS)
+    return (programs, rows, cdiv(d, bd)), bd
+
+
 def autotune_configs(table) -> list[triton.Config]:
     """The autotune list; the interpreter's one config, or the first when autotuning is off
     (``LIGHTNING_TRITON_AUTOTUNE=0``, the Lightning kernels' knob)."""

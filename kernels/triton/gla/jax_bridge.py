@@ -46,13 +46,12 @@ def prep_call(q, k, g, reverse):
     b, t, h, d = q.shape
     bt = _cfg.PRE_CHUNK
     gdt = q.dtype if q.dtype == jnp.bfloat16 else jnp.float32
-    bd = min(_cfg.PREP_BD, _cfg.pow2(d))
+    grid, bd = _cfg.prep_grid(t, b * h, d, bt)
     outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), gdt),
             jax.ShapeDtypeStruct((b * t // bt + b, h, d), jnp.float32)]
     return tuple(_jax_triton().triton_call(
         q, k, g, g, t, h, k.shape[2], kernel=_k.gla_prep_kernel, out_shape=outs,
-        grid=(min(_cfg.cdiv(t, bt), _cfg.PREP_MAX_PROGRAMS), b * h, _cfg.cdiv(d, bd)), num_warps=_cfg.PREP_WARPS,
-        num_stages=1, KD=d, REVERSE=bool(reverse), IS_VARLEN=False, BT=bt, BD=bd))
+        grid=grid, num_warps=_cfg.PREP_WARPS, num_stages=1, KD=d, REVERSE=bool(reverse), IS_VARLEN=False, BT=bt, BD=bd))
 
 
 def fwd_call(q, k, v, g, h0, scale, reverse):

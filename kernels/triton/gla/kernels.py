@@ -749,9 +749,9 @@ def gla_bwd_v_kernel(
     if PATH == "both":
         if tl.load(deep + tl.program_id(1)) != 0:
             xo_t, xp = _order(BOTH_EXACT_CHUNK, REVERSE)
-            _v_sweep(X0, tl.cdiv(seq_len, BOTH_EXACT_CHUNK), q_base, k_base, g_base, do_base, dv_base, seq_len, xo_t, xp,
-                     o_k, o_v, m_k, m_v, H, HKV, scale, KD, VD, BOTH_EXACT_CHUNK, REVERSE, DOT_PREC, GATE_BF16,
-                     SAFE_DEPTH, True)
+            _v_sweep(X0, tl.cdiv(seq_len, BOTH_EXACT_CHUNK), q_base, k_base, g_base, do_base, dv_base, seq_len,
+                     xo_t, xp, o_k, o_v, m_k, m_v, H, HKV, scale, KD, VD, BOTH_EXACT_CHUNK, REVERSE, DOT_PREC,
+                     GATE_BF16, SAFE_DEPTH, True)
         elif PRE:
             _v_sweep_pre(X0, n_run, qd_base, kd_base, do_base, dv_base, bl, bos, i_n, i_h, seq_len, o_t, p, o_k, o_v,
                          m_k, m_v, H, scale, KD, VD, BT, REVERSE, DOT_PREC, GATE_BF16)

@@ -89,10 +89,7 @@ def gla_prep(q, k, g, reverse, cu, n):
     qd = _empty(b, t, h, d, dtype=gdt, device=q.device)
     kd = _empty(b, t, h, d, dtype=gdt, device=q.device)
     bl = _empty(b * t // bt + n, h, d, dtype=torch.float32, device=q.device)
-    bd = min(_cfg.PREP_BD, _cfg.pow2(d))
-    # under the interpreter two programs a row, so that the chunk stride is exercised at small T
-    programs = 2 if _cfg.INTERPRET else min(_cfg.cdiv(t, bt), _cfg.PREP_MAX_PROGRAMS)
-    grid = (programs, n * h, _cfg.cdiv(d, bd))
+    grid, bd = _cfg.prep_grid(t, n * h, d, bt)
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=cu is not None, BT=bt, BD=bd,
                          num_warps=_cfg.PREP_WARPS, num_stages=1))
