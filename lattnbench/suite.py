@@ -27,6 +27,8 @@
     [check-grad]                          # any section may override axes and kernels
     kernels = ["lightning/*"]
     tolerance = "fla"                     # judge by fla's table instead of lattnbench's (check-grad)
+    autotune = "first"                    # untimed checks: each autotuner's first config that fits,
+                                          # in the check workers alone (a peer's tuning costs minutes)
     axes = { n = "256,1000", dtype = "fp32,bf16" }
     # [[check-grad]] (an array of tables) gives several sweeps of one kind, e.g. a matrix of options
     [check-rows]                          # each batch row against itself alone (long sequences)
@@ -53,8 +55,8 @@ TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device"
 ENV_PREFIXES = KNOB_PREFIXES
 SECTION_KEYS = {"speed": ("modes", "budget", "settle", "kernels", "axes"),
                 "memory": ("modes", "kernels", "axes"),
-                "check-grad": ("kernels", "axes", "seed", "tolerance"),
-                "check-rows": ("kernels", "axes", "seed", "tolerance")}
+                "check-grad": ("kernels", "axes", "seed", "tolerance", "autotune"),
+                "check-rows": ("kernels", "axes", "seed", "tolerance", "autotune")}
 MEASURES = ("speed", "memory", "check-grad", "check-rows")
 
 
@@ -70,6 +72,7 @@ class Measurement:
     seed: int = 0
     settle_c: float | None = None  # speed: the GPU temperature each point waits for
     tolerance: str = "lattnbench"  # check-grad / check-rows: the tolerance table (lattnbench or fla)
+    autotune: str = "tuned"  # check-grad / check-rows: "first" = each autotuner's first config that fits
 
 
 @dataclass
@@ -222,6 +225,10 @@ def _measurement(kind: str, sec: Any, label: str, where: str, top_axes: dict, to
                              "'lattnbench' or 'fla'")
         if m.tolerance not in ("lattnbench", "fla"):
             raise SpecError(f"{_where(where, f'{label}.tolerance')}: unknown table {m.tolerance!r} (lattnbench, fla)")
+        m.autotune = _typed(sec.get("autotune", "tuned"), (str,), _where(where, f"{label}.autotune"),
+                            "'tuned' or 'first'")
+        if m.autotune not in ("tuned", "first"):
+            raise SpecError(f"{_where(where, f'{label}.autotune')}: unknown mode {m.autotune!r} (tuned, first)")
     return m
 
 

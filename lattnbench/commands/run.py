@@ -83,7 +83,8 @@ def register(app: typer.Typer) -> None:
                         seen = family_case(entry, case)
                         if m.kind in ("check-grad", "check-rows"):
                             if not (entry.family == "softmax" and case.initial_state):
-                                tasks.append(Task(m.kind, entry.name, seen, seed=m.seed, tolerance=m.tolerance))
+                                tasks.append(Task(m.kind, entry.name, seen, seed=m.seed, tolerance=m.tolerance,
+                                                  autotune=m.autotune))
                         else:
                             tasks.append(Task(m.kind, entry.name, seen, tuple(m.modes), m.budget,
                                               settle_c=settle if settle is not None else m.settle_c))

@@ -31,6 +31,7 @@ class Task:
     run: int = 0
     settle_c: float | None = None  # speed: wait for the GPU to cool to this temperature first
     tolerance: str = "lattnbench"  # check-grad: the tolerance table that judges each err
+    autotune: str = "tuned"  # check-grad: "first" takes every autotuner's first config that fits
 
     @property
     def metric(self) -> str:
@@ -59,7 +60,7 @@ class Task:
         return cls(kind=d["kind"], kernel=d.get("kernel", ""), case=case, modes=tuple(d.get("modes", ())),
                    budget=float(d.get("budget", 0.5)), seed=int(d.get("seed", 0)), run=int(d.get("run", 0)),
                    settle_c=None if d.get("settle_c") is None else float(d["settle_c"]),
-                   tolerance=str(d.get("tolerance", "lattnbench")))
+                   tolerance=str(d.get("tolerance", "lattnbench")), autotune=str(d.get("autotune", "tuned")))
 
 
 @dataclass

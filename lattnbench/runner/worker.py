@@ -88,6 +88,8 @@ def _run_tasks(job: dict, registry, device: str) -> None:
         for i, spec in enumerate(job["tasks"]):
             task = Task.from_json(spec)
             _beat(beat, i)
+            if task.autotune == "first" and not task.times:  # a check worker never times: untuned is fine
+                first_config.install()
             if task.kind == "ceilings":
                 from lattnbench.measure.roofline import measure_ceilings
 
@@ -99,7 +101,7 @@ def _run_tasks(job: dict, registry, device: str) -> None:
                     if timed:
                         tuning.reset_autotuning()
                     if remember:
-                        store = tuning.point_file(task.kernel, task.case.fields(), machine)
+                        store = tuning.point_file(task.kernel, tuning.shape_fields(task.case), machine)
                         saved = tuning.load_point(store)
                         if saved and tuning.restore(saved):
                             store = None  # tuned in an earlier run: nothing new to keep
