@@ -67,8 +67,11 @@ def report(
                 die(f"{readme}: cannot read ({exc.strerror})")
             new = replace_block(text, block, markdown, where=str(readme))
             if new != text:
-                with open(readme, "w", encoding="utf-8", newline="") as f:
-                    f.write(new)
+                try:
+                    with open(readme, "w", encoding="utf-8", newline="") as f:
+                        f.write(new)
+                except OSError as exc:
+                    die(f"{readme}: cannot write ({exc.strerror})")
             err.print(f"{readme}: block '{block}' {'updated' if new != text else 'unchanged'}",
                       highlight=False)
         if out is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from lattnbench.commands.common import EXIT_FAIL, EXIT_OK, die, err, out
+from lattnbench.commands.invocation import cli_args, resume_command
 from lattnbench.errors import Unsupported
 from lattnbench.runner.plan import Task
 from lattnbench.registry import KernelEntry, Registry
@@ -87,17 +88,30 @@ def runs_at(entry: KernelEntry, case) -> bool:
     return case.world_size == 1 or entry.sequence_parallel
 
 
-def open_writer(path: str | Path | None, name: str, env: dict, resume: bool) -> ResultsWriter:
-    """The results file: ``--out``, else a time-stamped file under ``results_root()/<machine>/``."""
+def open_writer(path: str | Path | None, name: str, env: dict, resume: bool,
+                args: list[str] | None = None) -> ResultsWriter:
+    """The results file: ``--out``, else a time-stamped file under ``results_root()/<machine>/``.
+
+    ``args`` are the options that reproduce the run (``invocation``): recorded in the file, and
+    with ``--resume`` but no ``--out`` they pick the newest unfinished run of the same options.
+    """
+    from lattnbench.commands.invocation import RUNNING, NoRunToResume, find_resumable
     from lattnbench.env import machine_name
 
+    folder = results_root() / machine_name(env)
     if path:
         target = Path(path)
     elif resume:
-        die("--resume needs --out: the results file of the run to continue")
+        if args is None:
+            die("--resume needs --out: the results file of the run to continue")
+        try:
+            target = find_resumable(folder, name, args)
+        except NoRunToResume as exc:
+            die(str(exc))
+        err.print(f"resuming {target}", highlight=False, soft_wrap=True)
     else:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        target = results_root() / machine_name(env) / f"{name}-{stamp}.json"
+        target = folder / f"{name}-{stamp}.json"
         k = 2
         while target.exists():  # two runs in one second keep both files
             target = target.with_name(f"{name}-{stamp}-{k}.json")
@@ -110,26 +124,38 @@ def open_writer(path: str | Path | None, name: str, env: dict, resume: bool) -> 
                 die(f"cannot write {target}: {parent} is a file, not a directory")
             break
     try:
-        return ResultsWriter(target, name, env, resume=resume)
+        writer = ResultsWriter(target, name, env, resume=resume)
+        if args is not None:
+            writer.doc["invocation"] = {"command": name, "args": list(args)}
+        writer.doc["state"] = RUNNING
+        writer.save()
     except ResultsError as exc:
         die(str(exc))
+    return writer
 
 
 class Progress:
-    """A progress bar on a terminal; elsewhere (CI logs) one line per finished point."""
+    """A progress bar on a terminal; elsewhere (CI logs) one line per finished point.
 
-    def __init__(self, title: str, total: int) -> None:
+    On the bar the point's label is the column that gives way: at 80 columns a long label
+    (kernel, shape, run) would otherwise push the count, the elapsed time and the ETA off the line.
+    """
+
+    def __init__(self, title: str, total: int, console=None) -> None:
         self.title, self.total, self.count = title, total, 0
         self.started = time.monotonic()
         self.bar = None
-        if err.is_terminal:
+        console = console or err
+        if console.is_terminal:
             from rich.progress import (BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn,
                                        TimeRemainingColumn)
             from rich.progress import Progress as Bar
+            from rich.table import Column
 
-            self.bar = Bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err,
-                           transient=False)
+            label = Column(no_wrap=True, overflow="ellipsis", ratio=1, min_width=8)
+            self.bar = Bar(TextColumn("[bold]{task.description}", table_column=label),
+                           BarColumn(bar_width=12), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+                           TimeRemainingColumn(), console=console, transient=False, expand=True)
             self.task_id = self.bar.add_task(title, total=total)
 
     def __enter__(self) -> "Progress":
@@ -163,8 +189,9 @@ class Progress:
 
 def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg: Registry, device: str, *,
             isolate: str, point_timeout: float, repeat: int, plugins: list[str] | None, resume: bool,
-            check_jobs: int = 1) -> None:
-    """Run the tasks under a progress display; Ctrl-C / SIGTERM exit 130 / 143 after saving."""
+            check_jobs: int = 1, again: str | None = None) -> None:
+    """Run the tasks under a progress display; Ctrl-C / SIGTERM exit 130 / 143 after saving and
+    printing ``again``, the command that continues the run."""
     from lattnbench.runner.loop import Hooks, Interrupted, RunConfig, Runner
     from lattnbench.runner.ranks import under_torchrun
 
@@ -185,9 +212,44 @@ def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg: Registry,
             runner.run()
         except Interrupted as exc:
             _release_followers()
-            err.print("[yellow]interrupted: every finished point is saved; --resume continues[/]")
+            stopped(writer, again)
             raise typer.Exit(128 + int(exc.signum)) from None
+        except ResultsError as exc:  # the results file cannot be written any more (disk full, removed)
+            _release_followers()
+            die(str(exc))
     _release_followers()
+
+
+def stopped(writer: ResultsWriter, again: str | None) -> None:
+    """After Ctrl-C / SIGTERM: mark the file interrupted, write its CSV, and say where it is and
+    the command that continues it."""
+    from lattnbench.commands.invocation import INTERRUPTED
+
+    csv = writer.path.with_suffix(".csv")
+    writer.doc["state"] = INTERRUPTED
+    notes = []
+    try:
+        writer.save()
+    except ResultsError as exc:
+        notes.append(str(exc))
+    try:
+        write_csv(writer.doc, csv)
+        views = " (+ .csv)"
+    except OSError as exc:
+        views = ""
+        notes.append(f"cannot write {csv}: {exc.strerror or exc}")
+    points = _count_points(writer.rows)
+    err.print(f"interrupted: {points} finished points saved in {writer.path}{views}", highlight=False,
+              soft_wrap=True, markup=False)
+    for note in notes:
+        err.print(f"warning: {note}", highlight=False, soft_wrap=True, markup=False)
+    if again:
+        err.print(f"continue with: {again}", highlight=False, soft_wrap=True, markup=False)
+
+
+def _count_points(rows: list[dict]) -> int:
+    return len({(r["kernel"], r["metric"], *(json.dumps(r.get(f)) for f in POINT_FIELDS), x.get("run", 0))
+                for r in rows for x in (r.get("runs") or [{}])})
 
 
 def _release_followers() -> None:
@@ -204,21 +266,33 @@ def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], 
     """Print the tables (or JSON), the file paths and a status summary; exit 1 on failures."""
     from lattnbench.measure.points import any_failed, summarize
 
+    from lattnbench.commands.invocation import FINISHED
+
     rows = writer.rows
+    writer.doc["state"] = FINISHED
+    csv = writer.path.with_suffix(".csv")
     try:
-        write_csv(writer.doc, writer.path.with_suffix(".csv"))
+        writer.save()
+        write_csv(writer.doc, csv)
+    except ResultsError as exc:
+        die(str(exc))
     except OSError as exc:
-        err.print(f"[yellow]warning:[/] cannot write the CSV view: {exc}")
+        die(f"cannot write {csv}: {exc.strerror or exc} (the results are in {writer.path})")
     if as_json:
         json.dump(writer.doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         for table in tables(rows):
             out.print(table)
+    from rich.markup import escape
+
+    from lattnbench.views.rows import inverted_modes
+
+    for line in inverted_modes(rows):
+        err.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     counts = summarize(rows)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    points = len({(r["kernel"], r["metric"], *(json.dumps(r.get(f)) for f in POINT_FIELDS), x.get("run", 0))
-                  for r in rows for x in (r.get("runs") or [{}])})
+    points = _count_points(rows)
     err.print(f"results: {writer.path} (+ .csv) — {points} points, {len(rows)} rows "
               f"(one per mode or tensor): {summary or 'none'}")
     raise typer.Exit(EXIT_FAIL if any_failed(rows) else EXIT_OK)
@@ -289,9 +363,19 @@ def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels
     want = guarded(lambda: axes.modes(mode))
     if command == "memory":
         want = [m for m in want if m != "bwd"] or ["fwd"]
+    main_job = command == "speed" and kernels is None and n is None  # the plain run: the main job's caps
     tasks = [Task(command, e.name, c, tuple(want), budget, settle_c=settle if command == "speed" else None)
-             for c in cases for e in chosen if runs_at(e, c)]
-    writer = open_writer(out, command, collect(), resume)
+             for c in cases for e in chosen if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))]
+    args = cli_args([("--n", n), ("--batch", batch), ("--heads", heads), ("--kv-heads", kv_heads), ("--dim", dim),
+                     ("--dim-v", dim_v), ("--dtype", dtype), ("--kernels", kernels), ("--kernel", plugins),
+                     ("--mode", None if mode == "fwd,fwdbwd" else mode), ("--device", None if device == "auto" else device),
+                     ("--decay", None if decay == "alibi" else decay),
+                     ("--budget", None if command != "speed" or budget == 0.5 else budget),
+                     ("--repeat", None if repeat == 1 else repeat), ("--isolate", None if isolate == "auto" else isolate),
+                     ("--point-timeout", None if str(point_timeout) == "0" else point_timeout),
+                     ("--world-size", world_size), ("--settle", settle)])
+    writer = open_writer(out, command, collect(), resume, args)
     execute(command, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s,
-            repeat=repeat if command == "speed" else 1, plugins=plugins, resume=resume)
+            repeat=repeat if command == "speed" else 1, plugins=plugins, resume=resume,
+            again=resume_command(command, args, writer.path))
     finish(writer, as_json, speed_tables if command == "speed" else memory_tables)

@@ -157,6 +157,23 @@ def legend(rows: list[dict], timer: str = "device") -> list[str]:
     return lines
 
 
+def inverted_modes(rows: Sequence[dict], timer: str = "device") -> list[str]:
+    """One line per point whose fwd took longer than its fwd+bwd: the fwd+bwd does the fwd's work
+    and more, so such a point was timed on a busy machine (or a timer is off) and should be re-run."""
+    by_point: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        if r.get("metric") == "time_ms" and r.get("mode") in ("fwd", "fwdbwd") and not r.get("interpreted"):
+            key = (r["kernel"], r.get("seqlen"), shape_key(r))
+            by_point.setdefault(key, {})[r["mode"]] = r
+    lines = []
+    for (kernel, _, _), modes in by_point.items():
+        f, fb = timer_median(modes.get("fwd"), timer), timer_median(modes.get("fwdbwd"), timer)
+        if f is not None and fb is not None and f > fb:
+            lines.append(f"{kernel} {shape_label(modes['fwd'], seqlen=True)}: fwd {fmt(f)} ms > fwd+bwd {fmt(fb)} ms "
+                         "by the " + timer + " timer (a busy machine or a timer problem: re-run this point)")
+    return lines
+
+
 def sig3(v: float | None) -> str:
     """Three significant digits without an exponent: 0.0123, 0.151, 1.71, 17.7, 272, 1234."""
     if v is None:
