@@ -247,6 +247,35 @@ def select_rows(docs: list[dict], modes: str | None, metrics: str | None) -> lis
     return docs
 
 
+def filter_rows(docs: list[dict], kernels: Sequence[str] | None, ns: str | None) -> list[dict]:
+    """Keep the rows of kernels matching any of ``kernels`` (names or shell globs, comma lists
+    allowed) and of the sequence lengths ``ns`` (the range grammar); None keeps all. A pattern
+    that matches no kernel of the files, or lengths none of them has, is a ReportError."""
+    import fnmatch
+
+    from lattnbench.spec import SpecError, parse_range
+
+    pats = [p for raw in kernels or () for p in (x.strip() for x in raw.split(",")) if p]
+    present = sorted({r["kernel"] for d in docs for r in d["rows"]})
+    for pat in pats:
+        if not any(fnmatch.fnmatchcase(k, pat) for k in present):
+            raise ReportError(f"--kernels {pat!r} matches no kernel of the file (kernels: {', '.join(present) or 'none'})")
+    want_n: set[int] | None = None
+    if ns is not None:
+        try:
+            want_n = set(parse_range(ns, "--n"))
+        except SpecError as exc:
+            raise ReportError(str(exc)) from None
+        have = sorted({r.get("seqlen") for d in docs for r in d["rows"] if isinstance(r.get("seqlen"), int)})
+        if not want_n & set(have):
+            raise ReportError(f"--n {ns}: no such n in the file (n: {', '.join(map(str, have)) or 'none'})")
+    for doc in docs:
+        doc["rows"] = [r for r in doc["rows"]
+                       if (not pats or any(fnmatch.fnmatchcase(r["kernel"], p) for p in pats))
+                       and (want_n is None or r.get("seqlen") in want_n)]
+    return docs
+
+
 def dedupe(rows: Iterable[dict]) -> list[dict]:
     """One row per point; a later row (a resumed or repeated measurement) replaces an earlier."""
     by_key: dict[tuple, dict] = {}
