@@ -202,3 +202,48 @@ def test_cpu_speed_tables_name_the_host_clock_not_do_bench(tmp_path):
     assert "speed ·" in text and "do_bench" not in text and "L2" not in text and "host clock" in text
     (gpu,) = load_docs(["results/h200/default-speed.json"])
     assert "as triton.testing.do_bench" in render([gpu])
+
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = sorted(p for p in (ROOT / "results/h200").glob("*.json") if p.name != "doctor.json")
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)
+def test_report_at_80_columns_prints_no_longer_line(path):
+    res = CliRunner().invoke(app, ["report", str(path)], env={"COLUMNS": "80"})
+    assert res.exit_code in (0,), res.output[-1500:]
+    long = [ln for ln in res.stdout.splitlines() if len(ln) > 80]
+    assert not long, long[:3]
+    assert "…" not in res.stdout
+
+
+def test_report_filters_kernels_by_glob_and_n():
+    res = CliRunner().invoke(app, ["report", "results/h200/seed-readme.json", "--format", "md", "-k", "lightning/tri*,softmax/sdpa-flash",
+                                   "--n", "1024..4096", "--metric", "speed", "--mode", "fwd"])
+    assert res.exit_code == 0, res.output
+    table = [ln for ln in res.stdout.splitlines() if ln.startswith("|")]
+    assert "lightning/triton" in table[0] and "softmax/sdpa-flash" in table[0] and "cudnn" not in table[0]
+    assert [ln.split("|")[1].strip() for ln in table[2:]] == ["1024", "2048", "4096"]
+    bad = CliRunner().invoke(app, ["report", "results/h200/seed-readme.json", "-k", "nope/*"])
+    assert bad.exit_code == 2 and "matches no kernel" in bad.output
+
+
+def test_plot_takes_the_same_filters(tmp_path):
+    out = tmp_path / "p.svg"
+    res = CliRunner().invoke(app, ["plot", "results/h200/seed-readme.json", "--out", str(out), "-k", "lightning/triton",
+                                   "--n", "512..2048", "--mode", "fwd"])
+    assert res.exit_code == 0, res.output
+    svg = out.read_text()
+    assert "lightning/triton" in svg and "sdpa-flash" not in svg
+
+
+def test_headline_tolerates_a_missing_kernel_and_names_it():
+    from lattnbench.views.headline import headline
+    from lattnbench.views.rows import load_docs
+
+    (doc,) = load_docs(["results/h200/seed-readme.json"])
+    text = headline(doc)
+    assert "Not in this run: `lightning/gluon`" in text
+    first = text.splitlines()[0]
+    assert "triton" in first and "fla" in first and "gluon" not in first
+    assert max(len(ln) for ln in text.splitlines()) <= 100
