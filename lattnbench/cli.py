@@ -38,7 +38,8 @@ app = typer.Typer(
 )
 
 #: command modules, in the order ``--help`` lists them; each defines ``register(app)``
-COMMAND_MODULES = ("speed", "memory", "check_grad", "run", "gate", "static", "report", "plot", "list_cmd", "env_cmd",
+COMMAND_MODULES = ("speed", "memory", "check_grad", "run", "gate", "compare", "static", "report", "plot", "list_cmd",
+                   "env_cmd",
                    "doctor")
 
 for _name in COMMAND_MODULES:
