@@ -23,9 +23,14 @@ REQUIRED = ("kernel", "family", "framework", "device", "batch", "seqlen", "heads
             "dim_qk", "dim_v", "dtype", "mode", "metric", "status")
 #: the fields that identify a point (a row without its measured values)
 KEY_FIELDS = ("kernel", "device", "batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v",
-              "dtype", "mode", "metric", "tensor", "varlen", "initial_state", "reverse", "decay", "exec", "check", "input_scale", "world_size")
+              "dtype", "mode", "metric", "tensor", "varlen", "initial_state", "reverse", "decay", "exec", "check",
+              "input_scale", "world_size", "gate_norm", "g_dtype")
 #: a key field a row may lack, and the value that means (rows written before the field existed)
 KEY_DEFAULTS = {"world_size": 1}
+#: key fields only rows of a gated family carry, and their value in rows written before them
+GATE_DEFAULTS = {"gate_norm": 16.0, "g_dtype": "fp32"}
+#: the families whose rows carry GATE_DEFAULTS' fields (lattnbench.spec.GATED_FAMILIES)
+GATED = ("gla",)
 
 
 #: the timers a speed row carries (lattnbench.measure.timing); ``device`` is the tables' one
@@ -49,9 +54,19 @@ class ResultsError(ValueError):
     """A results file that cannot be read or written: one line naming the file and the problem."""
 
 
+def key_value(row: dict, field: str) -> Any:
+    """A key field of a row, with the value a row written before the field existed means."""
+    if field in row:
+        value = row[field]
+        return float(value) if field == "gate_norm" and isinstance(value, (int, float)) else value
+    if field in GATE_DEFAULTS:
+        return GATE_DEFAULTS[field] if row.get("family") in GATED else None
+    return KEY_DEFAULTS.get(field)
+
+
 def row_key(row: dict) -> tuple:
     """Hashable identity of a point, for --resume, gate and de-duplication."""
-    return tuple(json.dumps(row.get(f, KEY_DEFAULTS.get(f)), sort_keys=True) for f in KEY_FIELDS)
+    return tuple(json.dumps(key_value(row, f), sort_keys=True) for f in KEY_FIELDS)
 
 
 def _clean(value: Any) -> Any:

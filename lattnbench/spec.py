@@ -4,13 +4,22 @@ Pure Python (no framework imports) so that parsing a command line or a suite is 
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 
 DTYPES = ("fp32", "bf16", "fp16", "fp64")
 MODES = ("fwd", "bwd", "fwdbwd")
-DECAYS = ("alibi", "lightning", "zero", "random")
+DECAYS = ("alibi", "lightning", "zero", "random", "strong")
+#: dtypes a GLA gate tensor g may be drawn in (the kernel gets it in that dtype)
+G_DTYPES = ("fp32", "bf16", "fp16")
+#: families whose inputs include data-dependent gates g (their rows carry gate_norm and g_dtype)
+GATED_FAMILIES = ("gla",)
+#: families whose decay is the per-head γ of the ``decay`` axis
+DECAYED_FAMILIES = ("lightning",)
+#: the GLA paper's gate normaliser: g = log σ(x) / 16 (fla's GLA layer default, gate_logit_normalizer)
+DEFAULT_GATE_NORM = 16.0
 MAX_POINTS = 4096  # a range longer than this is a typo, not a sweep
 _INT = r"(\d+)([kKmM]?)"
 
@@ -78,6 +87,25 @@ def parse_range(text: str | int, what: str = "value") -> list[int]:
     return sorted(values)
 
 
+def parse_floats(text: str | float | Sequence[float], what: str) -> list[float]:
+    """A comma list (or list) of positive finite numbers such as ``16,1,0.1``; order kept, duplicates dropped."""
+    items = (text.split(",") if isinstance(text, str)
+             else [text] if isinstance(text, (int, float)) and not isinstance(text, bool) else list(text))
+    out: list[float] = []
+    for raw in items:
+        try:
+            value = float(raw.strip() if isinstance(raw, str) else raw)
+        except (TypeError, ValueError):
+            raise SpecError(f"bad {what} {raw!r}: give positive numbers such as 16,1,0.1") from None
+        if isinstance(raw, bool) or not math.isfinite(value) or value <= 0:
+            raise SpecError(f"bad {what} {raw!r}: give positive numbers such as 16,1,0.1")
+        if value not in out:
+            out.append(value)
+    if not out:
+        raise SpecError(f"no {what} given")
+    return out
+
+
 def parse_choices(text: str | Sequence[str], allowed: Sequence[str], what: str) -> list[str]:
     """A comma list (or list) of names, each one of ``allowed``; order kept, duplicates dropped."""
     items = text.split(",") if isinstance(text, str) else list(text)
@@ -110,6 +138,8 @@ class Case:
     reverse: bool = False
     input_scale: float = 1.0  # q, k, v drawn ~N(0, scale²): magnitude stress
     world_size: int = 1       # ranks (or mesh devices) the sequence is split over
+    gate_norm: float = DEFAULT_GATE_NORM  # gated families: g = log σ(x) / gate_norm, x ~ N(0, 1)
+    g_dtype: str = "fp32"     # gated families: the dtype g is drawn in and handed to the kernel
 
     def __post_init__(self) -> None:
         for name in ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v"):
@@ -125,6 +155,11 @@ class Case:
             raise SpecError(f"world size must be a positive integer, got {self.world_size!r}")
         if not self.input_scale > 0:
             raise SpecError(f"input scale must be positive, got {self.input_scale}")
+        if not (isinstance(self.gate_norm, (int, float)) and math.isfinite(self.gate_norm) and self.gate_norm > 0):
+            raise SpecError(f"gate norm must be a positive number, got {self.gate_norm!r}")
+        object.__setattr__(self, "gate_norm", float(self.gate_norm))  # 16 and 16.0 are one point
+        if self.g_dtype not in G_DTYPES:
+            raise SpecError(f"unknown g dtype {self.g_dtype!r}: choose from {', '.join(G_DTYPES)}")
         if self.varlen is not None:
             if self.batch != 1:
                 raise SpecError("varlen cases need batch 1 (sequences are packed)")
@@ -145,34 +180,60 @@ class Case:
         dims = f"D{self.dim_qk}" if self.dim_qk == self.dim_v else f"D{self.dim_qk}E{self.dim_v}"
         extra = "".join([" varlen" if self.varlen else "", " h0" if self.initial_state else "",
                          " rev" if self.reverse else "", f" x{self.input_scale:g}" if self.input_scale != 1 else "",
-                         f" P{self.world_size}" if self.world_size != 1 else ""])
+                         f" P{self.world_size}" if self.world_size != 1 else "",
+                         f" gate/{self.gate_norm:g}" if self.gate_norm != DEFAULT_GATE_NORM else "",
+                         f" g:{self.g_dtype}" if self.g_dtype != "fp32" else ""])
         return f"B{self.batch} T{self.seqlen} H{self.heads}{kv} {dims} {self.dtype}{extra}"
 
-    def fields(self) -> dict:
-        """The columns a results row carries for this case (schema names)."""
+    def fields(self, gated: bool = False) -> dict:
+        """The columns a results row carries for this case (schema names); ``gated``: the kernel's
+        family draws gates, so its rows record their distribution (``gate_norm``, ``g_dtype``)."""
         d = asdict(self)
         d["varlen"] = list(self.varlen) if self.varlen else None
         if self.input_scale == 1:  # the common case keeps the row's identity it always had
             del d["input_scale"]
         if self.world_size == 1:
             del d["world_size"]
+        if not gated:
+            del d["gate_norm"], d["g_dtype"]
         return d
+
+    def for_family(self, gated: bool, decayed: bool) -> "Case":
+        """This case as a family sees it: the axes it ignores at their defaults, so that a sweep
+        over gate norms runs a Lightning kernel once, and one over decays runs GLA once."""
+        case = self if gated else replace(self, gate_norm=DEFAULT_GATE_NORM, g_dtype="fp32")
+        return case if decayed else replace(case, decay="alibi")
 
     def with_(self, **kw) -> "Case":
         return replace(self, **kw)
 
 
 def expand(ns: Sequence[int], batches: Sequence[int], heads: Sequence[int], kv_heads: Sequence[int] | None,
-           dims: Sequence[int], dim_vs: Sequence[int] | None, dtypes: Sequence[str], decay: str,
+           dims: Sequence[int], dim_vs: Sequence[int] | None, dtypes: Sequence[str], decay: str | Sequence[str],
            initial_states: Sequence[bool] = (False,), reverse: bool = False,
-           varlen: Sequence[int] | None = None, input_scale: float = 1.0) -> list[Case]:
-    """Every case of a sweep: dtype, batch, heads, kv heads, dims and initial state outermost, n innermost.
+           varlen: Sequence[int] | None = None, input_scale: float = 1.0,
+           gate_norms: Sequence[float] = (DEFAULT_GATE_NORM,), g_dtypes: Sequence[str] = ("fp32",)) -> list[Case]:
+    """Every case of a sweep: the input distribution (decay, gate norm, g dtype) outermost, then dtype,
+    batch, heads, kv heads, dims and initial state, n innermost.
 
     ``kv_heads`` / ``dim_vs`` of None follow heads / dim. With ``varlen`` (packed sequence lengths)
     each shape is one batch-1 case of the lengths' sum, and ``ns`` / ``batches`` do not apply.
     """
-    if decay not in DECAYS:
-        raise SpecError(f"unknown decay {decay!r}: choose from {', '.join(DECAYS)}")
+    decays = [decay] if isinstance(decay, str) else list(decay)
+    for d in decays:
+        if d not in DECAYS:
+            raise SpecError(f"unknown decay {d!r}: choose from {', '.join(DECAYS)}")
+    out: list[Case] = []
+    for dec in decays:
+        for gn in gate_norms:
+            for gd in g_dtypes:
+                out.extend(_expand_shapes(ns, batches, heads, kv_heads, dims, dim_vs, dtypes, dec, initial_states,
+                                          reverse, varlen, input_scale, gn, gd))
+    return out
+
+
+def _expand_shapes(ns, batches, heads, kv_heads, dims, dim_vs, dtypes, decay, initial_states, reverse, varlen,
+                   input_scale, gate_norm, g_dtype) -> list[Case]:
     out: list[Case] = []
     for dt in dtypes:
         for b in ([1] if varlen else batches):
@@ -185,9 +246,10 @@ def expand(ns: Sequence[int], batches: Sequence[int], heads: Sequence[int], kv_h
                             for h0 in initial_states:
                                 if varlen:
                                     out.append(Case(1, sum(varlen), h, hk, d, e, dt, decay, tuple(varlen), h0, reverse,
-                                                    input_scale))
+                                                    input_scale, gate_norm=gate_norm, g_dtype=g_dtype))
                                     continue
-                                out.extend(Case(b, t, h, hk, d, e, dt, decay, None, h0, reverse, input_scale)
+                                out.extend(Case(b, t, h, hk, d, e, dt, decay, None, h0, reverse, input_scale,
+                                                gate_norm=gate_norm, g_dtype=g_dtype)
                                            for t in ns)
     return out
 

@@ -13,8 +13,11 @@
     n = "512..32768"
     batch = 4
     heads = 32
-    dim = 128                             # also: kv_heads, dim_v, dtype = "bf16,fp16", decay,
-                                          # world_size = "1,2,4" (ranks the sequence is split over)
+    dim = 128                             # also: kv_heads, dim_v, dtype = "bf16,fp16", world_size = "1,2,4"
+                                          # (ranks the sequence is split over); the input values:
+    decay = ["alibi", "strong"]           # Lightning's per-head decay (a name or a list)
+    gate_norm = [16, 1, 0.1]              # GLA gates g = log σ(x)/gate_norm (a number or a list)
+    g_dtype = ["fp32", "bf16"]            # the dtype g is drawn in (a name or a list)
 
     [speed]                               # each section present is one measurement
     modes = ["fwd", "bwd"]
@@ -23,6 +26,7 @@
     modes = ["fwd", "fwdbwd"]
     [check-grad]                          # any section may override axes and kernels
     kernels = ["lightning/*"]
+    tolerance = "fla"                     # judge by fla's table instead of lattnbench's (check-grad)
     axes = { n = "256,1000", dtype = "fp32,bf16" }
     # [[check-grad]] (an array of tables) gives several sweeps of one kind, e.g. a matrix of options
     [check-rows]                          # each batch row against itself alone (long sequences)
@@ -38,19 +42,19 @@ from pathlib import Path
 from typing import Any
 
 from lattnbench.env import KNOB_PREFIXES
-from lattnbench.spec import (DECAYS, DTYPES, MODES, Case, SpecError, expand, parse_choices, parse_range,
-                             with_world_sizes)
+from lattnbench.spec import (DECAYS, DEFAULT_GATE_NORM, DTYPES, G_DTYPES, MODES, Case, SpecError, expand,
+                             parse_choices, parse_floats, parse_range, with_world_sizes)
 
 AXIS_KEYS = ("n", "batch", "heads", "kv_heads", "dim", "dim_v", "dtype", "decay", "initial_state",
-             "reverse", "varlen", "input_scale", "world_size")
+             "reverse", "varlen", "input_scale", "world_size", "gate_norm", "g_dtype")
 TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device", "axes", "env", "speed",
             "memory", "check-grad", "check-rows")
 #: the knobs a suite may set: the kernels' and compilers' own, as every result records them
 ENV_PREFIXES = KNOB_PREFIXES
 SECTION_KEYS = {"speed": ("modes", "budget", "settle", "kernels", "axes"),
                 "memory": ("modes", "kernels", "axes"),
-                "check-grad": ("kernels", "axes", "seed"),
-                "check-rows": ("kernels", "axes", "seed")}
+                "check-grad": ("kernels", "axes", "seed", "tolerance"),
+                "check-rows": ("kernels", "axes", "seed", "tolerance")}
 MEASURES = ("speed", "memory", "check-grad", "check-rows")
 
 
@@ -65,6 +69,7 @@ class Measurement:
     budget: float = 0.5
     seed: int = 0
     settle_c: float | None = None  # speed: the GPU temperature each point waits for
+    tolerance: str = "lattnbench"  # check-grad / check-rows: the tolerance table (lattnbench or fla)
 
 
 @dataclass
@@ -130,9 +135,21 @@ def cases_from_axes(axes: dict, where: str) -> list[Case]:
     if isinstance(dtype, list):
         dtype = _str_list(dtype, _where(where, "axes.dtype"))
     dts = parse_choices(dtype, DTYPES, "dtype")
-    decay = _typed(axes.get("decay", "alibi"), (str,), _where(where, "axes.decay"), "a string")
-    if decay not in DECAYS:
-        raise SpecError(f"{_where(where, 'axes.decay')}: unknown decay {decay!r} ({', '.join(DECAYS)})")
+    decay = _typed(axes.get("decay", "alibi"), (str, list), _where(where, "axes.decay"), "a string or a list")
+    decays = _str_list(decay, _where(where, "axes.decay"))
+    for d in decays:
+        if d not in DECAYS:
+            raise SpecError(f"{_where(where, 'axes.decay')}: unknown decay {d!r} ({', '.join(DECAYS)})")
+    norm = _typed(axes.get("gate_norm", DEFAULT_GATE_NORM), (int, float, list), _where(where, "axes.gate_norm"),
+                  "a positive number or a list of them")
+    for x in norm if isinstance(norm, list) else [norm]:
+        _typed(x, (int, float), _where(where, "axes.gate_norm"), "a list of positive numbers")
+    try:
+        norms = parse_floats(norm, "gate norm")
+        g_dtypes = parse_choices(_str_list(axes.get("g_dtype", "fp32"), _where(where, "axes.g_dtype")), G_DTYPES,
+                                 "g dtype")
+    except SpecError as exc:
+        raise SpecError(f"{where} [axes]: {exc}") from None
     h0 = axes.get("initial_state", False)
     h0s = (False, True) if h0 == "both" else (_typed(h0, (bool,), _where(where, "axes.initial_state"),
                                                        "true, false or 'both'"),)
@@ -144,7 +161,8 @@ def cases_from_axes(axes: dict, where: str) -> list[Case]:
             _typed(x, (int,), _where(where, "axes.varlen"), "a list of positive integers")
     scale = _typed(axes.get("input_scale", 1.0), (int, float), _where(where, "axes.input_scale"), "a positive number")
     worlds = _range(axes.get("world_size", 1), _where(where, "axes.world_size"))
-    return with_world_sizes(expand(ns, bs, hs, kvs, ds, dvs, dts, decay, h0s, reverse, varlen or None, float(scale)),
+    return with_world_sizes(expand(ns, bs, hs, kvs, ds, dvs, dts, decays, h0s, reverse, varlen or None, float(scale),
+                                   norms, g_dtypes),
                             worlds)
 
 
@@ -200,6 +218,10 @@ def _measurement(kind: str, sec: Any, label: str, where: str, top_axes: dict, to
         m.seed = _typed(sec.get("seed", 0), (int,), _where(where, f"{label}.seed"), "an integer")
         if m.seed < 0:
             raise SpecError(f"{_where(where, f'{label}.seed')} must be >= 0, got {m.seed}")
+        m.tolerance = _typed(sec.get("tolerance", "lattnbench"), (str,), _where(where, f"{label}.tolerance"),
+                             "'lattnbench' or 'fla'")
+        if m.tolerance not in ("lattnbench", "fla"):
+            raise SpecError(f"{_where(where, f'{label}.tolerance')}: unknown table {m.tolerance!r} (lattnbench, fla)")
     return m
 
 

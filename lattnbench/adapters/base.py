@@ -6,11 +6,19 @@ from lattnbench.measure.inputs import constants
 from lattnbench.registry.entry import KernelEntry
 from lattnbench.spec import Case
 
-#: tensors that stay fp32 whatever the case dtype (state, its cotangent, GLA gates)
-FP32_TENSORS = ("h0", "dS", "g")
+#: tensors that stay fp32 whatever the case dtype (the state and its cotangent)
+FP32_TENSORS = ("h0", "dS")
 #: the differentiable inputs, in call order, and their gradients' names
 DIFFERENTIABLE = ("q", "k", "v", "h0", "g")
 GRAD_NAMES = {"q": "dq", "k": "dk", "v": "dv", "h0": "dh0", "g": "dg"}
+
+
+def stored_dtype(name: str, case: Case) -> str:
+    """The dtype an input is handed to the kernel in: fp32 for the state tensors, the case's
+    ``g_dtype`` for gates, the case's dtype for the rest."""
+    if name in FP32_TENSORS:
+        return "fp32"
+    return case.g_dtype if name == "g" else case.dtype
 
 
 class Problem:

@@ -14,9 +14,9 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from lattnbench.adapters.base import FP32_TENSORS, Problem  # noqa: E402
+from lattnbench.adapters.base import Problem, stored_dtype  # noqa: E402
 from lattnbench.errors import Unsupported  # noqa: E402
-from lattnbench.measure.inputs import GATE_NORMALISER, SCALED, shapes  # noqa: E402
+from lattnbench.measure.inputs import SCALED, shapes  # noqa: E402
 from lattnbench.registry.entry import KernelEntry  # noqa: E402
 from lattnbench.spec import Case  # noqa: E402
 
@@ -52,22 +52,21 @@ class JaxProblem(Problem):
         return self.arrays
 
     def _build(self, arrays, seed) -> dict[str, jax.Array]:
-        dtype = DTYPES[self.case.dtype]
         out = {}
         if arrays is None:  # draw on the device
             key = jax.random.PRNGKey(seed)
             for i, (name, shape) in enumerate(shapes(self.case, self.family).items()):
-                want = jnp.float32 if name in FP32_TENSORS else dtype
+                want = DTYPES[stored_dtype(name, self.case)]
                 with jax.default_device(self.dev):
                     x = jax.random.normal(jax.random.fold_in(key, i), shape, jnp.float32)
                     if name == "g":
-                        x = jax.nn.log_sigmoid(x) / GATE_NORMALISER
+                        x = jax.nn.log_sigmoid(x) / self.case.gate_norm
                     elif name in SCALED:
                         x = x * self.case.input_scale
                     out[name] = x.astype(want)
         else:
             for name, x in arrays.items():
-                want = jnp.float32 if name in FP32_TENSORS else dtype
+                want = DTYPES[stored_dtype(name, self.case)]
                 out[name] = jax.device_put(jnp.asarray(x, dtype=want), self.dev)
         return out
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from lattnbench.adapters.base import FP32_TENSORS
+from lattnbench.adapters.base import stored_dtype
 from lattnbench.adapters.torch_problem import DTYPES, TorchProblem
 from lattnbench.errors import PEER_LOST_EXIT, Unsupported
 from lattnbench.measure.inputs import SCALED, numpy_inputs, shapes
@@ -166,15 +166,16 @@ class ShardedTorchProblem(TorchProblem):
     def _build(self, arrays, seed) -> dict[str, torch.Tensor]:
         if arrays is not None:
             return super()._build(arrays, seed)
-        dtype = DTYPES[self.case.dtype]
         gen = torch.Generator(device=self.device).manual_seed(seed * 1009 + rank())  # each shard its own draw
         out = {}
         for name, shape in shapes(self.case, self.family).items():
             if name in SHARDED:
                 shape = (shape[0], self.hi - self.lo, *shape[2:])
             x = torch.randn(shape, generator=gen, device=self.device, dtype=torch.float32)
+            if name == "g":
+                x = torch.nn.functional.logsigmoid(x) / self.case.gate_norm
             x = x * self.case.input_scale if name in SCALED else x
-            out[name] = x.to(torch.float32 if name in FP32_TENSORS else dtype)
+            out[name] = x.to(DTYPES[stored_dtype(name, self.case)])
         return out
 
     def row(self, b: int):

@@ -6,9 +6,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from lattnbench.adapters.base import FP32_TENSORS, Problem
+from lattnbench.adapters.base import Problem, stored_dtype
 from lattnbench.errors import Unsupported
-from lattnbench.measure.inputs import GATE_NORMALISER, SCALED, shapes
+from lattnbench.measure.inputs import SCALED, shapes
 from lattnbench.registry.entry import KernelEntry
 from lattnbench.spec import Case
 
@@ -35,21 +35,20 @@ class TorchProblem(Problem):
         return self.tensors
 
     def _build(self, arrays, seed) -> dict[str, torch.Tensor]:
-        dtype = DTYPES[self.case.dtype]
         out = {}
         if arrays is None:  # draw on the device: no host round trip for gigabyte inputs
             gen = torch.Generator(device=self.device).manual_seed(seed)
             for name, shape in shapes(self.case, self.family).items():
-                want = torch.float32 if name in FP32_TENSORS else dtype
+                want = DTYPES[stored_dtype(name, self.case)]
                 x = torch.randn(shape, generator=gen, device=self.device, dtype=torch.float32)
                 if name == "g":
-                    x = torch.nn.functional.logsigmoid(x) / GATE_NORMALISER
+                    x = torch.nn.functional.logsigmoid(x) / self.case.gate_norm
                 elif name in SCALED:
                     x = x * self.case.input_scale
                 out[name] = x.to(want)
         else:
             for name, x in arrays.items():
-                want = torch.float32 if name in FP32_TENSORS else dtype
+                want = DTYPES[stored_dtype(name, self.case)]
                 out[name] = torch.from_numpy(x).to(self.device, want)
         return out
 

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from lattnbench.spec import DECAYS, DTYPES, MODES, Case, SpecError, expand, parse_choices, parse_range, with_world_sizes
+from lattnbench.spec import (DECAYS, DEFAULT_GATE_NORM, DTYPES, G_DTYPES, MODES, Case, SpecError, expand,
+                             parse_choices, parse_floats, parse_range, with_world_sizes)
 
 RANGE_HELP = "range grammar: 512..32768 (doubling), 512..4096:x2, 1000..4000:+1000, 512,1000,4096"
 
@@ -37,7 +38,16 @@ OUT = Annotated[str | None, typer.Option(
     "--out", "-o", help="Results JSON path (default: ~/.cache/lattnbench/results/<machine>/<command>-<time>.json, "
     "or under $LATTNBENCH_RESULTS_DIR).", show_default=False)]
 JSON = Annotated[bool, typer.Option("--json", help="Print the results document on stdout; progress goes to stderr.")]
-DECAY = Annotated[str, typer.Option("--decay", help=f"Per-head decay: {', '.join(DECAYS)}.")]
+DECAY = Annotated[str, typer.Option(
+    "--decay", help=f"Lightning's per-head decay, a comma list of {', '.join(DECAYS)} (strong: every head at "
+    "the seeds' steepest slope, 8(H-1)/H, or 1 if steeper). GLA and softmax kernels run once whatever it is.")]
+GATE_NORM = Annotated[str | None, typer.Option(
+    "--gate-norm", metavar="NORMS", help=f"GLA gates g = logsigmoid(x)/NORM, x ~ N(0,1); a comma list such as "
+    f"16,1,0.1 (default {DEFAULT_GATE_NORM:g}, the GLA paper's; 1 and 0.1 are fla's test recipes' strong "
+    "gates). Lightning and softmax kernels run once whatever it is.", show_default=False)]
+G_DTYPE = Annotated[str | None, typer.Option(
+    "--g-dtype", help=f"The dtype GLA gates are drawn in and handed to the kernel: a comma list of "
+    f"{', '.join(G_DTYPES)} (default fp32).", show_default=False)]
 SETTLE = Annotated[float | None, typer.Option(
     "--settle", min=0.0, help="Before each speed point, wait (at most 2 minutes) until the GPU is at or "
     "below this temperature in °C, so every point starts from the same thermal state (NVML; rows "
@@ -101,7 +111,8 @@ CHECK_CPU = Defaults(n="64,100", batch="2", heads="4", dim="32", dtype="fp32")
 
 def cases(defaults: Defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay: str,
           initial_state: tuple[bool, ...] = (False,), reverse: bool = False,
-          varlen: str | None = None, input_scale: float = 1.0, world_size: str | None = None) -> list[Case]:
+          varlen: str | None = None, input_scale: float = 1.0, world_size: str | None = None,
+          gate_norm: str | None = None, g_dtype: str | None = None) -> list[Case]:
     """Every case of the sweep, world size outermost, then shape, then n; raises SpecError on bad input."""
     pick = lambda given, default: default if given is None else given  # noqa: E731 - "" is an error
     ns = parse_range(pick(n, defaults.n), "--n")
@@ -112,7 +123,11 @@ def cases(defaults: Defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, deca
     kvs = None if kv_heads is None else parse_range(kv_heads, "--kv-heads")
     dts = parse_choices(pick(dtype, defaults.dtype), DTYPES, "dtype")
     lengths = parse_lengths(varlen) if varlen else None
-    return with_world_sizes(expand(ns, bs, hs, kvs, ds, dvs, dts, decay, initial_state, reverse, lengths, input_scale),
+    decays = parse_choices(decay, DECAYS, "decay")
+    norms = parse_floats(gate_norm, "--gate-norm") if gate_norm is not None else [DEFAULT_GATE_NORM]
+    g_dtypes = parse_choices(g_dtype, G_DTYPES, "g dtype") if g_dtype is not None else ["fp32"]
+    return with_world_sizes(expand(ns, bs, hs, kvs, ds, dvs, dts, decays, initial_state, reverse, lengths, input_scale,
+                                   norms, g_dtypes),
                             world_sizes(world_size))
 
 

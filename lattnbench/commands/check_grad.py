@@ -22,7 +22,11 @@ def register(app: typer.Typer) -> None:
         dim: axes.DIM = None, dim_v: axes.DIM_V = None, dtype: axes.DTYPE = None,
         kernels: axes.KERNELS = None, kernel: axes.PLUGIN = None,
         device: axes.DEVICE = "auto", out: axes.OUT = None, json_: axes.JSON = False,
-        decay: axes.DECAY = "random", seed: axes.SEED = 0,
+        decay: axes.DECAY = "random", gate_norm: axes.GATE_NORM = None, g_dtype: axes.G_DTYPE = None,
+        tolerance: str = typer.Option("lattnbench", "--tolerance", help="Whose tolerance table judges each "
+                                      "err: lattnbench (per dtype: fp32 1e-5, fp16 2e-3, bf16 1.5e-2) or fla "
+                                      "(fla's tests: 0.005 for every tensor and dtype). Rows record it."),
+        seed: axes.SEED = 0,
         initial_state: str = typer.Option("both", help="Run with an initial state: off, on or both."),
         reverse: bool = typer.Option(False, "--reverse", help="Run the recurrence backwards in time."),
         varlen: str | None = typer.Option(None, help="Packed sequences (batch 1), e.g. 60,1,37."),
@@ -44,8 +48,9 @@ def register(app: typer.Typer) -> None:
         (the Triton kernel in the interpreter). Exit 1 when anything fails.
         """
         from lattnbench.commands.common import die
-        from lattnbench.commands.sweep import (execute, finish, guarded, open_writer, pick_kernels, resolve_isolation,
-                                               runs_at, setup)
+        from lattnbench.commands.sweep import (distinct, execute, family_case, finish, guarded, open_writer,
+                                               pick_kernels, resolve_isolation, runs_at, setup)
+        from lattnbench.measure.tolerance import TOLERANCE_TABLES
         from lattnbench.commands.tables import check_tables
         from lattnbench.env import collect
         from lattnbench.runner.plan import Task
@@ -59,18 +64,24 @@ def register(app: typer.Typer) -> None:
             die(f"bad --initial-state {initial_state!r}: choose off, on or both")
         cases = guarded(lambda: axes.cases(defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay,
                                            initial_state=h0, reverse=reverse, varlen=varlen,
-                                           input_scale=input_scale, world_size=world_size))
+                                           input_scale=input_scale, world_size=world_size,
+                                           gate_norm=gate_norm, g_dtype=g_dtype))
+        if tolerance not in TOLERANCE_TABLES:
+            die(f"bad --tolerance {tolerance!r}: choose {', '.join(TOLERANCE_TABLES)}")
         parallel = any(c.world_size > 1 for c in cases)
         chosen = guarded(lambda: pick_kernels(reg, kernels, dev, plugins=kernel, timing=False, parallel=parallel))
         kind = "check-rows" if batch_rows else "check-grad"
-        tasks = [Task(kind, e.name, c, seed=seed) for c in cases for e in chosen
-                 if not (e.family == "softmax" and c.initial_state) and runs_at(e, c)]  # softmax has no state
+        tasks = distinct([Task(kind, e.name, family_case(e, c), seed=seed, tolerance=tolerance)
+                          for c in cases for e in chosen
+                          if not (e.family == "softmax" and c.initial_state) and runs_at(e, c)])  # softmax: no state
         from lattnbench.commands.invocation import cli_args, resume_command
 
         args = cli_args([("--n", n), ("--batch", batch), ("--heads", heads), ("--kv-heads", kv_heads),
                          ("--dim", dim), ("--dim-v", dim_v), ("--dtype", dtype), ("--kernels", kernels),
                          ("--kernel", kernel), ("--device", None if device == "auto" else device),
-                         ("--decay", None if decay == "random" else decay), ("--seed", seed or None),
+                         ("--decay", None if decay == "random" else decay), ("--gate-norm", gate_norm),
+                         ("--g-dtype", g_dtype), ("--tolerance", None if tolerance == "lattnbench" else tolerance),
+                         ("--seed", seed or None),
                          ("--initial-state", None if initial_state == "both" else initial_state),
                          ("--reverse", reverse), ("--varlen", varlen),
                          ("--input-scale", None if input_scale == 1.0 else input_scale), ("--batch-rows", batch_rows),

@@ -20,7 +20,8 @@ def register(app: typer.Typer) -> None:
         dim: axes.DIM = None, dim_v: axes.DIM_V = None, dtype: axes.DTYPE = None,
         kernels: axes.KERNELS = None, kernel: axes.PLUGIN = None, mode: axes.MODE = "fwd,fwdbwd",
         device: axes.DEVICE = "auto", out: axes.OUT = None, json_: axes.JSON = False,
-        decay: axes.DECAY = "alibi", resume: axes.RESUME = False, isolate: axes.ISOLATE = "auto",
+        decay: axes.DECAY = "alibi", gate_norm: axes.GATE_NORM = None, g_dtype: axes.G_DTYPE = None,
+        resume: axes.RESUME = False, isolate: axes.ISOLATE = "auto",
         point_timeout: axes.POINT_TIMEOUT = "0",
         world_size: axes.WORLD_SIZE = None,
     ) -> None:
@@ -34,4 +35,4 @@ def register(app: typer.Typer) -> None:
         from lattnbench.commands.sweep import sweep_command
 
         sweep_command("memory", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
-             json_, decay, resume, 0.0, 1, isolate, point_timeout, world_size)
+             json_, decay, resume, 0.0, 1, isolate, point_timeout, world_size, gate_norm=gate_norm, g_dtype=g_dtype)

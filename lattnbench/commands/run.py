@@ -44,7 +44,8 @@ def register(app: typer.Typer) -> None:
         process and the gradient checks run after all timing. Exit 1 when a point fails or errors.
         """
         from lattnbench.commands.common import die
-        from lattnbench.commands.sweep import (execute, finish, open_writer, pick_kernels, resolve_isolation,
+        from lattnbench.commands.sweep import (distinct, execute, family_case, finish, open_writer, pick_kernels,
+                                               resolve_isolation,
                                                results_root, runs_at, setup, with_plugins)
         from lattnbench.commands.tables import check_tables, memory_tables, speed_tables
         from lattnbench.env import collect, machine_name
@@ -79,14 +80,16 @@ def register(app: typer.Typer) -> None:
                     for entry in [*chosen, *with_plugins(reg, chosen, kernel)]:
                         if not runs_at(entry, case):  # a single-GPU kernel beside the sequence-parallel ones
                             continue
+                        seen = family_case(entry, case)
                         if m.kind in ("check-grad", "check-rows"):
                             if not (entry.family == "softmax" and case.initial_state):
-                                tasks.append(Task(m.kind, entry.name, case, seed=m.seed))
+                                tasks.append(Task(m.kind, entry.name, seen, seed=m.seed, tolerance=m.tolerance))
                         else:
-                            tasks.append(Task(m.kind, entry.name, case, tuple(m.modes), m.budget,
+                            tasks.append(Task(m.kind, entry.name, seen, tuple(m.modes), m.budget,
                                               settle_c=settle if settle is not None else m.settle_c))
         except SpecError as exc:
             die(str(exc))
+        tasks = distinct(tasks)
         env = collect()
         target = Path(out) if out else results_root() / machine_name(env)
         writer = open_writer(target / f"{spec.name}.json", spec.name, env, resume)

@@ -22,7 +22,8 @@ def register(app: typer.Typer) -> None:
         dim: axes.DIM = None, dim_v: axes.DIM_V = None, dtype: axes.DTYPE = None,
         kernels: axes.KERNELS = None, kernel: axes.PLUGIN = None, mode: axes.MODE = "fwd,fwdbwd",
         device: axes.DEVICE = "auto", out: axes.OUT = None, json_: axes.JSON = False,
-        decay: axes.DECAY = "alibi", resume: axes.RESUME = False,
+        decay: axes.DECAY = "alibi", gate_norm: axes.GATE_NORM = None, g_dtype: axes.G_DTYPE = None,
+        resume: axes.RESUME = False,
         budget: float = typer.Option(0.5, min=0.0, help="Seconds of device-timer samples per point "
                                      "(at least 5 samples; the graph and latency timers get half as much each)."),
         repeat: axes.REPEAT = 1, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
@@ -40,4 +41,4 @@ def register(app: typer.Typer) -> None:
         from lattnbench.commands.sweep import sweep_command
 
         sweep_command("speed", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
-             json_, decay, resume, budget, repeat, isolate, point_timeout, world_size, settle)
+             json_, decay, resume, budget, repeat, isolate, point_timeout, world_size, settle, gate_norm=gate_norm, g_dtype=g_dtype)

@@ -21,7 +21,8 @@ from lattnbench.results import ResultsError, ResultsWriter, write_csv
 from lattnbench.spec import SpecError
 
 #: what makes a point (a progress step) besides kernel, metric and run: a row without its mode and tensor
-POINT_FIELDS = ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v", "dtype", "decay", "varlen",
+POINT_FIELDS = ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v", "dtype", "decay", "gate_norm", "g_dtype",
+                "varlen",
                 "initial_state", "reverse", "input_scale", "check", "world_size")
 
 #: where runs write when --out is not given (outside any checkout, so a run never dirties one)
@@ -81,6 +82,25 @@ def default_kernel(entry: KernelEntry, device: str, timing: bool = True, paralle
         return False
     return not timing or ((parallel or device in entry.timed_by_default)
                           and not (device == "cpu" and entry.interpreted_on_cpu))
+
+
+def family_case(entry: KernelEntry, case):
+    """The case as the kernel's family sees it (the input axes it ignores at their defaults)."""
+    from lattnbench.spec import DECAYED_FAMILIES, GATED_FAMILIES
+
+    return case.for_family(gated=entry.family in GATED_FAMILIES, decayed=entry.family in DECAYED_FAMILIES)
+
+
+def distinct(tasks: list[Task]) -> list[Task]:
+    """Each task once, in order: a sweep over gate norms runs a Lightning kernel once, not per norm."""
+    seen: set = set()
+    out = []
+    for t in tasks:
+        key = (t.kind, t.kernel, t.case)
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+    return out
 
 
 def runs_at(entry: KernelEntry, case) -> bool:
@@ -345,7 +365,7 @@ def guarded(fn: Callable[[], object]):
 
 def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, plugins, mode, device, out,
                   as_json, decay, resume, budget, repeat, isolate, point_timeout, world_size=None,
-                  settle=None) -> None:
+                  settle=None, gate_norm=None, g_dtype=None) -> None:
     """speed and memory: the same sweep axes, one task per (case, kernel)."""
     from lattnbench.commands import axes
     from lattnbench.commands.tables import memory_tables, speed_tables
@@ -357,19 +377,20 @@ def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels
     where = resolve_isolation(isolate, dev)
     defaults = axes.GPU_DEFAULTS if dev == "cuda" else axes.CPU_DEFAULTS
     cases = guarded(lambda: axes.cases(defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay,
-                                       world_size=world_size))
+                                       world_size=world_size, gate_norm=gate_norm, g_dtype=g_dtype))
     parallel = any(c.world_size > 1 for c in cases)
     chosen = guarded(lambda: pick_kernels(reg, kernels, dev, ("lightning", "softmax"), plugins, parallel=parallel))
     want = guarded(lambda: axes.modes(mode))
     if command == "memory":
         want = [m for m in want if m != "bwd"] or ["fwd"]
     main_job = command == "speed" and kernels is None and n is None  # the plain run: the main job's caps
-    tasks = [Task(command, e.name, c, tuple(want), budget, settle_c=settle if command == "speed" else None)
-             for c in cases for e in chosen if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))]
+    tasks = distinct([Task(command, e.name, family_case(e, c), tuple(want), budget,
+                           settle_c=settle if command == "speed" else None)
+                      for c in cases for e in chosen if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))])
     args = cli_args([("--n", n), ("--batch", batch), ("--heads", heads), ("--kv-heads", kv_heads), ("--dim", dim),
                      ("--dim-v", dim_v), ("--dtype", dtype), ("--kernels", kernels), ("--kernel", plugins),
                      ("--mode", None if mode == "fwd,fwdbwd" else mode), ("--device", None if device == "auto" else device),
-                     ("--decay", None if decay == "alibi" else decay),
+                     ("--decay", None if decay == "alibi" else decay), ("--gate-norm", gate_norm), ("--g-dtype", g_dtype),
                      ("--budget", None if command != "speed" or budget == 0.5 else budget),
                      ("--repeat", None if repeat == 1 else repeat), ("--isolate", None if isolate == "auto" else isolate),
                      ("--point-timeout", None if str(point_timeout) == "0" else point_timeout),

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from lattnbench.views.rows import legend, marks, pct_floor, sig3, spread_text, timer_median, timer_range
+from lattnbench.views.rows import gates_label, legend, marks, pct_floor, sig3, spread_text, timer_median, timer_range
 
 STATUS_STYLE = {"fail": "bold red", "error": "red", "oom": "yellow", "timeout": "red",
                 "unsupported": "dim", "unavailable": "dim"}
@@ -93,7 +93,13 @@ def _shape(row: dict, flags: bool = True) -> str:
     kv = f"/{row['kv_heads']}" if row["kv_heads"] != row["heads"] else ""
     dims = f"D{row['dim_qk']}" if row["dim_qk"] == row["dim_v"] else f"D{row['dim_qk']}E{row['dim_v']}"
     extra = " h0" if flags and row.get("initial_state") else ""
-    return f"B{row['batch']} H{row['heads']}{kv} {dims} {row['dtype']}{extra}"
+    return f"B{row['batch']} H{row['heads']}{kv} {dims} {row['dtype']}{extra}{_inputs(row)}"
+
+
+def _inputs(row: dict) -> str:
+    """How the inputs were drawn, where it is not the default: `` decay=strong``, `` gate/1 g:bf16``."""
+    decay = row.get("decay") if row.get("family") == "lightning" and row.get("decay") != "alibi" else None
+    return (f" decay={decay}" if decay else "") + gates_label(row)
 
 
 def _column(row: dict) -> str:
@@ -303,7 +309,30 @@ def check_tables(rows: list[dict], width: int | None = None) -> list[Table]:
         note = _reasons(rs, skip=("ok", "fail"))
         if note is not None:
             tables.append(note)
+    worst = worst_table(rows)
+    if worst is not None:
+        tables.append(worst)
     return tables
+
+
+def worst_table(rows: list[dict]) -> Table | None:
+    """Per kernel, dtype and tensor checked at several input distributions: the worst one."""
+    from lattnbench.views.dependence import worst_distributions
+
+    worst = worst_distributions(rows)
+    if not worst:
+        return None
+    table = _table("check-grad · worst input distribution per tensor", 1,
+                   "the distribution with the largest err of each kernel, dtype and tensor")
+    for name, justify in (("kernel", "left"), ("dtype", "left"), ("tensor", "left"), ("worst at", "left"),
+                          ("n", "right"), ("err", "right"), ("tol", "right")):
+        table.add_column(name, justify=justify, overflow="fold")
+    for w in worst:
+        err = "inf" if w["err"] == float("inf") else _err(w["err"])
+        shown = f"[green]{err}[/]" if w["passed"] else f"[bold red]{err}{FAIL_MARK}[/]"
+        tol = f"{w['tol']:.2g}" if isinstance(w["tol"], (int, float)) else "—"
+        table.add_row(w["kernel"], str(w["dtype"]), w["tensor"], w["distribution"], str(w["n"]), shown, tol)
+    return table
 
 
 def _check_table(family: str, shape: str, rs: list[dict], width: int) -> Table:

@@ -30,6 +30,8 @@ def constants(case: Case, entry: KernelEntry | None = None, seed: int = 0) -> Co
         gamma = alibi_decay(case.heads)
     elif case.decay == "lightning":
         gamma = lightning_decay(case.heads, 0, 1)
+    elif case.decay == "strong":
+        gamma = np.full(case.heads, strong_decay(case.heads), np.float32)
     elif case.decay == "zero":
         gamma = np.zeros(case.heads, np.float32)
     else:  # random, per head
@@ -38,6 +40,12 @@ def constants(case: Case, entry: KernelEntry | None = None, seed: int = 0) -> Co
     if case.varlen:
         cu = np.concatenate([[0], np.cumsum(case.varlen)]).astype(np.int32)
     return Constants(float(scale), gamma, cu)
+
+
+def strong_decay(heads: int) -> float:
+    """The strong-decay choice's γ for every head: the steepest head of the seeds' formula,
+    −8(H−1)/H, and never gentler than −1, which is steeper than every ALiBi slope (2^(−8/H) < 1)."""
+    return float(min(lightning_decay(heads, 0, 1).min(), -1.0))
 
 
 def shapes(case: Case, family: str) -> dict[str, tuple[int, ...]]:
@@ -53,11 +61,6 @@ def shapes(case: Case, family: str) -> dict[str, tuple[int, ...]]:
     return s
 
 
-#: GLA gates are drawn as g = log σ(x) / GATE_NORMALISER, x ~ N(0, 1): fla's GLA layer default
-#: (``gate_logit_normalizer=16``), so that times compare with fla's own GLA numbers
-#: (docs/methodology.md, "GLA gates")
-GATE_NORMALISER = 16.0
-
 #: the inputs ``Case.input_scale`` multiplies (magnitude stress)
 SCALED = ("q", "k", "v")
 
@@ -65,15 +68,15 @@ SCALED = ("q", "k", "v")
 def numpy_inputs(case: Case, family: str, seed: int) -> dict[str, np.ndarray]:
     """Fresh random fp32 arrays for every tensor of the case (rounded to dtype by the adapter).
 
-    q, k, v and the cotangents are standard normal; h0 normal; GLA gates g = log σ(x)/GATE_NORMALISER ≤ 0,
-    the gentle data-dependent decay of fla's GLA layer.
+    q, k, v and the cotangents are standard normal; h0 normal; GLA gates g = log σ(x)/gate_norm ≤ 0
+    (docs/methodology.md, "Input distributions").
     """
     rng = np.random.default_rng(seed)
     out = {}
     for name, shape in shapes(case, family).items():
         x = rng.standard_normal(shape, dtype=np.float32)
         if name == "g":
-            x = (-np.logaddexp(0.0, -x) / GATE_NORMALISER).astype(np.float32)
+            x = (-np.logaddexp(0.0, -x) / np.float32(case.gate_norm)).astype(np.float32)
         elif name in SCALED and case.input_scale != 1:
             x = x * np.float32(case.input_scale)
         out[name] = x

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from lattnbench.errors import PointTimeout, Unsupported
 from lattnbench.measure.timing import REPLAY, SPEED_ROUNDS
 from lattnbench.registry import KernelEntry
-from lattnbench.spec import Case
+from lattnbench.spec import GATED_FAMILIES, Case
 
 FAILED = ("error", "fail", "timeout")
 
@@ -71,7 +71,7 @@ def make_problem(entry: KernelEntry, case: Case, device: str, seed: int = 0, arr
 
 def base_row(entry: KernelEntry, case: Case, device: str, mode: str, metric: str) -> dict:
     row = {"kernel": entry.name, "family": entry.family, "framework": entry.framework,
-           "device": device, **case.fields(), "mode": mode, "metric": metric}
+           "device": device, **case.fields(gated=entry.family in GATED_FAMILIES), "mode": mode, "metric": metric}
     if entry.sequence_parallel:  # every row of a sequence-parallel kernel says how it was split
         row["world_size"] = case.world_size
         row["seqlen_per_rank"] = -(-case.seqlen // case.world_size)  # the largest shard
@@ -423,7 +423,8 @@ def execute(task, registry, device: str, ceilings: dict) -> list[dict]:
     if task.kind in ("check-grad", "check-rows"):
         from lattnbench.measure.verify import check, check_rows
 
-        return (check if task.kind == "check-grad" else check_rows)(entry, task.case, device, task.seed)
+        return (check if task.kind == "check-grad" else check_rows)(entry, task.case, device, task.seed,
+                                                                    table=task.tolerance)
     rows: list[dict] = []
     sweeper = Sweeper(device, rows.extend, ceilings, budget_s=task.budget, settle_c=task.settle_c)
     if task.kind == "speed":
@@ -436,12 +437,12 @@ def execute(task, registry, device: str, ceilings: dict) -> list[dict]:
 def failed_rows(task, entry: KernelEntry, device: str, status: str, reason: str) -> list[dict]:
     """The rows a task would have produced, each with ``status`` and ``reason`` (timeouts, crashes)."""
     if task.kind in ("check-grad", "check-rows"):
-        from lattnbench.measure.tolerance import TOLERANCE
-        from lattnbench.measure.verify import expected_tensors, rows_to_check
+        from lattnbench.measure.verify import expected_tensors, rows_to_check, tensor_tolerance
 
         checks = [{}] if task.kind == "check-grad" else [{"check": f"row {b}"} for b in rows_to_check(task.case.batch)]
         return [{**base_row(entry, task.case, device, "fwdbwd", "err_ratio"), "tensor": t, **c,
-                 "tol": TOLERANCE[task.case.dtype], "status": status, "reason": reason}
+                 "tol": tensor_tolerance(task.case, t, task.tolerance), "tol_table": task.tolerance,
+                 "status": status, "reason": reason}
                 for c in checks for t in expected_tensors(entry, task.case)]
     rows = [{**base_row(entry, task.case, device, m, task.metric), "status": status, "reason": reason}
             for m in task.modes]

@@ -30,6 +30,7 @@ class Task:
     seed: int = 0
     run: int = 0
     settle_c: float | None = None  # speed: wait for the GPU to cool to this temperature first
+    tolerance: str = "lattnbench"  # check-grad: the tolerance table that judges each err
 
     @property
     def metric(self) -> str:
@@ -57,7 +58,8 @@ class Task:
         case = None if c is None else Case(**{**c, "varlen": tuple(c["varlen"]) if c.get("varlen") else None})
         return cls(kind=d["kind"], kernel=d.get("kernel", ""), case=case, modes=tuple(d.get("modes", ())),
                    budget=float(d.get("budget", 0.5)), seed=int(d.get("seed", 0)), run=int(d.get("run", 0)),
-                   settle_c=None if d.get("settle_c") is None else float(d["settle_c"]))
+                   settle_c=None if d.get("settle_c") is None else float(d["settle_c"]),
+                   tolerance=str(d.get("tolerance", "lattnbench")))
 
 
 @dataclass

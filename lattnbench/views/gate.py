@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from lattnbench.views.rows import agreement_passes, is_speed, pick_reference, shape_label
-from lattnbench.results import row_key
+from lattnbench.results import GATE_DEFAULTS, KEY_FIELDS, row_key
 
 BOOTSTRAP = 1000
 CONFIDENCE = 0.95
@@ -117,8 +117,21 @@ def default_threshold(rows: Sequence[dict]) -> tuple[float, str]:
     return GPU_THRESHOLD, "the default"
 
 
-def _point_key(row: dict) -> tuple:
-    return row_key(row)[1:]  # every identity field but the kernel
+_GATE_FIELDS = {KEY_FIELDS.index(f) for f in GATE_DEFAULTS}
+
+
+def _point_key(row: dict, gates: bool = True) -> tuple:
+    """Every identity field but the kernel; without ``gates``, the gate distribution as a row of
+    an ungated family has it (none), so a GLA row finds a Lightning or softmax reference."""
+    key = row_key(row)
+    return tuple("null" if (not gates and i in _GATE_FIELDS) else v for i, v in enumerate(key) if i)
+
+
+def _ref_of(refs: dict, row: dict | None):
+    """The reference row measured at ``row``'s point: with the same inputs, else at the same shape."""
+    if row is None:
+        return None
+    return refs.get(_point_key(row)) or refs.get(_point_key(row, gates=False))
 
 
 def _samples(row: dict):
@@ -272,7 +285,7 @@ def compare(current: Sequence[dict], baseline: Sequence[dict], threshold: float,
         if not is_speed(row) or row["kernel"] == ref:
             continue  # memory and interpreted timings gate by status only; ref/ref is 1
         if b is None:
-            p.current, p.verdict = _ratio(c, ref_cur.get(_point_key(c))) or _status(c), "new"
+            p.current, p.verdict = _ratio(c, _ref_of(ref_cur, c)) or _status(c), "new"
             points.append(p)
             continue
         if c is None or c.get("status") != "ok":
@@ -280,7 +293,7 @@ def compare(current: Sequence[dict], baseline: Sequence[dict], threshold: float,
             p.reason = "not ok in either run"
             points.append(p)
             continue
-        rc, rb = ref_cur.get(_point_key(c)), ref_base.get(_point_key(b))
+        rc, rb = _ref_of(ref_cur, c), _ref_of(ref_base, b)
         p.baseline, p.current = _ratio(b, rb), _ratio(c, rc)
         if p.baseline is None or p.current is None:
             p.baseline = p.baseline if p.baseline is not None else f"ref {_status(rb)}"

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lattnbench.results import ResultsError  # noqa: F401 - the report command's error type
+from lattnbench.views.dependence import (DEPENDENCE_LIMIT, DEPENDENCE_NOTE, data_dependence, dependence_mark,
+                                        dependence_summary, worst_distributions)
 from lattnbench.views.rows import (DASH, ReportError, MODE_ORDER, TENSOR_ORDER, agreement_passes,
                                    doc_reference, fmt, gpu_name, is_speed, kernel_sort_key, legend, load_docs,
                                    marks, pct_floor, pick_reference, shape_key, shape_label, spread_text,
@@ -41,8 +43,9 @@ def md_table(header: Sequence[str], body: Sequence[Sequence[str]], left: int = 1
     return "\n".join([line(header), rule, *(line(r) for r in body)]) + "\n"
 
 
-def _cell(row: dict | None, speed: bool, timer: str = "device") -> str:
-    """``0.151† ±3% (11%)``: the value, its marks, the run spread and % of the floor (speed)."""
+def _cell(row: dict | None, speed: bool, timer: str = "device", dependence: dict[int, float] | None = None) -> str:
+    """``0.151† ±3% (11%)``: the value, its marks (§k×: data-dependent), the run spread and % of the
+    floor (speed)."""
     if row is None:
         return DASH
     if row.get("status") != "ok":
@@ -53,7 +56,7 @@ def _cell(row: dict | None, speed: bool, timer: str = "device") -> str:
     v = timer_median(row, timer)
     if v is None:
         return DASH
-    text = fmt(v) + marks(row)
+    text = fmt(v) + marks(row) + dependence_mark((dependence or {}).get(id(row)))
     spread = spread_text(row, timer)
     if spread:
         text += f" {spread}"
@@ -90,6 +93,7 @@ def timer_note(timer: str, rows: Sequence[dict]) -> str:
 def _metric_tables(rows: list[dict], metric: str, reference: str | None, timer: str = "device") -> list[str]:
     families = {r["kernel"]: r.get("family", "") for r in rows}
     rows = [r for r in rows if r.get("metric") == metric and (metric != "time_ms" or is_speed(r))]
+    dependence = data_dependence(rows, timer) if metric == "time_ms" else {}
     out = []
     groups = sorted({(MODE_ORDER.index(r["mode"]) if r["mode"] in MODE_ORDER else 9, r["mode"],
                       shape_key(r)) for r in rows})
@@ -103,7 +107,7 @@ def _metric_tables(rows: list[dict], metric: str, reference: str | None, timer: 
         header = ["n", *kernels, *(f"{k} × {timer}" for k in ups)]
         body = []
         for n in ns:
-            line = [str(n), *(_cell(cells.get((n, k)), speed, timer) for k in kernels)]
+            line = [str(n), *(_cell(cells.get((n, k)), speed, timer, dependence) for k in kernels)]
             ref = value(cells.get((n, reference)), timer)
             for k in ups:
                 v = value(cells.get((n, k)), timer)
@@ -123,6 +127,8 @@ def _metric_tables(rows: list[dict], metric: str, reference: str | None, timer: 
             notes.append("(p%) = % of the roofline floor")
         if speed:
             notes.extend(legend(g, timer))
+            if any(id(r) in dependence for r in g):
+                notes.append(DEPENDENCE_NOTE)
         methods = sorted({str(r["memory_method"]) for r in g if r.get("memory_method")})
         if methods:
             notes.append("measured by " + ", ".join(f"`{m}`" for m in methods))
@@ -152,6 +158,31 @@ def _agreement_tables(rows: list[dict]) -> list[str]:
         out.append(f"#### agreement · {shape_label(g[0])} · {g[0].get('device')}\n\n"
                    f"err = RMS(x − ref) / RMS(ref) against the fp64 reference; tolerance {tol}.\n\n"
                    + md_table(["kernel", "n", *tensors], body, left=1))
+    return out
+
+
+def _dependence_tables(rows: list[dict], timer: str, agreement: bool = True) -> list[str]:
+    """The data-dependence finding (speed), then (with ``agreement``) the worst input distribution per
+    tensor; each only where a file holds one kernel at several input distributions."""
+    out = []
+    speed = [r for r in rows if is_speed(r)]
+    lines = dependence_summary(speed, timer)
+    if lines:
+        out.append(f"#### data dependence · speed · {timer} timer\n\n"
+                   f"Kernels whose time at one shape, length and mode moves by more than {DEPENDENCE_LIMIT:g}× "
+                   "with the input distribution alone (decay, gate norm, g dtype); at the length where it moves "
+                   "most.\n\n"
+                   + md_table(["kernel", "mode", "n", "fastest", "slowest", "ratio"], lines, left=5))
+    worst = worst_distributions(rows) if agreement else []
+    if worst:
+        body = [[w["kernel"], str(w["dtype"]), w["tensor"], w["distribution"], str(w["n"]),
+                 f"{w['err']:.1e}", f"{w['tol']:.1e}" if isinstance(w["tol"], (int, float)) else DASH,
+                 "PASS" if w["passed"] else "FAIL"] for w in worst]
+        out.append("#### agreement · worst input distribution per tensor\n\n"
+                   "Per kernel, dtype and tensor, the input distribution with the largest err over all the "
+                   "cases checked.\n\n"
+                   + md_table(["kernel", "dtype", "tensor", "worst distribution", "n", "err", "tol", ""], body,
+                              left=4))
     return out
 
 
@@ -230,7 +261,8 @@ def render(docs: Sequence[dict], reference: str | None = None,
         else:
             agreement = [render_findings(doc["rows"])] if any(r.get("metric") == "err_ratio" for r in doc["rows"]) else []
         for table in (_metric_tables(doc["rows"], "time_ms", ref, timer)
-                      + _metric_tables(doc["rows"], "peak_mb", ref) + agreement):
+                      + _metric_tables(doc["rows"], "peak_mb", ref) + agreement
+                      + _dependence_tables(doc["rows"], timer, agreement=not findings)):
             parts.append("\n" + table)
         if not doc["rows"]:
             parts.append("\nNo points measured.\n")

@@ -205,7 +205,10 @@ REFERENCE_PREFERENCE = ("softmax/sdpa-flash", "softmax/flash-attn", "softmax/sdp
                         "softmax/naive-torch")
 #: fields that make a shape group (every field of a point but kernel, seqlen, mode, metric)
 SHAPE_FIELDS = ("device", "batch", "heads", "kv_heads", "dim_qk", "dim_v", "dtype", "decay",
-                "varlen", "initial_state", "reverse", "input_scale", "world_size")
+                "varlen", "initial_state", "reverse", "input_scale", "world_size", "gate_norm", "g_dtype")
+#: the fields that say how the input values were drawn (not the shape): a kernel whose time moves
+#: along them depends on the data (``data_dependence``)
+DISTRIBUTION_FIELDS = ("decay", "gate_norm", "g_dtype", "input_scale")
 DASH = "—"
 
 
@@ -350,8 +353,16 @@ def shape_label(row: dict, seqlen: bool = False) -> str:
                      " varlen" if row.get("varlen") else "",
                      " h0" if row.get("initial_state") else "", " rev" if row.get("reverse") else "",
                      f" x{row['input_scale']:g}" if row.get("input_scale") not in (None, 1) else "",
-                     f" P{row['world_size']}" if (row.get("world_size") or 1) > 1 else ""])
+                     f" P{row['world_size']}" if (row.get("world_size") or 1) > 1 else "",
+                     gates_label(row)])
     return f"B{row['batch']}{t} H{row['heads']}{kv} {dims} {row['dtype']}{extra}"
+
+
+def gates_label(row: dict) -> str:
+    """`` gate/16 g:fp32`` for a row that records its gate distribution, else empty."""
+    if row.get("gate_norm") is None:
+        return ""
+    return f" gate/{row['gate_norm']:g} g:{row.get('g_dtype') or 'fp32'}"
 
 
 def gpu_name(env: dict, rows: Sequence[dict] = ()) -> str:
