@@ -137,6 +137,7 @@ def _print_tables(docs: list[dict], timer: str, findings: bool, reference: str |
 
     from lattnbench.commands.common import out as console
     from lattnbench.commands.tables import check_tables, memory_tables, speed_tables, speedup_tables
+    from lattnbench.views.dependence import DEPENDENCE_NOTE, data_dependence, dependence_mark
     from lattnbench.views.report import env_summary, timer_note
     from lattnbench.views.rows import doc_reference, is_speed, pick_reference, shape_label
 
@@ -156,7 +157,10 @@ def _print_tables(docs: list[dict], timer: str, findings: bool, reference: str |
         speed = [r for r in rows if is_speed(r)]
         ref = reference if reference is not None else doc_reference(doc)
         ups = speedup_tables(speed, ref, timer, group=group) if ref else []
-        tables = speed_tables(speed, timer, group=group) + ups + memory_tables(rows, group=group)
+        dependence = data_dependence(speed, timer)
+        tables = (speed_tables(speed, timer, group=group, mark=lambda r: dependence_mark(dependence.get(id(r))),
+                               mark_note=DEPENDENCE_NOTE)
+                  + ups + memory_tables(rows, group=group))
         checks = [r for r in rows if r.get("metric") == "err_ratio"]
         if checks and findings:
             from lattnbench.views.findings import render_findings

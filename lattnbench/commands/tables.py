@@ -114,14 +114,14 @@ def _kernel_header(name: str) -> str:
 
 # ---- speed and memory --------------------------------------------------------------------------
 
-def _speed_cell(row: dict, timer: str, detail: bool) -> str:
+def _speed_cell(row: dict, timer: str, detail: bool, mark: Callable[[dict], str] | None = None) -> str:
     """Median (3 significant digits) with its marks and run spread; p20–p80 when ``detail``."""
     if row["status"] != "ok":
         return _status(row)
     v = timer_median(row, timer)
     if v is None:
         return "—"
-    first = f"{sig3(v)}{marks(row)}"
+    first = f"{sig3(v)}{marks(row)}{mark(row) if mark else ''}"
     spread = spread_text(row, timer)
     lines = [f"{first} {spread}" if spread else first]
     rng = timer_range(row, timer)
@@ -154,9 +154,12 @@ def _value_table(title: str, caption: str | None, kernels: list[str], by_n: dict
 
 
 def value_tables(rows: list[dict], metric: str, unit: str, title: str, timer: str = "device",
-                 width: int | None = None, group: Callable[[dict], str] = _shape) -> list[Table]:
+                 width: int | None = None, group: Callable[[dict], str] = _shape,
+                 mark: Callable[[dict], str] | None = None, mark_note: str | None = None) -> list[Table]:
     """Speed (``time_ms``) or memory (``peak_mb``) tables that fit ``width`` columns, one per mode
-    and ``group`` (the shape label; a report of several decays or devices passes a finer one)."""
+    and ``group`` (the shape label; a report of several decays or devices passes a finer one).
+    ``mark`` adds a per-cell mark after the built-in ones, explained by ``mark_note`` under the
+    tables that show it."""
     width = terminal_width(width)
     speed = metric == "time_ms"
     cell_of = _speed_cell if speed else _memory_cell
@@ -173,6 +176,8 @@ def value_tables(rows: list[dict], metric: str, unit: str, title: str, timer: st
         what = f"{timer} timer, {unit}, median" if speed else unit
         head = f"{title} · {mode} · {shape} · {what}"
         notes = legend(rs, timer) if speed else []
+        if mark is not None and mark_note and any(mark(r) for r in rs if r.get("status") == "ok"):
+            notes.append(mark_note)
 
         ranges = speed and any(timer_range(r, timer) is not None for r in rs)
         floors = speed and any(pct_floor(r, v, timer) is not None for r in rs
@@ -184,7 +189,8 @@ def value_tables(rows: list[dict], metric: str, unit: str, title: str, timer: st
                 extra.append("(p%) = % of the roofline floor")
             caption = "\n".join([*extra, *notes]) or None
             return lambda: _value_table(head + suffix, caption, ks, by_n,
-                                        lambda r: cell_of(r, timer, detail), gap)
+                                        lambda r: cell_of(r, timer, detail, mark) if speed else cell_of(r, timer, detail),
+                                        gap)
 
         table = fit([layout(True, 2), layout(False, 2), layout(False, 1)], width)
         if table is not None:
@@ -248,9 +254,10 @@ def speedup_tables(rows: list[dict], reference: str, timer: str = "device", widt
 
 
 def speed_tables(rows: list[dict], timer: str = "device", width: int | None = None,
-                 group: Callable[[dict], str] = _shape) -> list[Table]:
+                 group: Callable[[dict], str] = _shape, mark: Callable[[dict], str] | None = None,
+                 mark_note: str | None = None) -> list[Table]:
     """Speed tables of ``timer`` (the device timer unless asked otherwise)."""
-    return value_tables(rows, "time_ms", "ms", "speed", timer, width, group)
+    return value_tables(rows, "time_ms", "ms", "speed", timer, width, group, mark, mark_note)
 
 
 def memory_tables(rows: list[dict], width: int | None = None, group: Callable[[dict], str] = _shape) -> list[Table]:

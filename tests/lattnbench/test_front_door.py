@@ -247,3 +247,19 @@ def test_headline_tolerates_a_missing_kernel_and_names_it():
     first = text.splitlines()[0]
     assert "triton" in first and "fla" in first and "gluon" not in first
     assert max(len(ln) for ln in text.splitlines()) <= 100
+
+
+def test_terminal_report_marks_data_dependent_speed(tmp_path):
+    from lattnbench.results import ResultsWriter
+
+    path = tmp_path / "gla.json"
+    w = ResultsWriter(path, "gla", {})
+    base = {"kernel": "gla/triton", "family": "gla", "framework": "torch", "device": "cuda", "batch": 1,
+            "seqlen": 1024, "heads": 4, "kv_heads": 4, "dim_qk": 64, "dim_v": 64, "dtype": "bf16",
+            "mode": "fwd", "metric": "time_ms", "timer": "device", "status": "ok", "reason": None}
+    w.add([{**base, "gate_norm": 16.0, "g_dtype": "fp32", "median": 1.0, "p20": 0.99, "p80": 1.01},
+           {**base, "gate_norm": 0.1, "g_dtype": "fp32", "median": 2.0, "p20": 1.98, "p80": 2.02}])
+    res = CliRunner().invoke(app, ["report", str(path)], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
+    assert "§2.0×" in res.stdout or "§2×" in res.stdout, res.stdout
+    assert "data-dependent" in res.stdout
