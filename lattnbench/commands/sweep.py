@@ -25,6 +25,9 @@ POINT_FIELDS = ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v", "dtyp
                 "varlen",
                 "initial_state", "reverse", "input_scale", "check", "world_size")
 
+#: seconds of device-timer samples per speed point when --budget is not given
+GPU_BUDGET, CPU_BUDGET = 0.25, 0.5
+
 #: where runs write when --out is not given (outside any checkout, so a run never dirties one)
 RESULTS_ENV = "LATTNBENCH_RESULTS_DIR"
 
@@ -373,6 +376,7 @@ def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels
     from lattnbench.runner.plan import Task
 
     timeout_s = axes.parse_timeout(point_timeout)
+    given_budget = budget
     dev, reg = setup(device, plugins)
     where = resolve_isolation(isolate, dev)
     defaults = axes.GPU_DEFAULTS if dev == "cuda" else axes.CPU_DEFAULTS
@@ -383,6 +387,8 @@ def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels
     want = guarded(lambda: axes.modes(mode))
     if command == "memory":
         want = [m for m in want if m != "bwd"] or ["fwd"]
+    if budget is None:  # a GPU's samples vary less and its main job has two minutes; a CPU's need more
+        budget = GPU_BUDGET if dev == "cuda" else CPU_BUDGET
     main_job = command == "speed" and kernels is None and n is None  # the plain run: the main job's caps
     tasks = distinct([Task(command, e.name, family_case(e, c), tuple(want), budget,
                            settle_c=settle if command == "speed" else None)
@@ -391,7 +397,7 @@ def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels
                      ("--dim-v", dim_v), ("--dtype", dtype), ("--kernels", kernels), ("--kernel", plugins),
                      ("--mode", None if mode == "fwd,fwdbwd" else mode), ("--device", None if device == "auto" else device),
                      ("--decay", None if decay == "alibi" else decay), ("--gate-norm", gate_norm), ("--g-dtype", g_dtype),
-                     ("--budget", None if command != "speed" or budget == 0.5 else budget),
+                     ("--budget", None if command != "speed" or given_budget is None else given_budget),
                      ("--repeat", None if repeat == 1 else repeat), ("--isolate", None if isolate == "auto" else isolate),
                      ("--point-timeout", None if str(point_timeout) == "0" else point_timeout),
                      ("--world-size", world_size), ("--settle", settle)])

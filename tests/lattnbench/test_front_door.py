@@ -263,3 +263,11 @@ def test_terminal_report_marks_data_dependent_speed(tmp_path):
     assert res.exit_code == 0, res.output
     assert "§2.0×" in res.stdout or "§2×" in res.stdout, res.stdout
     assert "data-dependent" in res.stdout
+
+
+def test_the_gpu_default_budget_is_the_headline_suites():
+    from lattnbench.commands.sweep import CPU_BUDGET, GPU_BUDGET
+    from lattnbench.suite import load_suite
+
+    speed = next(m for m in load_suite("seed-readme").measurements if m.kind == "speed")
+    assert GPU_BUDGET == speed.budget and CPU_BUDGET == 0.5
