@@ -307,6 +307,13 @@ def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], 
     else:
         for table in tables(rows):
             out.print(table)
+        timed = [r for r in rows if r.get("metric") == "time_ms" and r.get("status") == "ok"]
+        if timed:  # what "device timer" means here: on a CPU there is no L2 flush nor do_bench
+            from rich.text import Text
+
+            from lattnbench.views.report import timer_note
+
+            out.print(Text(f"device timer: {timer_note('device', timed)}", style="dim"))
     from rich.markup import escape
 
     from lattnbench.views.rows import inverted_modes

@@ -271,3 +271,10 @@ def test_the_gpu_default_budget_is_the_headline_suites():
 
     speed = next(m for m in load_suite("seed-readme").measurements if m.kind == "speed")
     assert GPU_BUDGET == speed.budget and CPU_BUDGET == 0.5
+
+
+def test_a_cpu_speed_run_says_what_its_device_timer_is(tmp_path):
+    res = invoke("speed", "-k", "lightning/naive-torch", "--n", "32", "--mode", "fwd", "--budget", "0.01",
+                 "--device", "cpu", "--out", tmp_path / "r.json", env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "device timer: the host clock over a batch" in res.stdout and "do_bench" not in res.stdout
