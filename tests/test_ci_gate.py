@@ -65,7 +65,8 @@ def test_two_default_cpu_runs_of_unchanged_code_pass_the_gate_with_its_defaults(
     defaults (the CPU threshold, the interval wholly beyond it) call that noise."""
     doc = json.loads((UNCHANGED / f"{base}.json").read_text())
     assert "threshold" not in doc and "reference" not in doc  # the defaults decide
-    res = CliRunner().invoke(app, ["gate", str(UNCHANGED / f"{cur}.json"), "--baseline", str(UNCHANGED / f"{base}.json")])
+    res = CliRunner().invoke(app, ["gate", str(UNCHANGED / f"{cur}.json"),
+                                   "--baseline", str(UNCHANGED / f"{base}.json")])
     assert res.exit_code == 0, res.output[-1500:]
     assert res.output.startswith("passed: ") and "threshold 100%: the default for CPU runs" in res.output
 

@@ -57,7 +57,8 @@ def gate(
     baseline: Annotated[Path, typer.Option(help="Results JSON to compare against.", show_default=False)],
     threshold: Annotated[Optional[str], typer.Option(
         help="Largest tolerated growth of kernel/reference time: 10% or 0.1 (default: the baseline's "
-        "recorded threshold, from its suite, else 10% for GPU runs and 100% for CPU runs).", show_default=False)] = None,
+        "recorded threshold, from its suite, else 10% for GPU runs and 100% for CPU runs).",
+        show_default=False)] = None,
     reference: Annotated[Optional[str], typer.Option(
         help="Kernel whose same-run time divides every other (default: the baseline's recorded "
         "reference, from its suite, else the first softmax kernel timed in both); 'none' compares "

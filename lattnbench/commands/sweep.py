@@ -399,13 +399,16 @@ def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels
     main_job = command == "speed" and kernels is None and n is None  # the plain run: the main job's caps
     tasks = distinct([Task(command, e.name, family_case(e, c), tuple(want), budget,
                            settle_c=settle if command == "speed" else None)
-                      for c in cases for e in chosen if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))])
+                      for c in cases for e in chosen
+                      if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))])
     args = cli_args([("--n", n), ("--batch", batch), ("--heads", heads), ("--kv-heads", kv_heads), ("--dim", dim),
                      ("--dim-v", dim_v), ("--dtype", dtype), ("--kernels", kernels), ("--kernel", plugins),
-                     ("--mode", None if mode == "fwd,fwdbwd" else mode), ("--device", None if device == "auto" else device),
+                     ("--mode", None if mode == "fwd,fwdbwd" else mode),
+                     ("--device", None if device == "auto" else device),
                      ("--decay", None if decay == "alibi" else decay), ("--gate-norm", gate_norm), ("--g-dtype", g_dtype),
                      ("--budget", None if command != "speed" or given_budget is None else given_budget),
-                     ("--repeat", None if repeat == 1 else repeat), ("--isolate", None if isolate == "auto" else isolate),
+                     ("--repeat", None if repeat == 1 else repeat),
+                     ("--isolate", None if isolate == "auto" else isolate),
                      ("--point-timeout", None if str(point_timeout) == "0" else point_timeout),
                      ("--world-size", world_size), ("--settle", settle)])
     writer = open_writer(out, command, collect(), resume, args)

@@ -189,8 +189,8 @@ def value_tables(rows: list[dict], metric: str, unit: str, title: str, timer: st
                 extra.append("(p%) = % of the roofline floor")
             caption = "\n".join([*extra, *notes]) or None
             return lambda: _value_table(head + suffix, caption, ks, by_n,
-                                        lambda r: cell_of(r, timer, detail, mark) if speed else cell_of(r, timer, detail),
-                                        gap)
+                                        lambda r: (cell_of(r, timer, detail, mark) if speed
+                                                   else cell_of(r, timer, detail)), gap)
 
         table = fit([layout(True, 2), layout(False, 2), layout(False, 1)], width)
         if table is not None:

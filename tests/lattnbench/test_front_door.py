@@ -174,7 +174,8 @@ def test_fwd_slower_than_fwdbwd_is_named():
     base = {"kernel": "k", "family": "lightning", "device": "cpu", "batch": 1, "seqlen": 256, "heads": 4,
             "kv_heads": 4, "dim_qk": 64, "dim_v": 64, "dtype": "fp32", "metric": "time_ms", "status": "ok"}
     rows = [{**base, "mode": "fwd", "median": 3.0}, {**base, "mode": "fwdbwd", "median": 2.0},
-            {**base, "seqlen": 512, "mode": "fwd", "median": 1.0}, {**base, "seqlen": 512, "mode": "fwdbwd", "median": 2.0}]
+            {**base, "seqlen": 512, "mode": "fwd", "median": 1.0},
+            {**base, "seqlen": 512, "mode": "fwdbwd", "median": 2.0}]
     found = inverted_modes(rows)
     assert len(found) == 1 and "k" in found[0] and "T256" in found[0] and "3.00" in found[0]
 
@@ -218,8 +219,9 @@ def test_report_at_80_columns_prints_no_longer_line(path):
 
 
 def test_report_filters_kernels_by_glob_and_n():
-    res = CliRunner().invoke(app, ["report", "results/h200/seed-readme.json", "--format", "md", "-k", "lightning/tri*,softmax/sdpa-flash",
-                                   "--n", "1024..4096", "--metric", "speed", "--mode", "fwd"])
+    res = CliRunner().invoke(app, ["report", "results/h200/seed-readme.json", "--format", "md",
+                                   "-k", "lightning/tri*,softmax/sdpa-flash", "--n", "1024..4096",
+                                   "--metric", "speed", "--mode", "fwd"])
     assert res.exit_code == 0, res.output
     table = [ln for ln in res.stdout.splitlines() if ln.startswith("|")]
     assert "lightning/triton" in table[0] and "softmax/sdpa-flash" in table[0] and "cudnn" not in table[0]
