@@ -10,6 +10,23 @@ import inspect
 
 import typer
 
+def _flags_take_no_value() -> None:
+    """Help shows no type beside a flag: Typer's rich help prints ``<bool>`` there, which reads as
+    if ``--json true`` were the way to write it (click then refuses the ``true``)."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self, ctx):
+        if self.is_flag and not self.count:
+            return None
+        return shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
+
 app = typer.Typer(
     name="lattnbench",
     help="How fast, how much memory, and is it right: benchmark and check linear-attention kernels "
@@ -21,7 +38,8 @@ app = typer.Typer(
 )
 
 #: command modules, in the order ``--help`` lists them; each defines ``register(app)``
-COMMAND_MODULES = ("speed", "memory", "check_grad", "run", "gate", "static", "report", "plot", "list_cmd", "env_cmd",
+COMMAND_MODULES = ("speed", "memory", "check_grad", "run", "gate", "compare", "static", "report", "plot", "list_cmd",
+                   "env_cmd",
                    "doctor")
 
 for _name in COMMAND_MODULES:

@@ -138,6 +138,10 @@ class ResultsWriter:
                 self.doc["rows"].append(r)
         self._flush()
 
+    def save(self) -> None:
+        """Rewrite the file now (after a change to ``doc`` outside ``add``)."""
+        self._flush()
+
     def _flush(self) -> None:
         try:
             fd, tmp = tempfile.mkstemp(prefix=".lattnbench-", suffix=".json", dir=self.path.parent)

@@ -56,6 +56,36 @@ def test_a_correctness_failure_fails(tmp_path):
     assert CliRunner().invoke(app, ["gate", str(out), *GATE]).exit_code == 1
 
 
+UNCHANGED = ROOT / "results/cpu/gate-unchanged"
+
+
+@pytest.mark.parametrize("cur, base", [("run2", "run1"), ("run1", "run2")])
+def test_two_default_cpu_runs_of_unchanged_code_pass_the_gate_with_its_defaults(cur, base):
+    """`lattnbench speed` twice on a busy 2-core CPU: ratios moved by up to 2.3x, and the gate's
+    defaults (the CPU threshold, the interval wholly beyond it) call that noise."""
+    doc = json.loads((UNCHANGED / f"{base}.json").read_text())
+    assert "threshold" not in doc and "reference" not in doc  # the defaults decide
+    res = CliRunner().invoke(app, ["gate", str(UNCHANGED / f"{cur}.json"),
+                                   "--baseline", str(UNCHANGED / f"{base}.json")])
+    assert res.exit_code == 0, res.output[-1500:]
+    assert res.output.startswith("passed: ") and "threshold 100%: the default for CPU runs" in res.output
+
+
+def test_the_default_cpu_threshold_still_catches_a_3x_slowdown(tmp_path):
+    doc = json.loads((UNCHANGED / "run1.json").read_text())
+    for r in doc["rows"]:
+        if r["kernel"] == "lightning/jax-chunked" and r["status"] == "ok":
+            for k in ("median", "p20", "p80"):
+                r[k] *= 3
+            r["samples_ms"] = [x * 3 for x in r["samples_ms"]]
+    slow = tmp_path / "slow.json"
+    slow.write_text(json.dumps(doc))
+    res = CliRunner().invoke(app, ["gate", str(slow), "--baseline", str(UNCHANGED / "run1.json"), "--json"])
+    assert res.exit_code == 1
+    assert {p["kernel"] for p in json.loads(res.stdout)["points"] if p["verdict"] == "REGRESSION"} == \
+        {"lightning/jax-chunked"}
+
+
 H200_GATE = ROOT / "results/h200/gpu-gate"
 
 

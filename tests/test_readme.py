@@ -25,6 +25,8 @@ def blocks(page: Path) -> list[str]:
 
 MODES = ("fwd", "bwd", "fwdbwd")
 TIMERS = ("graph", "latency", "host")
+#: a block ``STEM.MODE.headline`` is the compact view (``report --headline --mode MODE``)
+VIEWS = {"headline": ["--headline"]}
 
 
 def source_for(name: str) -> tuple[list[Path], list[str]]:
@@ -38,11 +40,12 @@ def source_for(name: str) -> tuple[list[Path], list[str]]:
         return found, []
     if parts == [parts[0], "findings"]:
         return sorted(ROOT.glob(f"results/*/{parts[0]}.json")), ["--findings", "--metric", "check"]
+    view = VIEWS[parts.pop()] if parts[-1] in VIEWS else []
     timer = parts.pop() if parts[-1] in TIMERS else None
     mode = parts.pop() if parts[-1] in MODES else None
     if mode is None:
         return found, []
-    options = ["--mode", mode, "--metric", "speed", *(["--timer", timer] if timer else [])]
+    options = ["--mode", mode, "--metric", "speed", *(["--timer", timer] if timer else []), *view]
     return sorted(ROOT.glob(f"results/*/{'.'.join(parts)}.json")), options
 
 
@@ -80,3 +83,18 @@ def test_blocks_regenerate_byte_identical(page, monkeypatch):
             f"{rel(page)}: generated blocks differ from `lattnbench report` of the committed results: regenerate them"
     finally:
         copy.unlink(missing_ok=True)
+
+
+def test_readme_lines_fit_120_columns_outside_links_and_images():
+    """A README read in a terminal or a diff: no line past 120 characters once link targets go."""
+    for i, line in enumerate((ROOT / "README.md").read_text(encoding="utf-8").splitlines(), 1):
+        shown = re.sub(r"\]\([^)]*\)", "]", line)
+        assert len(shown) <= 120, f"README.md:{i} is {len(shown)} characters: {line[:60]}..."
+
+
+def test_readme_headline_is_one_compact_table():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("<!-- lattnbench:seed-readme.fwdbwd.headline -->")[1].split("<!-- /lattnbench:")[0]
+    table = [ln for ln in block.splitlines() if ln.startswith("|")]
+    assert table and max(len(ln) for ln in table) <= 100
+    assert len(table[0].split("|")) - 2 <= 6  # n and at most five kernels

@@ -74,7 +74,22 @@ def register(app: typer.Typer) -> None:
         tasks = distinct([Task(kind, e.name, family_case(e, c), seed=seed, tolerance=tolerance)
                           for c in cases for e in chosen
                           if not (e.family == "softmax" and c.initial_state) and runs_at(e, c)])  # softmax: no state
-        writer = open_writer(out, "check-grad", collect(), resume=resume)
+        from lattnbench.commands.invocation import cli_args, resume_command
+
+        args = cli_args([("--n", n), ("--batch", batch), ("--heads", heads), ("--kv-heads", kv_heads),
+                         ("--dim", dim), ("--dim-v", dim_v), ("--dtype", dtype), ("--kernels", kernels),
+                         ("--kernel", kernel), ("--device", None if device == "auto" else device),
+                         ("--decay", None if decay == "random" else decay), ("--gate-norm", gate_norm),
+                         ("--g-dtype", g_dtype), ("--tolerance", None if tolerance == "lattnbench" else tolerance),
+                         ("--seed", seed or None),
+                         ("--initial-state", None if initial_state == "both" else initial_state),
+                         ("--reverse", reverse), ("--varlen", varlen),
+                         ("--input-scale", None if input_scale == 1.0 else input_scale), ("--batch-rows", batch_rows),
+                         ("--isolate", None if isolate == "auto" else isolate),
+                         ("--point-timeout", None if str(point_timeout) == "0" else point_timeout),
+                         ("--jobs", None if jobs == 1 else jobs), ("--world-size", world_size)])
+        writer = open_writer(out, "check-grad", collect(), resume, args)
         execute("check-grad", tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s, repeat=1,
-                plugins=kernel, resume=resume, check_jobs=jobs)
+                plugins=kernel, resume=resume, check_jobs=jobs,
+                again=resume_command("check-grad", args, writer.path))
         finish(writer, json_, check_tables)

@@ -57,7 +57,8 @@ def gate(
     baseline: Annotated[Path, typer.Option(help="Results JSON to compare against.", show_default=False)],
     threshold: Annotated[Optional[str], typer.Option(
         help="Largest tolerated growth of kernel/reference time: 10% or 0.1 (default: the baseline's "
-        "recorded threshold, from its suite, else 10%).", show_default=False)] = None,
+        "recorded threshold, from its suite, else 10% for GPU runs and 100% for CPU runs).",
+        show_default=False)] = None,
     reference: Annotated[Optional[str], typer.Option(
         help="Kernel whose same-run time divides every other (default: the baseline's recorded "
         "reference, from its suite, else the first softmax kernel timed in both); 'none' compares "
@@ -68,6 +69,8 @@ def gate(
         "--static", help="CURRENT and --baseline are lattnbench static files: gate compile metrics "
         "(spills, registers, shared memory, loop instructions, mma, XLA flops and bytes); --threshold "
         "is then the tolerated growth of registers and shared memory (default 0%).")] = False,
+    show_all: Annotated[bool, typer.Option(
+        "--all", help="List every point, the ok ones too (by default they are counted).")] = False,
     common: Annotated[bool, typer.Option(
         "--common", help="Compare only the points both files measured (e.g. points measured alone "
         "against the same points inside a suite); implied when the files come from different "
@@ -83,7 +86,8 @@ def gate(
 
         gate_static(current, baseline, threshold, json_out)
         return
-    from lattnbench.views.gate import FAILING, METHOD, METHODS, GateError, compare, failed, parse_threshold, to_json
+    from lattnbench.views.gate import (FAILING, METHOD, METHODS, GateError, compare, default_threshold, failed,
+                                      parse_threshold, to_json)
     from lattnbench.results import ResultsError
     from lattnbench.views.rows import ReportError, load_docs
 
@@ -92,44 +96,55 @@ def gate(
         recorded = [] if threshold is not None and reference is not None else [
             what for what, given in (("threshold", threshold), ("reference", reference))
             if given is None and base_doc.get(what)]
-        thr = parse_threshold(threshold if threshold is not None else base_doc.get("threshold") or "10%")
+        if threshold is not None or base_doc.get("threshold"):
+            thr = parse_threshold(threshold if threshold is not None else base_doc["threshold"])
+            thr_source = None
+        else:
+            thr, thr_source = default_threshold(base_doc["rows"])
         if reference is None and base_doc.get("reference"):
             reference = base_doc["reference"]
         points, ref = compare(cur_doc["rows"], base_doc["rows"], thr, reference,
                               common_only=common or cur_doc.get("suite") != base_doc.get("suite"))
     except (ResultsError, ReportError, GateError) as exc:
         die(str(exc))
-    if not json_out:
-        if recorded:
-            out.print(f"[dim]{' and '.join(recorded)} from the baseline file ({base_doc.get('suite')})[/]",
-                      highlight=False)
-        if cur_doc.get("suite") != base_doc.get("suite"):
-            out.print(f"[yellow]note:[/] the files come from different suites ({cur_doc.get('suite')} vs "
-                      f"{base_doc.get('suite')}): only their common points are compared", highlight=False)
-        elif common:
-            out.print("[dim]only the points both files measured are compared[/]", highlight=False)
+    notes: list[str] = []
+    if thr_source:
+        notes.append(f"[dim]threshold {thr:.0%}: {thr_source} (the baseline records none)[/]")
+    if recorded:
+        notes.append(f"[dim]{' and '.join(recorded)} from the baseline file ({base_doc.get('suite')})[/]")
+    if cur_doc.get("suite") != base_doc.get("suite"):
+        notes.append(f"[yellow]note:[/] the files come from different suites ({cur_doc.get('suite')} vs "
+                     f"{base_doc.get('suite')}): only their common points are compared")
+    elif common:
+        notes.append("[dim]only the points both files measured are compared[/]")
     bad = [p for p in points if p.verdict in FAILING]
     if json_out:
         typer.echo(to_json(points, current=str(current), baseline=str(baseline), reference=ref,
                            threshold=thr))
+        raise typer.Exit(EXIT_FAIL if failed(points) else EXIT_OK)
+    # the verdict comes first: in a CI log it is the line a reader looks for
+    if bad:
+        kinds = sorted({p.verdict for p in bad})
+        out.print(f"[bold red]FAILED[/]: {len(bad)} of {len(points)} points ({', '.join(kinds)})", highlight=False)
     else:
-        for table in verdict_tables(points, f"gate: {current.name} vs {baseline.name} · "
-                                    f"{'time ratio to ' + ref if ref else 'times as they are'} "
-                                    f"· threshold {thr:.0%}"):
-            out.print(table)
-        for p in bad:
-            why = p.reason or (f"{p.change:+.1%}, by {p.method}" + (
-                f" (interval {p.interval[0]:+.1%} .. {p.interval[1]:+.1%})" if p.interval else ""))
-            out.print(f"[bold red]{p.verdict}[/] {p.kernel} n={p.n} {p.mode} {p.metric}: {why}", highlight=False)
-        used = {m: sum(1 for p in points if p.method == m) for m in METHODS}
-        how = ", ".join(f"{n} by {m}" for m, n in used.items() if n)
-        out.print(f"significance{f' ({how})' if how else ''}: {METHOD}", highlight=False)
-        if bad:
-            kinds = sorted({p.verdict for p in bad})
-            out.print(f"[bold red]FAILED[/]: {len(bad)} of {len(points)} points ({', '.join(kinds)})",
-                      highlight=False)
-        else:
-            out.print(f"[green]passed[/]: {len(points)} points, none regressed", highlight=False)
+        out.print(f"[green]passed[/]: {len(points)} points, none regressed", highlight=False)
+    for p in bad:
+        why = p.reason or (f"{p.change:+.1%}, by {p.method}" + (
+            f" (interval {p.interval[0]:+.1%} .. {p.interval[1]:+.1%})" if p.interval else ""))
+        out.print(f"[bold red]{p.verdict}[/] {p.kernel} n={p.n} {p.mode} {p.metric}: {why}", highlight=False)
+    for line in notes:
+        out.print(line, highlight=False)
+    shown = points if show_all else [p for p in points if p.verdict != "ok"]
+    title = (f"gate: {current.name} vs {baseline.name} · "
+             f"{'time ratio to ' + ref if ref else 'times as they are'} · threshold {thr:.0%}")
+    for table in verdict_tables(shown, title):
+        out.print(table)
+    quiet = len(points) - len(shown)
+    if quiet:
+        out.print(f"ok: {quiet} points within the threshold or not significant (--all lists them)", highlight=False)
+    used = {m: sum(1 for p in points if p.method == m) for m in METHODS}
+    how = ", ".join(f"{n} by {m}" for m, n in used.items() if n)
+    out.print(f"significance{f' ({how})' if how else ''}: {METHOD}", highlight=False)
     raise typer.Exit(EXIT_FAIL if failed(points) else EXIT_OK)
 
 

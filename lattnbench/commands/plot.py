@@ -22,17 +22,23 @@ def plot(
         help="Timer of the speed and speed-up plots: device, graph or latency.")] = "device",
     mode: Annotated[Optional[str], typer.Option(
         help="Only these modes: fwd, bwd, fwdbwd (comma list).")] = None,
+    kernels: Annotated[Optional[list[str]], typer.Option(
+        "--kernels", "-k", help="Only these kernels: names or globs, comma separated or repeated.",
+        show_default=False)] = None,
+    n: Annotated[Optional[str], typer.Option(
+        "--n", "-n", help="Only these sequence lengths (range grammar: 512..8192, 1024,4096).",
+        show_default=False)] = None,
 ) -> None:
     """Plot a results file: log-log time or memory against n, or speed-up against a reference."""
     from lattnbench.views.plot import PlotError
     from lattnbench.views.plot import plot as render
     from lattnbench.results import ResultsError
     from lattnbench.views.rows import ReportError, load_docs
-    from lattnbench.views.rows import UnknownTimer, parse_timer, select_rows
+    from lattnbench.views.rows import UnknownTimer, filter_rows, parse_timer, select_rows
 
     try:
         timer = parse_timer(timer)
-        (doc,) = select_rows(load_docs([results]), mode, None)
+        (doc,) = filter_rows(select_rows(load_docs([results]), mode, None), kernels, n)
         written, skipped = render(doc, results, out, kind, reference, timer)
     except (ResultsError, ReportError, PlotError, UnknownTimer) as exc:
         die(str(exc))

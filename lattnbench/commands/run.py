@@ -97,7 +97,12 @@ def register(app: typer.Typer) -> None:
         writer.doc["reference"] = spec.reference
         if spec.threshold:
             writer.doc["threshold"] = spec.threshold
+        import shlex
+
+        again = shlex.join(["lattnbench", "run", suite, *(["--out", out] if out else []),
+                            *(["--device", device] if device else []), *(["--only", only] if only else []),
+                            *(["--repeat", str(repeat)] if repeat != 1 else []), "--resume"])
         execute(spec.name, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s, repeat=repeat,
-                plugins=kernel, resume=resume, check_jobs=jobs)
+                plugins=kernel, resume=resume, check_jobs=jobs, again=again)
         finish(writer, json_, lambda rows: [*speed_tables(rows), *memory_tables(rows),
                                             *(check_tables(rows) if any(r["metric"] == "err_ratio" for r in rows) else [])])

@@ -24,8 +24,10 @@ def register(app: typer.Typer) -> None:
         device: axes.DEVICE = "auto", out: axes.OUT = None, json_: axes.JSON = False,
         decay: axes.DECAY = "alibi", gate_norm: axes.GATE_NORM = None, g_dtype: axes.G_DTYPE = None,
         resume: axes.RESUME = False,
-        budget: float = typer.Option(0.5, min=0.0, help="Seconds of device-timer samples per point "
-                                     "(at least 5 samples; the graph and latency timers get half as much each)."),
+        budget: float | None = typer.Option(None, min=0.0, help="Seconds of device-timer samples per point "
+                                            "(at least 5 samples; the graph and latency timers get half as much "
+                                            "each). Default: 0.25 on a GPU (as the seed-readme suite), 0.5 on a CPU.",
+                                            show_default=False),
         repeat: axes.REPEAT = 1, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
         world_size: axes.WORLD_SIZE = None, settle: axes.SETTLE = None,
     ) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 
 from lattnbench.commands.common import EXIT_FAIL, EXIT_OK, die, err, out
+from lattnbench.commands.invocation import cli_args, resume_command
 from lattnbench.errors import Unsupported
 from lattnbench.runner.plan import Task
 from lattnbench.registry import KernelEntry, Registry
@@ -23,6 +24,9 @@ from lattnbench.spec import SpecError
 POINT_FIELDS = ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v", "dtype", "decay", "gate_norm", "g_dtype",
                 "varlen",
                 "initial_state", "reverse", "input_scale", "check", "world_size")
+
+#: seconds of device-timer samples per speed point when --budget is not given
+GPU_BUDGET, CPU_BUDGET = 0.25, 0.5
 
 #: where runs write when --out is not given (outside any checkout, so a run never dirties one)
 RESULTS_ENV = "LATTNBENCH_RESULTS_DIR"
@@ -107,17 +111,30 @@ def runs_at(entry: KernelEntry, case) -> bool:
     return case.world_size == 1 or entry.sequence_parallel
 
 
-def open_writer(path: str | Path | None, name: str, env: dict, resume: bool) -> ResultsWriter:
-    """The results file: ``--out``, else a time-stamped file under ``results_root()/<machine>/``."""
+def open_writer(path: str | Path | None, name: str, env: dict, resume: bool,
+                args: list[str] | None = None) -> ResultsWriter:
+    """The results file: ``--out``, else a time-stamped file under ``results_root()/<machine>/``.
+
+    ``args`` are the options that reproduce the run (``invocation``): recorded in the file, and
+    with ``--resume`` but no ``--out`` they pick the newest unfinished run of the same options.
+    """
+    from lattnbench.commands.invocation import RUNNING, NoRunToResume, find_resumable
     from lattnbench.env import machine_name
 
+    folder = results_root() / machine_name(env)
     if path:
         target = Path(path)
     elif resume:
-        die("--resume needs --out: the results file of the run to continue")
+        if args is None:
+            die("--resume needs --out: the results file of the run to continue")
+        try:
+            target = find_resumable(folder, name, args)
+        except NoRunToResume as exc:
+            die(str(exc))
+        err.print(f"resuming {target}", highlight=False, soft_wrap=True)
     else:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        target = results_root() / machine_name(env) / f"{name}-{stamp}.json"
+        target = folder / f"{name}-{stamp}.json"
         k = 2
         while target.exists():  # two runs in one second keep both files
             target = target.with_name(f"{name}-{stamp}-{k}.json")
@@ -130,26 +147,38 @@ def open_writer(path: str | Path | None, name: str, env: dict, resume: bool) -> 
                 die(f"cannot write {target}: {parent} is a file, not a directory")
             break
     try:
-        return ResultsWriter(target, name, env, resume=resume)
+        writer = ResultsWriter(target, name, env, resume=resume)
+        if args is not None:
+            writer.doc["invocation"] = {"command": name, "args": list(args)}
+        writer.doc["state"] = RUNNING
+        writer.save()
     except ResultsError as exc:
         die(str(exc))
+    return writer
 
 
 class Progress:
-    """A progress bar on a terminal; elsewhere (CI logs) one line per finished point."""
+    """A progress bar on a terminal; elsewhere (CI logs) one line per finished point.
 
-    def __init__(self, title: str, total: int) -> None:
+    On the bar the point's label is the column that gives way: at 80 columns a long label
+    (kernel, shape, run) would otherwise push the count, the elapsed time and the ETA off the line.
+    """
+
+    def __init__(self, title: str, total: int, console=None) -> None:
         self.title, self.total, self.count = title, total, 0
         self.started = time.monotonic()
         self.bar = None
-        if err.is_terminal:
+        console = console or err
+        if console.is_terminal:
             from rich.progress import (BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn,
                                        TimeRemainingColumn)
             from rich.progress import Progress as Bar
+            from rich.table import Column
 
-            self.bar = Bar(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                           TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(), console=err,
-                           transient=False)
+            label = Column(no_wrap=True, overflow="ellipsis", ratio=1, min_width=8)
+            self.bar = Bar(TextColumn("[bold]{task.description}", table_column=label),
+                           BarColumn(bar_width=12), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+                           TimeRemainingColumn(), console=console, transient=False, expand=True)
             self.task_id = self.bar.add_task(title, total=total)
 
     def __enter__(self) -> "Progress":
@@ -183,8 +212,9 @@ class Progress:
 
 def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg: Registry, device: str, *,
             isolate: str, point_timeout: float, repeat: int, plugins: list[str] | None, resume: bool,
-            check_jobs: int = 1) -> None:
-    """Run the tasks under a progress display; Ctrl-C / SIGTERM exit 130 / 143 after saving."""
+            check_jobs: int = 1, again: str | None = None) -> None:
+    """Run the tasks under a progress display; Ctrl-C / SIGTERM exit 130 / 143 after saving and
+    printing ``again``, the command that continues the run."""
     from lattnbench.runner.loop import Hooks, Interrupted, RunConfig, Runner
     from lattnbench.runner.ranks import under_torchrun
 
@@ -205,9 +235,44 @@ def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg: Registry,
             runner.run()
         except Interrupted as exc:
             _release_followers()
-            err.print("[yellow]interrupted: every finished point is saved; --resume continues[/]")
+            stopped(writer, again)
             raise typer.Exit(128 + int(exc.signum)) from None
+        except ResultsError as exc:  # the results file cannot be written any more (disk full, removed)
+            _release_followers()
+            die(str(exc))
     _release_followers()
+
+
+def stopped(writer: ResultsWriter, again: str | None) -> None:
+    """After Ctrl-C / SIGTERM: mark the file interrupted, write its CSV, and say where it is and
+    the command that continues it."""
+    from lattnbench.commands.invocation import INTERRUPTED
+
+    csv = writer.path.with_suffix(".csv")
+    writer.doc["state"] = INTERRUPTED
+    notes = []
+    try:
+        writer.save()
+    except ResultsError as exc:
+        notes.append(str(exc))
+    try:
+        write_csv(writer.doc, csv)
+        views = " (+ .csv)"
+    except OSError as exc:
+        views = ""
+        notes.append(f"cannot write {csv}: {exc.strerror or exc}")
+    points = _count_points(writer.rows)
+    err.print(f"interrupted: {points} finished points saved in {writer.path}{views}", highlight=False,
+              soft_wrap=True, markup=False)
+    for note in notes:
+        err.print(f"warning: {note}", highlight=False, soft_wrap=True, markup=False)
+    if again:
+        err.print(f"continue with: {again}", highlight=False, soft_wrap=True, markup=False)
+
+
+def _count_points(rows: list[dict]) -> int:
+    return len({(r["kernel"], r["metric"], *(json.dumps(r.get(f)) for f in POINT_FIELDS), x.get("run", 0))
+                for r in rows for x in (r.get("runs") or [{}])})
 
 
 def _release_followers() -> None:
@@ -224,21 +289,40 @@ def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], 
     """Print the tables (or JSON), the file paths and a status summary; exit 1 on failures."""
     from lattnbench.measure.points import any_failed, summarize
 
+    from lattnbench.commands.invocation import FINISHED
+
     rows = writer.rows
+    writer.doc["state"] = FINISHED
+    csv = writer.path.with_suffix(".csv")
     try:
-        write_csv(writer.doc, writer.path.with_suffix(".csv"))
+        writer.save()
+        write_csv(writer.doc, csv)
+    except ResultsError as exc:
+        die(str(exc))
     except OSError as exc:
-        err.print(f"[yellow]warning:[/] cannot write the CSV view: {exc}")
+        die(f"cannot write {csv}: {exc.strerror or exc} (the results are in {writer.path})")
     if as_json:
         json.dump(writer.doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         for table in tables(rows):
             out.print(table)
+        timed = [r for r in rows if r.get("metric") == "time_ms" and r.get("status") == "ok"]
+        if timed:  # what "device timer" means here: on a CPU there is no L2 flush nor do_bench
+            from rich.text import Text
+
+            from lattnbench.views.report import timer_note
+
+            out.print(Text(f"device timer: {timer_note('device', timed)}", style="dim"))
+    from rich.markup import escape
+
+    from lattnbench.views.rows import inverted_modes
+
+    for line in inverted_modes(rows):
+        err.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     counts = summarize(rows)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    points = len({(r["kernel"], r["metric"], *(json.dumps(r.get(f)) for f in POINT_FIELDS), x.get("run", 0))
-                  for r in rows for x in (r.get("runs") or [{}])})
+    points = _count_points(rows)
     err.print(f"results: {writer.path} (+ .csv) — {points} points, {len(rows)} rows "
               f"(one per mode or tensor): {summary or 'none'}")
     raise typer.Exit(EXIT_FAIL if any_failed(rows) else EXIT_OK)
@@ -299,6 +383,7 @@ def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels
     from lattnbench.runner.plan import Task
 
     timeout_s = axes.parse_timeout(point_timeout)
+    given_budget = budget
     dev, reg = setup(device, plugins)
     where = resolve_isolation(isolate, dev)
     defaults = axes.GPU_DEFAULTS if dev == "cuda" else axes.CPU_DEFAULTS
@@ -309,10 +394,25 @@ def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels
     want = guarded(lambda: axes.modes(mode))
     if command == "memory":
         want = [m for m in want if m != "bwd"] or ["fwd"]
+    if budget is None:  # a GPU's samples vary less and its main job has two minutes; a CPU's need more
+        budget = GPU_BUDGET if dev == "cuda" else CPU_BUDGET
+    main_job = command == "speed" and kernels is None and n is None  # the plain run: the main job's caps
     tasks = distinct([Task(command, e.name, family_case(e, c), tuple(want), budget,
                            settle_c=settle if command == "speed" else None)
-                      for c in cases for e in chosen if runs_at(e, c)])
-    writer = open_writer(out, command, collect(), resume)
+                      for c in cases for e in chosen
+                      if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))])
+    args = cli_args([("--n", n), ("--batch", batch), ("--heads", heads), ("--kv-heads", kv_heads), ("--dim", dim),
+                     ("--dim-v", dim_v), ("--dtype", dtype), ("--kernels", kernels), ("--kernel", plugins),
+                     ("--mode", None if mode == "fwd,fwdbwd" else mode),
+                     ("--device", None if device == "auto" else device),
+                     ("--decay", None if decay == "alibi" else decay), ("--gate-norm", gate_norm), ("--g-dtype", g_dtype),
+                     ("--budget", None if command != "speed" or given_budget is None else given_budget),
+                     ("--repeat", None if repeat == 1 else repeat),
+                     ("--isolate", None if isolate == "auto" else isolate),
+                     ("--point-timeout", None if str(point_timeout) == "0" else point_timeout),
+                     ("--world-size", world_size), ("--settle", settle)])
+    writer = open_writer(out, command, collect(), resume, args)
     execute(command, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s,
-            repeat=repeat if command == "speed" else 1, plugins=plugins, resume=resume)
+            repeat=repeat if command == "speed" else 1, plugins=plugins, resume=resume,
+            again=resume_command(command, args, writer.path))
     finish(writer, as_json, speed_tables if command == "speed" else memory_tables)

@@ -114,14 +114,14 @@ def _kernel_header(name: str) -> str:
 
 # ---- speed and memory --------------------------------------------------------------------------
 
-def _speed_cell(row: dict, timer: str, detail: bool) -> str:
+def _speed_cell(row: dict, timer: str, detail: bool, mark: Callable[[dict], str] | None = None) -> str:
     """Median (3 significant digits) with its marks and run spread; p20–p80 when ``detail``."""
     if row["status"] != "ok":
         return _status(row)
     v = timer_median(row, timer)
     if v is None:
         return "—"
-    first = f"{sig3(v)}{marks(row)}"
+    first = f"{sig3(v)}{marks(row)}{mark(row) if mark else ''}"
     spread = spread_text(row, timer)
     lines = [f"{first} {spread}" if spread else first]
     rng = timer_range(row, timer)
@@ -154,15 +154,19 @@ def _value_table(title: str, caption: str | None, kernels: list[str], by_n: dict
 
 
 def value_tables(rows: list[dict], metric: str, unit: str, title: str, timer: str = "device",
-                 width: int | None = None) -> list[Table]:
-    """Speed (``time_ms``) or memory (``peak_mb``) tables that fit ``width`` columns."""
+                 width: int | None = None, group: Callable[[dict], str] = _shape,
+                 mark: Callable[[dict], str] | None = None, mark_note: str | None = None) -> list[Table]:
+    """Speed (``time_ms``) or memory (``peak_mb``) tables that fit ``width`` columns, one per mode
+    and ``group`` (the shape label; a report of several decays or devices passes a finer one).
+    ``mark`` adds a per-cell mark after the built-in ones, explained by ``mark_note`` under the
+    tables that show it."""
     width = terminal_width(width)
     speed = metric == "time_ms"
     cell_of = _speed_cell if speed else _memory_cell
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         if r["metric"] == metric:
-            groups[(r["mode"], _shape(r))].append(r)
+            groups[(r["mode"], group(r))].append(r)
     tables: list[Table] = []
     for (mode, shape), rs in groups.items():
         kernels = list(dict.fromkeys(_column(r) for r in rs))
@@ -172,6 +176,8 @@ def value_tables(rows: list[dict], metric: str, unit: str, title: str, timer: st
         what = f"{timer} timer, {unit}, median" if speed else unit
         head = f"{title} · {mode} · {shape} · {what}"
         notes = legend(rs, timer) if speed else []
+        if mark is not None and mark_note and any(mark(r) for r in rs if r.get("status") == "ok"):
+            notes.append(mark_note)
 
         ranges = speed and any(timer_range(r, timer) is not None for r in rs)
         floors = speed and any(pct_floor(r, v, timer) is not None for r in rs
@@ -183,7 +189,8 @@ def value_tables(rows: list[dict], metric: str, unit: str, title: str, timer: st
                 extra.append("(p%) = % of the roofline floor")
             caption = "\n".join([*extra, *notes]) or None
             return lambda: _value_table(head + suffix, caption, ks, by_n,
-                                        lambda r: cell_of(r, timer, detail), gap)
+                                        lambda r: (cell_of(r, timer, detail, mark) if speed
+                                                   else cell_of(r, timer, detail)), gap)
 
         table = fit([layout(True, 2), layout(False, 2), layout(False, 1)], width)
         if table is not None:
@@ -211,20 +218,59 @@ def _split(kernels: list[str], make: Callable[[list[str], str], Table], width: i
     return [make(ks, f" ({i}/{len(chunks)})") for i, ks in enumerate(chunks, 1)]
 
 
-def speed_tables(rows: list[dict], timer: str = "device", width: int | None = None) -> list[Table]:
+def speedup_tables(rows: list[dict], reference: str, timer: str = "device", width: int | None = None,
+                   group: Callable[[dict], str] = _shape) -> list[Table]:
+    """``reference``'s time over each kernel's, per mode and shape: above 1 is faster than it."""
+    width = terminal_width(width)
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r["metric"] == "time_ms":
+            groups[(r["mode"], group(r))].append(r)
+    tables: list[Table] = []
+    for (mode, shape), rs in groups.items():
+        by_n: dict[int, dict[str, dict]] = defaultdict(dict)
+        for r in rs:
+            by_n[r["seqlen"]][_column(r)] = r
+        kernels = [k for k in dict.fromkeys(_column(r) for r in rs) if k != reference]
+        if not kernels or not any(reference in cells for cells in by_n.values()):
+            continue
+
+        def cell(row: dict, by_n=by_n) -> str:
+            v, ref = timer_median(row, timer), timer_median(by_n[row["seqlen"]].get(reference), timer)
+            if row["status"] != "ok":
+                return _status(row)
+            return f"{ref / v:.2f}×" if v and ref is not None else "—"
+
+        head = f"speed-up vs {reference} · {mode} · {shape} · {timer} timer"
+
+        def layout(gap: int, ks: list[str] = kernels, suffix: str = "", head=head, cell=cell, by_n=by_n):
+            return lambda: _value_table(head + suffix, f"{reference} time / kernel time: above 1 is faster",
+                                        ks, by_n, cell, gap)
+
+        table = fit([layout(2), layout(1)], width)
+        tables.extend([table] if table is not None else
+                      _split(kernels, lambda ks, part: layout(1, ks, part)(), width))
+    return tables
+
+
+def speed_tables(rows: list[dict], timer: str = "device", width: int | None = None,
+                 group: Callable[[dict], str] = _shape, mark: Callable[[dict], str] | None = None,
+                 mark_note: str | None = None) -> list[Table]:
     """Speed tables of ``timer`` (the device timer unless asked otherwise)."""
-    return value_tables(rows, "time_ms", "ms", "speed", timer, width)
+    return value_tables(rows, "time_ms", "ms", "speed", timer, width, group, mark, mark_note)
 
 
-def memory_tables(rows: list[dict], width: int | None = None) -> list[Table]:
+def memory_tables(rows: list[dict], width: int | None = None, group: Callable[[dict], str] = _shape) -> list[Table]:
     """Peak memory tables: one measurement per point, in MB above the live inputs."""
-    return value_tables(rows, "peak_mb", "MB above inputs", "peak memory", width=width)
+    return value_tables(rows, "peak_mb", "MB above inputs", "peak memory", width=width, group=group)
 
 
 # ---- check-grad --------------------------------------------------------------------------------
 
 def _err(v: float) -> str:
     """1.2e-07 -> 1.2e-7: two digits and the exponent, nothing else."""
+    if v != v or v in (float("inf"), float("-inf")):
+        return "nan" if v != v else ("inf" if v > 0 else "-inf")
     mant, exp = f"{v:.1e}".split("e")
     return f"{mant}e{int(exp)}"
 

@@ -218,13 +218,18 @@ def _jax_dpa(implementation: str) -> Callable[[], Callable]:
     return loader
 
 
+#: FlashAttention's longest n in the plain GPU run: its 16k and 32k points cost 25-380 ms a call
+MAIN_JOB_FLASH_N = 8192
+
+
 def entries() -> list[KernelEntry]:
     """Every bundled kernel, in the order ``lattnbench list`` shows them.
 
     A plain ``speed`` / ``memory`` run times the bundled kernels with ``timed_by_default`` for its
-    device: on a GPU the Triton kernel (from torch and from JAX) beside FlashAttention-2, so the
-    main job stays within a few minutes; on a CPU the pure-JAX kernels and XLA attention (the
-    Triton kernel runs in the interpreter there, for correctness only).
+    device: on a GPU the Gluon and Triton kernels beside FlashAttention-2 up to n = 8192, so the
+    main job stays within two minutes on a fresh machine (JAX's start-up and FlashAttention's
+    quadratic points at 16k and 32k took most of its time); on a CPU the pure-JAX kernels and XLA
+    attention (the Triton kernel runs in the interpreter there, for correctness only).
     """
     half = ("bf16", "fp16")
     return [
@@ -238,7 +243,7 @@ def entries() -> list[KernelEntry]:
                     interpreted_on_cpu=True,
                     description="bundled fused chunked Triton kernel (Lightning Attention-2), own backward"),
         KernelEntry("lightning/gluon", "lightning", "torch", _lightning_gluon, requires=("triton", "torch"),
-                    devices=("cuda",), dtypes=half, device_check=_gluon_device, timed_by_default=(),
+                    devices=("cuda",), dtypes=half, device_check=_gluon_device, timed_by_default=("cuda",),
                     description="Gluon sm_90 forward (TMA ring, async wgmma, a load warp, a state warpgroup, "
                                 "an output warpgroup); backward: three Gluon forward passes (bf16, no GQA, from B·T·H = "
                                 "4·4096·32 rows), else the Triton kernel's. fp32 is refused; packed "
@@ -254,7 +259,7 @@ def entries() -> list[KernelEntry]:
                     description="lightning/triton in a training step compiled whole: fwd, autograd.grad and bwd "
                                 "in one torch.compile(mode='reduce-overhead') graph, one CUDA graph per step"),
         KernelEntry("lightning/jax-triton", "lightning", "jax", _jax_lightning("triton"), devices=("cuda",),
-                    requires=("jax_triton", "triton"),
+                    requires=("jax_triton", "triton"), timed_by_default=(),
                     features=LINEAR_FEATURES - {"varlen"},
                     description="the bundled Triton kernel called from JAX through jax-triton, custom VJP"),
         KernelEntry("lightning/triton-sp", "lightning", "torch", _lightning_sp("allgather"), requires=("triton",),
@@ -295,7 +300,7 @@ def entries() -> list[KernelEntry]:
                     features=frozenset({"gqa", "dv", "any_dim"}),
                     description="causal softmax attention materialising the scores"),
         KernelEntry("softmax/sdpa-flash", "softmax", "torch", _sdpa("FLASH_ATTENTION"), devices=("cuda",),
-                    dtypes=half, features=frozenset({"gqa", "any_dim"}),
+                    dtypes=half, features=frozenset({"gqa", "any_dim"}), main_job_max_n=(("cuda", MAIN_JOB_FLASH_N),),
                     description="FlashAttention-2 through torch SDPA"),
         KernelEntry("softmax/sdpa-cudnn", "softmax", "torch", _sdpa("CUDNN_ATTENTION"), devices=("cuda",),
                     timed_by_default=(),

@@ -38,11 +38,19 @@ class KernelEntry:
     fixed_scale: float | None = None  # kernels without a scale argument (the reference uses it too)
     final_state: bool = True          # returns S_T (softmax kernels never do)
     timed_by_default: tuple[str, ...] = ("cpu", "cuda")  # devices where a plain speed / memory run includes it
+    #: (device, largest n) of the plain run (no --kernels, no --n): a quadratic kernel's longest
+    #: points would take most of the main job's time budget
+    main_job_max_n: tuple[tuple[str, int], ...] = ()
     sequence_parallel: bool = False   # takes its rank's shard of the sequence (world size >= 1)
     device_check: Callable[[str], str | None] | None = None  # a further need of the device (e.g. sm_90)
     # fwd+bwd as one function, as a compiled training step runs it: given the adapter's eager
     # ``run(*tensors, *cotangents) -> (outputs, gradients)``, a function of the same signature
     step: Callable[[Callable], Callable] | None = None
+
+    def caps(self, device: str, seqlen: int) -> bool:
+        """Whether the plain run leaves out this kernel's point at ``seqlen`` (``main_job_max_n``)."""
+        cap = dict(self.main_job_max_n).get(device)
+        return cap is not None and seqlen > cap
 
     def available(self, device: str) -> str | None:
         """None when the kernel can run on ``device``, else why not (package missing, no GPU)."""

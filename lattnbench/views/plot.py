@@ -204,8 +204,11 @@ def plot(doc: dict, results: Path, out: Path | None, kind: str,
                 raise
             skipped.append(f"{k}: {exc}")
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save(fig, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save(fig, path)
+        except OSError as exc:  # a read-only or virtual folder (/proc), a full disk
+            raise PlotError(f"cannot write {path}: {exc.strerror or exc}") from None
         written.append(path)
     if not written:
         raise PlotError("nothing to plot: " + "; ".join(skipped))

@@ -75,6 +75,21 @@ TIMER_NOTE = {
 }
 
 
+#: the same timers where there are no device events and no L2 to flush: the host clock
+CPU_TIMER_NOTE = {
+    "device": "the host clock over a batch of back-to-back calls closed by one sync, over the batch",
+    "latency": "one synchronised call end to end, by the host clock",
+    "host": "host time inside one call until it returns",
+}
+
+
+def timer_note(timer: str, rows: Sequence[dict]) -> str:
+    """What ``timer`` measured for these rows: on a CPU there is no L2 flush nor do_bench."""
+    if rows and all(r.get("device") == "cpu" for r in rows) and timer in CPU_TIMER_NOTE:
+        return CPU_TIMER_NOTE[timer]
+    return TIMER_NOTE[timer]
+
+
 def _metric_tables(rows: list[dict], metric: str, reference: str | None, timer: str = "device") -> list[str]:
     families = {r["kernel"]: r.get("family", "") for r in rows}
     rows = [r for r in rows if r.get("metric") == metric and (metric != "time_ms" or is_speed(r))]
@@ -99,7 +114,7 @@ def _metric_tables(rows: list[dict], metric: str, reference: str | None, timer: 
                 line.append(f"{ref / v:.2f}×" if ref is not None and v else DASH)
             body.append(line)
         if speed:
-            notes = [f"time in ms by the `{timer}` timer ({TIMER_NOTE[timer]}), median of every sample"
+            notes = [f"time in ms by the `{timer}` timer ({timer_note(timer, g)}), median of every sample"
                      + ("; with several runs, the median of the run medians"
                         if any(len(r.get("runs") or []) > 1 for r in g) else "")]
         else:

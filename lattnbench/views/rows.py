@@ -157,6 +157,23 @@ def legend(rows: list[dict], timer: str = "device") -> list[str]:
     return lines
 
 
+def inverted_modes(rows: Sequence[dict], timer: str = "device") -> list[str]:
+    """One line per point whose fwd took longer than its fwd+bwd: the fwd+bwd does the fwd's work
+    and more, so such a point was timed on a busy machine (or a timer is off) and should be re-run."""
+    by_point: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        if r.get("metric") == "time_ms" and r.get("mode") in ("fwd", "fwdbwd") and not r.get("interpreted"):
+            key = (r["kernel"], r.get("seqlen"), shape_key(r))
+            by_point.setdefault(key, {})[r["mode"]] = r
+    lines = []
+    for (kernel, _, _), modes in by_point.items():
+        f, fb = timer_median(modes.get("fwd"), timer), timer_median(modes.get("fwdbwd"), timer)
+        if f is not None and fb is not None and f > fb:
+            lines.append(f"{kernel} {shape_label(modes['fwd'], seqlen=True)}: fwd {fmt(f)} ms > fwd+bwd {fmt(fb)} ms "
+                         "by the " + timer + " timer (a busy machine or a timer problem: re-run this point)")
+    return lines
+
+
 def sig3(v: float | None) -> str:
     """Three significant digits without an exponent: 0.0123, 0.151, 1.71, 17.7, 272, 1234."""
     if v is None:
@@ -230,6 +247,35 @@ def select_rows(docs: list[dict], modes: str | None, metrics: str | None) -> lis
         doc["rows"] = [r for r in doc["rows"]
                        if (want_modes is None or r.get("mode") in want_modes)
                        and (want_metrics is None or r.get("metric") in want_metrics)]
+    return docs
+
+
+def filter_rows(docs: list[dict], kernels: Sequence[str] | None, ns: str | None) -> list[dict]:
+    """Keep the rows of kernels matching any of ``kernels`` (names or shell globs, comma lists
+    allowed) and of the sequence lengths ``ns`` (the range grammar); None keeps all. A pattern
+    that matches no kernel of the files, or lengths none of them has, is a ReportError."""
+    import fnmatch
+
+    from lattnbench.spec import SpecError, parse_range
+
+    pats = [p for raw in kernels or () for p in (x.strip() for x in raw.split(",")) if p]
+    present = sorted({r["kernel"] for d in docs for r in d["rows"]})
+    for pat in pats:
+        if not any(fnmatch.fnmatchcase(k, pat) for k in present):
+            raise ReportError(f"--kernels {pat!r} matches no kernel of the file (kernels: {', '.join(present) or 'none'})")
+    want_n: set[int] | None = None
+    if ns is not None:
+        try:
+            want_n = set(parse_range(ns, "--n"))
+        except SpecError as exc:
+            raise ReportError(str(exc)) from None
+        have = sorted({r.get("seqlen") for d in docs for r in d["rows"] if isinstance(r.get("seqlen"), int)})
+        if not want_n & set(have):
+            raise ReportError(f"--n {ns}: no such n in the file (n: {', '.join(map(str, have)) or 'none'})")
+    for doc in docs:
+        doc["rows"] = [r for r in doc["rows"]
+                       if (not pats or any(fnmatch.fnmatchcase(r["kernel"], p) for p in pats))
+                       and (want_n is None or r.get("seqlen") in want_n)]
     return docs
 
 

@@ -19,7 +19,7 @@ import torch  # noqa: E402
 
 from lattnbench.kernels.triton.gla import gla_triton  # noqa: E402
 from lattnbench.kernels.triton.gla.naive import gla_naive  # noqa: E402
-from lattnbench.measure.inputs import GATE_NORMALISER  # noqa: E402
+from lattnbench.spec import DEFAULT_GATE_NORM as GATE_NORMALISER  # noqa: E402
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio  # noqa: E402
 
 pytestmark = pytest.mark.gpu

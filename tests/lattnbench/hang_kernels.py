@@ -55,3 +55,10 @@ boom.lattnbench_name = "plugin/boom"
 oom.lattnbench_name = "plugin/oom"
 crash.lattnbench_name = "plugin/crash"
 abort.lattnbench_name = "plugin/abort"
+
+
+def stall(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+    """Never returns unless STALL_OFF is set: a run to interrupt, then to resume to the end."""
+    if not os.environ.get("STALL_OFF"):
+        time.sleep(3600)
+    return lightning_naive(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens)

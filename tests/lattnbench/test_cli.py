@@ -205,9 +205,10 @@ def test_suite_names_resolve_from_any_directory(monkeypatch, tmp_path):
     assert load_suite("ci").name == "ci" and load_suite("seed-readme").name == "seed-readme"
 
 
-def test_resume_without_out_is_a_usage_error():
+def test_resume_without_out_and_nothing_to_resume_is_a_usage_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("LATTNBENCH_RESULTS_DIR", str(tmp_path))
     res = invoke("speed", "--resume")
-    assert res.exit_code == 2 and "--resume needs --out" in res.output
+    assert res.exit_code == 2 and "no interrupted `speed` run" in res.output
 
 
 def test_progress_without_a_terminal_is_a_line_per_point_and_the_summary_counts_points(tmp_path):

@@ -306,7 +306,7 @@ def test_one_run_on_either_side_falls_back_to_the_samples(tmp_path):
 def test_the_verdict_table_fits_80_columns_in_a_ci_log(tmp_path, baseline):
     key = ("lightning/triton", 4096, "fwdbwd", "err_ratio", "final_state")
     cur = write_run(tmp_path / "cur.json", seed=3, slow={"lightning/triton": 1.3}, overrides={key: {"status": "fail"}})
-    res = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["gate", str(cur), "--baseline", str(baseline)])
+    res = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["gate", str(cur), "--baseline", str(baseline), "--all"])
     assert res.exit_code == 1
     assert "…" not in res.stdout and all(len(x.rstrip()) <= 80 for x in res.stdout.splitlines())
     assert "lightning/triton      16384 fwdbwd time" in res.stdout  # one line per point
@@ -363,3 +363,29 @@ def test_common_compares_only_the_shared_points_of_one_suite(tmp_path, baseline)
     assert "LOST" not in res.output and "only the points both files measured" in res.output
     slow = write_run(tmp_path / "slow.json", seed=2, machine=1.37, drop=dropped)
     assert gate(slow, baseline, "--reference", "none", "--threshold", "10%", "--common").exit_code == 1
+
+
+def test_the_verdict_comes_first_and_ok_points_are_counted(tmp_path, baseline):
+    cur = write_run(tmp_path / "cur.json", seed=3, slow={"lightning/triton": 1.3})
+    res = gate(cur, baseline)
+    lines = res.stdout.splitlines()
+    assert res.exit_code == 1 and lines[0].startswith("FAILED: 6 of")
+    assert not any(" ok" == ln.rstrip()[-3:] for ln in lines)  # no table line of an ok point
+    assert any(ln.startswith("ok: ") and "--all" in ln for ln in lines)
+    res = gate(baseline, baseline)
+    assert res.exit_code == 0 and res.stdout.startswith("passed: ")
+
+
+def test_a_change_past_the_threshold_with_an_interval_reaching_inside_is_not_a_regression(tmp_path):
+    from lattnbench.views.gate import significance
+
+    def row(median, spread):
+        return {"samples_ms": [median * (1 + spread * (i / 19 - 0.5)) for i in range(20)],
+                "p20": median * (1 - spread / 3), "p80": median * (1 + spread / 3)}
+
+    ref = row(1.0, 0.01)
+    # +15 % with an interval of about +5 % .. +27 %: significant against 0, not beyond a 10 % threshold
+    _, beyond, how = significance(row(1.15, 0.4), ref, row(1.0, 0.01), ref, seed=1, threshold=0.10)
+    assert how == "bootstrap" and not beyond
+    _, beyond, _ = significance(row(1.15, 0.4), ref, row(1.0, 0.01), ref, seed=1, threshold=0.0)
+    assert beyond
