@@ -17,15 +17,17 @@ at once), ``ν = u − w S``, and
     O   = scale · [(e^G ⊙ Q) S + ((Q Kᵀ) ⊙ M) ν],      M[i, j] = e^{G_i − G_j}  (j ≤ i)
     S'  = e^{G_C} S + (e^{G_C − G} ⊙ K)ᵀ ν.
 
-Three steps, one job each: ``_wy`` (the gates' sums, A, the triangular solve for u and w:
+Three steps, one job each: ``_prep`` (the gates' sums, A, one triangular solve for u and w;
 parallel over chunks), ``_state_scan`` (the only sequential part: a ``lax.scan`` over chunks of
-``ν = u − w S`` and the state update, its body under ``jax.checkpoint``), ``_outputs`` (O for all
-chunks at once). Every exponent is ≤ 0, and each is a sum of its own gates (a prefix, a suffix or
-a segment sum), never the difference of two cumulative sums: with strong gates G reaches −10³ in
-a chunk, where the difference of two fp32 cumsums would lose the few nats between neighbours.
+``ν = u − w S`` and the state update), ``_outputs`` (O for all chunks at once). Every exponent
+is ≤ 0, and each is a sum of its own gates (a prefix, a suffix or a segment sum), never the
+difference of two cumulative sums: with strong gates G reaches −10³ in a chunk, where the
+difference of two fp32 cumsums would lose the few nats between neighbours.
 
-Gradients by autodiff. Memory: the scan keeps the state entering each chunk (T/C · D·E per
-head) and ν (T·E); the chunk-local tensors are O(T·C). Never a state per token.
+Gradients by autodiff; all three steps run under ``jax.checkpoint``, so the backward recomputes
+the chunk-local [C, C] tensors (A, the decay mask, the scores) instead of keeping them. What it
+keeps: the inputs, u, w and the decayed keys (T·(2D + E) per head), ν (T·E) and the state
+entering each chunk (T/C · D·E): O(T) memory, never a state per token.
 
 Inputs fp32 / bf16 / fp16 run in fp32 (``Precision.HIGHEST``, no TF32), fp64 in fp64 (with x64);
 o comes back in the input dtype, the final state in fp32 (fp64 for fp64 inputs). k is used as
@@ -37,6 +39,7 @@ must be concrete.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -197,25 +200,37 @@ def _state_scan(w, u, kd, lam, h0, lay: Layout):
     return s_in, nu, final
 
 
-def _outputs(q, k, prefix, decay, s_in, nu, scale):
+def _decay_mask(segment):
+    """M[i, j] = e^{G_i − G_j} for j ≤ i, else 0, from the segment sums [..., C, C]."""
+    c = segment.shape[-1]
+    return jnp.where(jnp.tril(jnp.ones((c, c), bool)), jnp.exp(segment), 0.0)
+
+
+@jax.checkpoint
+def _prep(k, v, g, beta):
+    """Everything the scan needs that does not depend on the state, for all chunks at once:
+    (u, w, kd = e^{G_C − G} ⊙ k, lam = e^{G_C} [B, H, NC]). Checkpointed: the backward recomputes
+    the [C, C] tensors instead of keeping them."""
+    prefix, suffix, segment = gate_sums(g)
+    u, w = _wy(k, v, beta, prefix, _decay_mask(segment))
+    return u, w, k * jnp.exp(suffix)[..., None], jnp.exp(prefix[..., -1])
+
+
+def _outputs(q, k, g, s_in, nu, scale):
     """O = scale·[(e^G ⊙ Q) S + ((Q Kᵀ) ⊙ M) ν] for every chunk at once: [B, H, NC, C, E]."""
+    prefix, _, segment = gate_sums(g)
     inter = _ein("bhncd,bhnde->bhnce", q * jnp.exp(prefix)[..., None], s_in)
-    scores = _ein("...id,...jd->...ij", q, k) * decay
+    scores = _ein("...id,...jd->...ij", q, k) * _decay_mask(segment)
     return scale * (inter + _ein("...ij,...je->...ie", scores, nu))
 
 
 def _chunk_forward(q, k, v, g, beta, h0, scale, lay: Layout):
     """Padded tokens [B, Tp, H, ...] -> (o [B, Tp, H, E], final [N, H, D, E])."""
-    c = lay.c
-    qc, kc, vc, gc, bc = (to_chunks(x, c) for x in (q, k, v, g, beta))
-    prefix, suffix, segment = gate_sums(gc)
-    lower = jnp.tril(jnp.ones((c, c), bool))
-    decay = jnp.where(lower, jnp.exp(segment), 0.0)                       # M[i, j] = e^{G_i − G_j}, j ≤ i
-    u, w = _wy(kc, vc, bc, prefix, decay)
-    kd = kc * jnp.exp(suffix)[..., None]
-    lam = jnp.exp(prefix[..., -1])
+    qc, kc, vc, gc, bc = (to_chunks(x, lay.c) for x in (q, k, v, g, beta))
+    u, w, kd, lam = _prep(kc, vc, gc, bc)
     s_in, nu, final = _state_scan(w, u, kd, lam, h0, lay)
-    o = _outputs(qc, kc, prefix, decay, s_in, nu, scale)
+    # checkpointed too: the scores and decay mask are recomputed in the backward, not kept
+    o = jax.checkpoint(partial(_outputs, scale=scale))(qc, kc, gc, s_in, nu)
     return from_chunks(o), final
 
 
