@@ -51,9 +51,10 @@ from jax import lax
 from ._common import HIGHEST, check_inputs, concrete_cu, default_scale, expand_kv, varlen_layout
 
 F32 = jnp.float32
+Array = jax.Array
 
 
-def _ein(spec, *ops):
+def _ein(spec: str, *ops: Array) -> Array:
     return jnp.einsum(spec, *ops, precision=HIGHEST)
 
 
@@ -75,19 +76,20 @@ class Layout(NamedTuple):
     last: np.ndarray | None
 
 
-def compute_dtype(x):
+def compute_dtype(x: Array):
     """fp64 stays fp64 (references under x64); everything else computes in fp32."""
     return jnp.float64 if x.dtype == jnp.float64 else F32
 
 
-def check_gates(q, g, beta) -> None:
+def check_gates(q: Array, g: Array, beta: Array) -> None:
     want = tuple(q.shape[:3])
     for name, x in (("g", g), ("beta", beta)):
         if tuple(x.shape) != want:
             raise ValueError(f"{name} must be [B, T, H] = {want}, got {tuple(x.shape)}")
 
 
-def prepare(q, k, v, g, beta, initial_state, cu_seqlens, chunk: int):
+def prepare(q: Array, k: Array, v: Array, g: Array, beta: Array, initial_state: Array | None, cu_seqlens,
+            chunk: int) -> tuple[list[Array], Array, Layout]:
     """Checks, GQA expansion, casts to the compute dtype and the padded layout.
 
     Returns (tokens (q, k, v, g, beta) as [B, Tp, H, ...] with Tp a multiple of the chunk,
@@ -113,19 +115,19 @@ def prepare(q, k, v, g, beta, initial_state, cu_seqlens, chunk: int):
     return toks, h0, Layout(c, dst, flag, seq, last)
 
 
-def to_chunks(x, c: int):
+def to_chunks(x: Array, c: int) -> Array:
     """[B, Tp, H, ...] -> [B, H, NC, C, ...]."""
     b, tp, h = x.shape[:3]
     return jnp.moveaxis(x.reshape((b, tp // c, c, h) + x.shape[3:]), 3, 1)
 
 
-def from_chunks(x):
+def from_chunks(x: Array) -> Array:
     """[B, H, NC, C, ...] -> [B, NC·C, H, ...]."""
     b, h, nc, c = x.shape[:4]
     return jnp.moveaxis(x, 1, 3).reshape((b, nc * c, h) + x.shape[4:])
 
 
-def unlayout(o, t: int, lay: Layout):
+def unlayout(o: Array, t: int, lay: Layout) -> Array:
     """Padded outputs [B, Tp, H, E] back to the tokens' own positions [B, T, H, E]."""
     return o[:, :t] if lay.dst is None else o[:, lay.dst]
 
@@ -134,7 +136,7 @@ def unlayout(o, t: int, lay: Layout):
 # the three steps
 # ----------------------------------------------------------------------------------------------
 
-def gate_sums(g):
+def gate_sums(g: Array) -> tuple[Array, Array, Array]:
     """Log decays inside each chunk from the gates g [..., C] (each ≤ 0, each a sum of its own terms).
 
     Returns (prefix [..., C]: Σ_{l≤i} g_l, the decay from the chunk start through token i;
@@ -150,7 +152,13 @@ def gate_sums(g):
     return prefix, suffix, segment
 
 
-def _wy(k, v, beta, prefix, decay):
+def _decay_mask(segment: Array) -> Array:
+    """M[i, j] = e^{G_i − G_j} for j ≤ i, else 0, from the segment sums [..., C, C]."""
+    c = segment.shape[-1]
+    return jnp.where(jnp.tril(jnp.ones((c, c), bool)), jnp.exp(segment), 0.0)
+
+
+def _wy(k: Array, v: Array, beta: Array, prefix: Array, decay: Array) -> tuple[Array, Array]:
     """u = (I + A)^{-1} (β ⊙ V), w = (I + A)^{-1} (β e^G ⊙ K) for every chunk at once.
 
     k [B, H, NC, C, D], v [.., C, E], beta / prefix [.., C], decay [.., C, C] = M (lower, with
@@ -165,7 +173,17 @@ def _wy(k, v, beta, prefix, decay):
     return x[..., :e], x[..., e:]
 
 
-def _state_scan(w, u, kd, lam, h0, lay: Layout):
+@jax.checkpoint
+def _prep(k: Array, v: Array, g: Array, beta: Array) -> tuple[Array, Array, Array, Array]:
+    """Everything the scan needs that does not depend on the state, for all chunks at once:
+    (u, w, kd = e^{G_C − G} ⊙ k, lam = e^{G_C} [B, H, NC]). Checkpointed: the backward recomputes
+    the [C, C] tensors instead of keeping them."""
+    prefix, suffix, segment = gate_sums(g)
+    u, w = _wy(k, v, beta, prefix, _decay_mask(segment))
+    return u, w, k * jnp.exp(suffix)[..., None], jnp.exp(prefix[..., -1])
+
+
+def _state_scan(w: Array, u: Array, kd: Array, lam: Array, h0: Array, lay: Layout) -> tuple[Array, Array, Array]:
     """The sequential part: ν = u − w S and S' = λ S + kdᵀ ν, chunk after chunk.
 
     w [B, H, NC, C, D], u [.., C, E], kd = e^{G_C − G} ⊙ k [.., C, D], lam = e^{G_C} [B, H, NC];
@@ -200,23 +218,7 @@ def _state_scan(w, u, kd, lam, h0, lay: Layout):
     return s_in, nu, final
 
 
-def _decay_mask(segment):
-    """M[i, j] = e^{G_i − G_j} for j ≤ i, else 0, from the segment sums [..., C, C]."""
-    c = segment.shape[-1]
-    return jnp.where(jnp.tril(jnp.ones((c, c), bool)), jnp.exp(segment), 0.0)
-
-
-@jax.checkpoint
-def _prep(k, v, g, beta):
-    """Everything the scan needs that does not depend on the state, for all chunks at once:
-    (u, w, kd = e^{G_C − G} ⊙ k, lam = e^{G_C} [B, H, NC]). Checkpointed: the backward recomputes
-    the [C, C] tensors instead of keeping them."""
-    prefix, suffix, segment = gate_sums(g)
-    u, w = _wy(k, v, beta, prefix, _decay_mask(segment))
-    return u, w, k * jnp.exp(suffix)[..., None], jnp.exp(prefix[..., -1])
-
-
-def _outputs(q, k, g, s_in, nu, scale):
+def _outputs(q: Array, k: Array, g: Array, s_in: Array, nu: Array, scale: float) -> Array:
     """O = scale·[(e^G ⊙ Q) S + ((Q Kᵀ) ⊙ M) ν] for every chunk at once: [B, H, NC, C, E]."""
     prefix, _, segment = gate_sums(g)
     inter = _ein("bhncd,bhnde->bhnce", q * jnp.exp(prefix)[..., None], s_in)
@@ -224,7 +226,8 @@ def _outputs(q, k, g, s_in, nu, scale):
     return scale * (inter + _ein("...ij,...je->...ie", scores, nu))
 
 
-def _chunk_forward(q, k, v, g, beta, h0, scale, lay: Layout):
+def _chunk_forward(q: Array, k: Array, v: Array, g: Array, beta: Array, h0: Array, scale: float,
+                   lay: Layout) -> tuple[Array, Array]:
     """Padded tokens [B, Tp, H, ...] -> (o [B, Tp, H, E], final [N, H, D, E])."""
     qc, kc, vc, gc, bc = (to_chunks(x, lay.c) for x in (q, k, v, g, beta))
     u, w, kd, lam = _prep(kc, vc, gc, bc)
@@ -234,8 +237,9 @@ def _chunk_forward(q, k, v, g, beta, h0, scale, lay: Layout):
     return from_chunks(o), final
 
 
-def gdn_chunked(q, k, v, g, beta, scale: float | None = None, initial_state=None,
-                output_final_state: bool = True, cu_seqlens=None, chunk: int = 64):
+def gdn_chunked(q: Array, k: Array, v: Array, g: Array, beta: Array, scale: float | None = None,
+                initial_state: Array | None = None, output_final_state: bool = True, cu_seqlens=None,
+                chunk: int = 64) -> tuple[Array, Array | None]:
     """Gated delta rule, chunked (WY form); returns (o [B, T, H, E] in q's dtype, S_T or None).
 
     q [B, T, H, D]; k [B, T, H_kv, D] (L2-normalised by the caller); v [B, T, H_kv, E];

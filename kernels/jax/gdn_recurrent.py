@@ -19,12 +19,14 @@ from jax import lax
 from ._common import HIGHEST, default_scale
 from .gdn_chunked import Layout, prepare, unlayout
 
+Array = jax.Array
 
-def _ein(spec, *ops):
+
+def _ein(spec: str, *ops: Array) -> Array:
     return jnp.einsum(spec, *ops, precision=HIGHEST)
 
 
-def _token(s, x, scale):
+def _token(s: Array, x: tuple[Array, ...], scale: float) -> tuple[Array, Array]:
     """One token: s [B, H, D, E]; q_t, k_t [B, H, D], v_t [B, H, E], g_t, beta_t [B, H]."""
     q_t, k_t, v_t, g_t, b_t = x
     s = jnp.exp(g_t)[..., None, None] * s
@@ -33,7 +35,8 @@ def _token(s, x, scale):
     return s, scale * _ein("bhd,bhde->bhe", q_t, s)
 
 
-def _scan(q, k, v, g, beta, h0, scale, lay: Layout):
+def _scan(q: Array, k: Array, v: Array, g: Array, beta: Array, h0: Array, scale: float,
+          lay: Layout) -> tuple[Array, Array]:
     """Padded tokens [B, Tp, H, ...] -> (o [B, Tp, H, E], final states [N, H, D, E])."""
     b, tp, h = q.shape[:3]
     c = lay.c
@@ -64,8 +67,9 @@ def _scan(q, k, v, g, beta, h0, scale, lay: Layout):
     return o, final
 
 
-def gdn_recurrent(q, k, v, g, beta, scale: float | None = None, initial_state=None,
-                  output_final_state: bool = True, cu_seqlens=None, chunk: int = 64):
+def gdn_recurrent(q: Array, k: Array, v: Array, g: Array, beta: Array, scale: float | None = None,
+                  initial_state: Array | None = None, output_final_state: bool = True, cu_seqlens=None,
+                  chunk: int = 64) -> tuple[Array, Array | None]:
     """Gated delta rule, token recurrence; the signature and returns of ``gdn_chunked``."""
     b, t, h, d = q.shape
     scale = float(default_scale(scale, d))
