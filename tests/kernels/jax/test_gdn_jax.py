@@ -137,21 +137,21 @@ def test_options_and_errors(rng):
         jax.jit(lambda cu: gdn_chunked(**one, cu_seqlens=cu))(jnp.array([0, 2, 5]))
 
 
-def _residual_bytes(t, chunk):
-    """Bytes autodiff keeps for gdn_chunked's backward at one head, D = E = 32, beyond the inputs."""
+def _residual_bytes(fn, t, chunk=64):
+    """Bytes autodiff keeps for a kernel's backward at one head, D = E = 32."""
     rng = np.random.default_rng(0)
     shapes = {"q": (1, t, 1, 32), "k": (1, t, 1, 32), "v": (1, t, 1, 32), "g": (1, t, 1), "beta": (1, t, 1)}
     args = {name: jnp.asarray(rng.standard_normal(s) * 0.1, jnp.float32) for name, s in shapes.items()}
     # traced, not run: the VJP closure's leaves as shapes
-    vjp_fn = jax.eval_shape(lambda *a: jax.vjp(lambda *x: gdn_chunked(*x, chunk=chunk), *a)[1], *args.values())
-    leaves = jax.tree_util.tree_leaves(vjp_fn)
-    return sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in leaves)
+    vjp_fn = jax.eval_shape(lambda *a: jax.vjp(lambda *x: fn(*x, chunk=chunk), *a)[1], *args.values())
+    return sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(vjp_fn))
 
 
-def test_residuals_grow_linearly_without_a_state_per_token():
-    """Residual memory is O(T) and holds no [C, C] tensor: doubling T doubles it, and at most about
-    12 vectors of D = E = 32 per token stay (inputs, u, w, decayed k, ν, the chunk states), where a
-    state per token would be 32 of them and one [C, C] tensor 2."""
-    small, large = _residual_bytes(512, 64), _residual_bytes(1024, 64)
+@pytest.mark.parametrize("fn,vectors", [(gdn_chunked, 12), (gdn_recurrent, 5)])
+def test_residuals_grow_linearly_without_a_state_per_token(fn, vectors):
+    """Residual memory is O(T): doubling T doubles it, and at most a few vectors of D = E = 32 per
+    token stay (chunked: inputs, u, w, decayed k, ν and the chunk states, no [C, C] tensor, which
+    would be 2 more; recurrent: inputs and the chunk states), where a state per token would be 32."""
+    small, large = _residual_bytes(fn, 512), _residual_bytes(fn, 1024)
     assert 1.9 < large / small < 2.1, (small, large)
-    assert large <= 12 * 1024 * 32 * 4, large / (1024 * 32 * 4)
+    assert large <= vectors * 1024 * 32 * 4, large / (1024 * 32 * 4)
