@@ -64,15 +64,16 @@ def fwd_job(bt: int, bs: int, w: int, s: int) -> Job:
                 bt, bs, w, s)
 
 
-def bwd_h_job(bt: int, bs: int, w: int, s: int) -> Job:
-    types = dict(kd=_BF, bl=_F32, v=_BF, h0=_F32, cu=_F32, T="i32", H="i32", HKV="i32", SHAPE_BUCKET="i32", hc=_BF)
-    return _job("gla/triton:bwd-h", "gla_bwd_h_kernel", types, dict(BV=E, SPLIT=D, HAS_H0=False), bt, bs, w, s)
+def bwd_q_job(bt: int, bs: int, w: int, s: int) -> Job:
+    types = dict(q=_BF, kd=_BF, bl=_F32, v=_BF, g=_F32, do=_BF, h0=_F32, cu=_F32, dqi=_BF, dga=_F32, **_SCALARS,
+                 dq=_BF, dgq=_F32, hc=_BF)
+    return _job("gla/triton:bwd-dq", "gla_bwd_q_kernel", types, dict(BV=E, SPLIT=D, HAS_H0=False), bt, bs, w, s)
 
 
 def bwd_k_job(bt: int, bs: int, w: int, s: int) -> Job:
-    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, hc=_BF, dqi=_BF, dki=_BF, dga=_F32,
-                 **_SCALARS, dq=_BF, dk=_BF, dg=_F32, dh0=_F32)
-    return _job("gla/triton:bwd-dqdkdg", "gla_bwd_k_kernel", types,
+    types = dict(qd=_BF, k=_BF, v=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, hc=_BF, dki=_BF, dgq=_F32, **_SCALARS,
+                 dk=_BF, dg=_F32, dh0=_F32)
+    return _job("gla/triton:bwd-dkdg", "gla_bwd_k_kernel", types,
                 dict(BV=E, SPLIT=D, HAS_H0=False, HAS_DHT=True), bt, bs, w, s)
 
 
@@ -92,8 +93,8 @@ def default_jobs() -> list[Job]:
     from lattnbench.kernels.triton.gla import configs as C
 
     bridge = [make(*C.jax_config(c, D, E, "bf16")) for make, c in
-              ((fwd_job, C.JAX_FWD_CONFIG), (bwd_h_job, C.JAX_BWD_H_CONFIG), (bwd_k_job, C.JAX_BWD_K_CONFIG),
+              ((fwd_job, C.JAX_FWD_CONFIG), (bwd_q_job, C.JAX_BWD_Q_CONFIG), (bwd_k_job, C.JAX_BWD_K_CONFIG),
                (bwd_v_job, C.JAX_BWD_V_CONFIG))]
     return ([prep_job(), intra_job()] + [fwd_job(*c) for c in C.FWD_CONFIGS]
-            + [bwd_h_job(*c) for c in C.BWD_H_CONFIGS] + [bwd_k_job(*c) for c in C.BWD_K_CONFIGS]
+            + [bwd_q_job(*c) for c in C.BWD_Q_CONFIGS] + [bwd_k_job(*c) for c in C.BWD_K_CONFIGS]
             + [bwd_v_job(*c) for c in C.BWD_V_CONFIGS] + [bridge_job(j) for j in bridge])

@@ -2,8 +2,8 @@
 jax-triton's fixed configs, the chunk and sub-chunk lengths.
 
 A config is (BT, BS, num_warps, num_stages): BT the chunk length, BS the width of the slice of
-the split dimension one program owns (E for the forward and the dv pass, D for the state pass and the
-dq/dk/dg pass). Why these, and what the GPU must still show: docs/design/gla-triton.md.
+the split dimension one program owns (E for the forward and the dv pass, D for the dq and the
+dk/dg pass). Why these, and what the GPU must still show: docs/design/gla-triton.md.
 """
 from __future__ import annotations
 
@@ -16,18 +16,18 @@ from ..lightning.configs import AUTOTUNE, cdiv, pow2, shape_bucket  # noqa: F401
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 # Every sweep holds its fp32 state slice with the slice as the M dimension of the big products:
-# Sᵀ / dSᵀ [BS, D] (forward, dv: E-slices), S / dS [BS, E] (state and dq/dk/dg passes: D-slices,
+# Sᵀ / dSᵀ [BS, D] (forward, dv: E-slices), S / dS [BS, E] (dq and dk/dg passes: D-slices,
 # the chunk's tiles transposed). BS = 128 at 8 warps is a whole head dim per program (the
 # warpgroups split it); BS = 64 doubles the programs for grids that leave SMs idle.
 # Every launch runs at one chunk length, CHUNK: the parallel launches write per-chunk operands
 # (the scores A, the totals Bl, the in-chunk parts of dq, dk, dg) that the sweeps read at their
-# own chunk, and the state pass writes the state entering each chunk in slots of CHUNK rows.
+# own chunk, and the dq pass writes the state entering each chunk in slots of CHUNK rows.
 CHUNK = 64
 # Sub-chunk of the parallel launches: pairs inside one take their exponent whole, one key row at
 # a time; pairs across two factorise at the boundary between them (tensor-core products).
 SUB_CHUNK = 16
 FWD_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 8, 2)]
-BWD_H_CONFIGS = [(64, 64, 4, 2), (64, 128, 8, 2), (64, 32, 4, 2), (64, 64, 8, 1)]
+BWD_Q_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
 BWD_K_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
 BWD_V_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 8, 2)]
 # The interpreter cannot autotune ("0 active drivers"): small chunks, so that tests cross chunks
@@ -36,7 +36,7 @@ INTERP_CONFIG = (16, 16, 4, 1)
 # jax-triton launches the plain kernels with one fixed config per sweep (jax_config): the configs
 # the torch path's autotuner picks at n = 8192 and 32768 (B4 H32 D=E=128 bf16, H200).
 JAX_FWD_CONFIG = (64, 128, 8, 3)
-JAX_BWD_H_CONFIG = (64, 64, 4, 2)
+JAX_BWD_Q_CONFIG = (64, 128, 8, 2)
 JAX_BWD_K_CONFIG = (64, 64, 8, 1)
 JAX_BWD_V_CONFIG = (64, 128, 8, 3)
 # The parallel launches (gla_prep_kernel, gla_bwd_intra_kernel): key channels and value columns
@@ -44,7 +44,7 @@ JAX_BWD_V_CONFIG = (64, 128, 8, 3)
 # P-th chunk of its row).
 PREP_BD = 64
 PREP_BV = 64
-PREP_WARPS = 4
+PREP_WARPS = 8
 PREP_MAX_PROGRAMS = 64
 
 

@@ -5,8 +5,7 @@ jax-triton is imported lazily and the Triton cache-dir knob its import clobbers 
 (``lightning.jax_bridge._jax_triton``). jax-triton refuses autotuned kernels whose key lacks a
 scalar argument, so the plain kernels launch with one fixed config per sweep
 (``configs.JAX_*_CONFIG``). The launches are the torch path's, one each: the prep launch and the
-forward; then the backward's in-chunk launch, the state pass, the dq / dk / dg pass and the dv
-pass. No launch depends on the gate values.
+forward; then the backward's in-chunk launch, the dq pass, the dk / dg pass and the dv pass. No launch depends on the gate values.
 """
 from __future__ import annotations
 
@@ -93,16 +92,17 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
         out_shape=[per_head, jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), jnp.float32)],
         grid=_cfg.prep_grid(t, b * h), BV=_cfg.intra_bv(e), **flags,
         **{kk: vv for kk, vv in _cfg.prep_meta(d, bt, prec).items() if kk != "DOT_PREC"})
-    _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_H_CONFIG, d, e, name)
-    hc = jt.triton_call(
-        kd, bl, v, h0_arg, g, t_, h_, hkv_, bucket, kernel=_k.gla_bwd_h_kernel,
-        out_shape=[jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype)],  # chunk entry states (scratch)
-        grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)[0]
+    _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_Q_CONFIG, d, e, name)
+    outs = [per_head, jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
+            jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype)]  # chunk entry states (scratch)
+    dq, dgq, hc = jt.triton_call(
+        q, kd, bl, v, g, do, h0_arg, g, dqi, dga, t_, h_, hkv_, sc, bucket, kernel=_k.gla_bwd_q_kernel,
+        out_shape=outs, grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_K_CONFIG, d, e, name)
-    outs = [per_head, jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
+    outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
             jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
-    dq, dk, dg, dh0 = jt.triton_call(
-        q, k, v, g, do, dht, g, hc, dqi, dki, dga, t_, h_, hkv_, sc, bucket, kernel=_k.gla_bwd_k_kernel,
+    dk, dg, dh0 = jt.triton_call(
+        qd, k, v, g, do, dht, g, hc, dki, dgq, t_, h_, hkv_, sc, bucket, kernel=_k.gla_bwd_k_kernel,
         out_shape=outs, grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, HAS_DHT=True, **qk)
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, name)
     dv = jt.triton_call(

@@ -20,8 +20,9 @@ compute everything gate-dependent inside a chunk, the four sweeps carry the stat
   gla_fwd_kernel        o (and S_T); programs own an E-slice, state Sᵀ [BS, D]
   gla_bwd_intra_kernel  backward: each chunk's own part of dq, dk (W = scale·do·vᵀ weighted) and
                         of dg (pairs inside the chunk)
-  gla_bwd_h_kernel      the state entering every chunk (hc), forward sweep over D-slices
-  gla_bwd_k_kernel      dq, dk, dg and dh0, backward sweep over D-slices, state dS [BS, E]
+  gla_bwd_q_kernel      dq and dg's pairs from the chunk's entry state, forward sweep over D-slices
+                        rebuilding S [BS, E]; also the entry states (hc) for the next pass
+  gla_bwd_k_kernel      dk, dg and dh0, backward sweep over D-slices, state dS [BS, E]
   gla_bwd_v_kernel      dv, backward sweep; programs own an E-slice, state dSᵀ [BS, D]
 
 Tensors are contiguous ``[B, T, heads, dim]`` (q, g, do, o, dq, dg with H heads; k, v with HKV);
@@ -34,7 +35,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .configs import BWD_H_CONFIGS, BWD_K_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs, prune_configs
+from .configs import BWD_Q_CONFIGS, BWD_K_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs, prune_configs
 
 
 @triton.jit
@@ -434,89 +435,109 @@ def gla_fwd_kernel(
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
-def gla_bwd_h_kernel(
-    kd, bl, v, h0, cu,
-    T, H, HKV, SHAPE_BUCKET,
-    hc,
+def gla_bwd_q_kernel(
+    q, kd, bl, v, g, do, h0, cu, dqi, dga,
+    T, H, HKV, scale, SHAPE_BUCKET,
+    dq, dgq, hc,
     KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, BT: tl.constexpr, BS: tl.constexpr,
 ):
-    """The state entering every chunk into hc [(total rows) // BT + N, H, D, E] (input dtype), for
-    the dq / dk / dg pass; one D-slice of BS key channels per program, grid (cdiv(D, BS), N·H), a
-    forward sweep S ← diag(e^{Bl})·S + kdᵀ·v on the prep launch's kd and bl."""
+    """dq for one D-slice of BS key channels, a forward sweep rebuilding S [BS, E] on the prep
+    launch's kd and bl (S ← diag(e^{Bl})·S + kdᵀ·v); grid (cdiv(D, BS), N·H). Transposed,
+    [channels, rows]: dq = scale·e^{B}⊙(S_in·doᵀ) + dqi, S_in the state entering the chunk. Also
+    writes S_in into hc [(total rows) // BT + N, H, D, E] (input dtype) for the dk / dg pass, and
+    dgq = dga + Σ_{t'≥t} (q⊙dq_x)_t' (dq_x the carried-state part of dq): dg's pairs from S_in to
+    a row at or after t."""
     (i_n, i_h, i_hk, bos, seq_len, o_t, p, o_k, o_e, m_k, m_e, s_off,
      m_s) = _d_slice(cu, T, H, HKV, KD, VD, BV, BS, BT, REVERSE, IS_VARLEN)
-    kd_base = kd + bos * (H * KD) + i_h * KD
+    row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
     v_base = v + bos * (HKV * VD) + i_hk * VD
+    do_base = do + bos * (H * VD) + i_h * VD
     dt = v.dtype.element_ty
     S = _state_tile(h0, s_off, m_s, HAS_H0, BS, BV)
     for i_c in range(0, tl.cdiv(seq_len, BT)):
         tl.store(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), S.to(hc.dtype.element_ty), mask=m_s)
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
-        kdt = _load_t(kd_base, rows, H * KD, o_k, valid, m_k)
+        gt = _load_t(g + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
+        Bt = _tri_product(gt, (p[:, None] <= p[None, :]).to(tl.float32), DOT_PREC, False)
+        dq_x = tl.dot(S.to(dt), tl.trans(bdo), input_precision=DOT_PREC) * tl.exp(Bt) * scale
+        dqit = _load_t(dqi + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        _store_t(dq + row_off, rows, H * KD, o_k, valid, m_k, dq_x + dqit)
+        qt = _load_t(q + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        after = tl.cumsum(qt * dq_x, 1, reverse=not REVERSE)
+        _store_t(dgq + row_off, rows, H * KD, o_k, valid, m_k, after + _load_t(dga + row_off, rows, H * KD, o_k, valid,
+                                                                                m_k))
+        kdt = _load_t(kd + row_off, rows, H * KD, o_k, valid, m_k)
         bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
         Bl = _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)
         S = tl.dot(kdt.to(dt), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
 
 
+@triton.jit
+def _before(xt, p, DOT_PREC: tl.constexpr, BACK: tl.constexpr):
+    """Σ_{s<t} x_s over a transposed chunk xᵀ [channels, rows]. With fp32 inputs (IEEE dots) as a
+    product with a strict triangle, exact but for fp32 accumulation; otherwise a prefix sum minus
+    each row's own term, which rounds at the scale of that term (fp32: 6e-8 of it, under the
+    16-bit dtypes' tolerance by far even where, at strong gates, the term is 1e3 times dg_t) and
+    keeps the pass's registers: the split tf32 product spills there."""
+    if DOT_PREC == "ieee":
+        return tl.dot(xt, (p[:, None] < p[None, :]).to(tl.float32), input_precision="ieee")
+    else:
+        return tl.cumsum(xt, 1, reverse=BACK) - xt
+
+
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
 def gla_bwd_k_kernel(
-    q, k, v, g, do, dht, cu, hc, dqi, dki, dga,
+    qd, k, v, g, do, dht, cu, hc, dki, dgq,
     T, H, HKV, scale, SHAPE_BUCKET,
-    dq, dk, dg, dh0,
+    dk, dg, dh0,
     KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, BT: tl.constexpr, BS: tl.constexpr,
 ):
-    """dq, dk (per query head), dg and dh0 for one D-slice of BS key channels, a backward sweep
-    carrying X = dS [BS, E]; grid (cdiv(D, BS), N·H), at the chunk of hc and of the in-chunk parts
-    (dqi, dki, dga). Transposed, [channels, rows]: with S_in the chunk's entry state and X the
-    gradient of the state leaving it,
-      dq = scale·e^{B}⊙(S_in·doᵀ) + dqi,   dk = e^{Bl−B}⊙(X·vᵀ) + dki,
-      dg_t = dga_t + Σ_{t'≥t} (q⊙dq_x)_t' + Σ_{s<t} (k⊙dk_x)_s + e^{Bl}·rowsum(X ⊙ S_in)
-    (dq_x, dk_x the carried-state parts): each term is a set of pairs (source before row t, sink
-    at or after it) counted once, so dg sums no cancelling terms across chunks and its error does
-    not grow with T."""
+    """dk (per query head), dg and dh0 for one D-slice of BS key channels, a backward sweep
+    carrying X = dS [BS, E]; grid (cdiv(D, BS), N·H). Transposed, [channels, rows]: with X the
+    gradient of the state leaving the chunk and S_in the state entering it (hc),
+      dk = e^{Bl−B}⊙(X·vᵀ) + dki,
+      dg_t = dgq_t + Σ_{s<t} (k⊙dk_x)_s + e^{Bl}·rowsum(X ⊙ S_in)
+    (dk_x the carried-state part of dk). dg_t sums the pairs (source before row t, sink at or after
+    it), each counted once: dgq holds those inside the chunk and those from S_in to a row, the
+    sum here those from a row to X and from S_in to X. No term cancels another across chunks, so
+    dg's error does not grow with T. It carries Y = X/scale, so that the state update accumulates
+    doᵀ·qd on the prep launch's qd in place, with no rounding of scale·qd (as the dv pass)."""
     (i_n, i_h, i_hk, bos, seq_len, o_t, p, o_k, o_e, m_k, m_e, s_off,
      m_s) = _d_slice(cu, T, H, HKV, KD, VD, BV, BS, BT, REVERSE, IS_VARLEN)
-    q_base = q + bos * (H * KD) + i_h * KD
-    g_base = g + bos * (H * KD) + i_h * KD
+    row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
     k_base = k + bos * (HKV * KD) + i_hk * KD
     v_base = v + bos * (HKV * VD) + i_hk * VD
     do_base = do + bos * (H * VD) + i_h * VD
-    row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
-    dt = q.dtype.element_ty
-    X = _state_tile(dht, s_off, m_s, HAS_DHT, BS, BV)
+    dt = v.dtype.element_ty
+    Y = _state_tile(dht, s_off, m_s, HAS_DHT, BS, BV) / scale
     n_chunks = tl.cdiv(seq_len, BT)
     for i_r in range(0, n_chunks):
         i_c = n_chunks - 1 - i_r
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
-        qt = _load_t(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-        kt = _load_t(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
-        gt = _load_t(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        gt = _load_t(g + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
-        bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
-        S_in = tl.load(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), mask=m_s, other=0.0)
-        Bt = tl.cumsum(gt, 1, reverse=REVERSE)
         Bl = tl.sum(gt, 1)
-        eBt = tl.exp(Bt)
-        dq_x = tl.dot(S_in.to(dt), tl.trans(bdo), input_precision=DOT_PREC) * eBt * scale
-        dk_x = tl.dot(X.to(dt), tl.trans(bv), input_precision=DOT_PREC) * tl.exp(
-            tl.cumsum(gt, 1, reverse=not REVERSE) - gt)  # Bl − B as a suffix sum (``_to_end``)
-        _store_t(dq + row_off, rows, H * KD, o_k, valid, m_k, dq_x + _load_t(dqi + row_off, rows, H * KD, o_k, valid,
-                                                                             m_k).to(tl.float32))
-        _store_t(dk + row_off, rows, H * KD, o_k, valid, m_k, dk_x + _load_t(dki + row_off, rows, H * KD, o_k, valid,
-                                                                             m_k).to(tl.float32))
-        # the sums over rows after / before t exactly (a prefix sum minus its own row would round at
-        # the scale of that row's term, which at strong gates dwarfs dg_t)
-        before = _tri_product(kt * dk_x, (p[:, None] < p[None, :]).to(tl.float32), DOT_PREC, False)
-        through = tl.exp(Bl) * tl.sum(X * S_in.to(tl.float32), 1)
-        dgt = tl.cumsum(qt * dq_x, 1, reverse=not REVERSE) + before + through[:, None]
-        _store_t(dg + row_off, rows, H * KD, o_k, valid, m_k, dgt + _load_t(dga + row_off, rows, H * KD, o_k, valid, m_k))
-        X = tl.dot((qt * eBt * scale).to(dt), bdo, X * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
+        # Bl − B as a suffix sum (``_to_end``)
+        dk_x = tl.dot(Y.to(dt), tl.trans(bv), input_precision=DOT_PREC) * tl.exp(
+            tl.cumsum(gt, 1, reverse=not REVERSE) - gt) * scale
+        _store_t(dk + row_off, rows, H * KD, o_k, valid, m_k,
+                 dk_x + _load_t(dki + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32))
+        kt = _load_t(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
+        before = _before(kt * dk_x, p, DOT_PREC, REVERSE)
+        S_in = tl.load(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), mask=m_s, other=0.0)
+        through = tl.exp(Bl) * tl.sum(Y * S_in.to(tl.float32), 1) * scale
+        _store_t(dg + row_off, rows, H * KD, o_k, valid, m_k,
+                 before + through[:, None] + _load_t(dgq + row_off, rows, H * KD, o_k, valid, m_k))
+        qdt = _load_t(qd + row_off, rows, H * KD, o_k, valid, m_k)
+        bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
+        Y = tl.dot(qdt.to(dt), bdo, Y * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
     if HAS_H0:
-        tl.store(dh0 + s_off, X, mask=m_s)
+        tl.store(dh0 + s_off, Y * scale, mask=m_s)
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
@@ -561,13 +582,13 @@ def gla_bwd_v_kernel(
 # launches take one fixed config each (configs.PREP_*).
 _KEY = ["KD", "VD", "SHAPE_BUCKET"]
 if INTERPRET:
-    gla_fwd = gla_bwd_h = gla_bwd_k = gla_bwd_v = None
+    gla_fwd = gla_bwd_q = gla_bwd_k = gla_bwd_v = None
 else:
     _prune = {"early_config_prune": prune_configs}
     gla_fwd = triton.autotune(configs=autotune_configs(FWD_CONFIGS), key=_KEY,
                               prune_configs_by=_prune)(gla_fwd_kernel)
-    gla_bwd_h = triton.autotune(configs=autotune_configs(BWD_H_CONFIGS), key=_KEY,
-                                prune_configs_by=_prune)(gla_bwd_h_kernel)
+    gla_bwd_q = triton.autotune(configs=autotune_configs(BWD_Q_CONFIGS), key=_KEY,
+                                prune_configs_by=_prune)(gla_bwd_q_kernel)
     gla_bwd_k = triton.autotune(configs=autotune_configs(BWD_K_CONFIGS), key=_KEY,
                                 prune_configs_by=_prune)(gla_bwd_k_kernel)
     gla_bwd_v = triton.autotune(configs=autotune_configs(BWD_V_CONFIGS), key=_KEY,

@@ -52,7 +52,7 @@ def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor |
 _PREP = PlainLauncher(_k, "gla_prep_kernel")
 _FWD = Launcher(_k, "gla_fwd", "gla_fwd_kernel", _INTERP_META)
 _BWD_INTRA = PlainLauncher(_k, "gla_bwd_intra_kernel")
-_BWD_H = Launcher(_k, "gla_bwd_h", "gla_bwd_h_kernel", _INTERP_META)
+_BWD_Q = Launcher(_k, "gla_bwd_q", "gla_bwd_q_kernel", _INTERP_META)
 _BWD_K = Launcher(_k, "gla_bwd_k", "gla_bwd_k_kernel", _INTERP_META)
 _BWD_V = Launcher(_k, "gla_bwd_v", "gla_bwd_v_kernel", _INTERP_META)
 
@@ -109,10 +109,11 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
 
 
 def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
-    """The backward launches: the in-chunk parts of dq, dk, dg (parallel over chunks); the state
-    entering every chunk (D-slices, forward sweep); dq, dk, dg, dh0 (D-slices, backward sweep); dv
-    (E-slices, backward sweep). GQA sums dk, dv over each kv head's query heads (per query head
-    in fp32 first). Scratch buffers (the in-chunk parts, the entry states) are freed on return."""
+    """The backward launches: the in-chunk parts of dq, dk, dg (parallel over chunks); dq and dg's
+    pairs from each chunk's entry state, writing the entry states (D-slices, forward sweep); dk,
+    dg, dh0 (D-slices, backward sweep); dv (E-slices, backward sweep). GQA sums dk, dv over each
+    kv head's query heads (per query head in fp32 first). Scratch buffers (the in-chunk parts, the
+    partial dg, the entry states) are freed on return."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
@@ -126,6 +127,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     dqi = _empty(*q.shape, dtype=q.dtype, device=q.device)
     dki = _empty(b, t, h, d, dtype=gdt, device=q.device)
     dga = _empty(*q.shape, dtype=torch.float32, device=q.device)
+    dgq = _empty(*q.shape, dtype=torch.float32, device=q.device)
     hc = _empty(_slots(b, t, n), h, d, e, dtype=q.dtype, device=q.device)
     ph = g  # placeholder pointer for absent tensors
     bucket = _cfg.shape_bucket(t, n * h)
@@ -142,11 +144,12 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
                stream)
     d_sliced = lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
                         dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None))
-    _BWD_H(key, (kd, bl, v, h0 if h0 is not None else ph, cu_arg, t, h, hkv, bucket, hc), d_sliced, stream)
+    _BWD_Q(key, (q, kd, bl, v, g, do, h0 if h0 is not None else ph, cu_arg, dqi, dga, t, h, hkv, float(scale), bucket,
+                 dq, dgq, hc), d_sliced, stream)
     k_sliced = lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
                         dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None, HAS_DHT=dht is not None))
-    _BWD_K(key, (q, k, v, g, do, dht_arg, cu_arg, hc, dqi, dki, dga, t, h, hkv, float(scale), bucket,
-                 dq, dk, dg, dh0 if dh0 is not None else ph), k_sliced, stream)
+    _BWD_K(key, (qd, k, v, g, do, dht_arg, cu_arg, hc, dki, dgq, t, h, hkv, float(scale), bucket,
+                 dk, dg, dh0 if dh0 is not None else ph), k_sliced, stream)
     _BWD_V(key, (qd, kd, bl, scores, do, dht_arg, cu_arg, t, h, hkv, float(scale), bucket, dv),
            lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h),
                     dict(flags, BK=_cfg.pow2(d), SPLIT=e, HAS_DHT=dht is not None)), stream)
