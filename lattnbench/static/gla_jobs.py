@@ -30,10 +30,10 @@ def _job(kernel: str, function: str, types: dict, constexprs: dict, bt: int, bs:
                aligned=("T", "H", "HKV"), shape=SEED_SHAPE)
 
 
-def _parallel_job(kernel: str, function: str, types: dict, constexprs: dict) -> Job:
+def _parallel_job(kernel: str, function: str, types: dict, constexprs: dict, bd: int) -> Job:
     from lattnbench.kernels.triton.gla import configs as C
 
-    meta = C.prep_meta(D, C.CHUNK, "tf32")
+    meta = C.prep_meta(D, C.CHUNK, "tf32", bd)
     w = meta.pop("num_warps")
     meta.pop("num_stages")
     label = f"BT={meta['BT']} BC={meta['BC']} BD={meta['BD']}" + (f" BV={constexprs['BV']}" if "BV" in constexprs else "")
@@ -45,7 +45,10 @@ def _parallel_job(kernel: str, function: str, types: dict, constexprs: dict) -> 
 def prep_job() -> Job:
     """The one launch config of the decayed operands and scores (``ops.gla_prep``)."""
     types = dict(q=_BF, k=_BF, g=_F32, cu=_F32, T="i32", H="i32", HKV="i32", qd=_BF, kd=_BF, bl=_F32, A=_BF)
-    return _parallel_job("gla/triton:prep", "gla_prep_kernel", types, dict(KD=D, REVERSE=False, IS_VARLEN=False))
+    from lattnbench.kernels.triton.gla import configs as C
+
+    return _parallel_job("gla/triton:prep", "gla_prep_kernel", types, dict(KD=D, REVERSE=False, IS_VARLEN=False),
+                         C.PREP_BD)
 
 
 def intra_job() -> Job:
@@ -55,7 +58,8 @@ def intra_job() -> Job:
     types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, cu=_F32, T="i32", H="i32", HKV="i32", scale="fp32",
                  dqi=_BF, dki=_BF, dga=_F32)
     flags = {k: v for k, v in _flags().items() if k != "DOT_PREC"}
-    return _parallel_job("gla/triton:bwd-intra", "gla_bwd_intra_kernel", types, dict(flags, BV=C.intra_bv(E)))
+    return _parallel_job("gla/triton:bwd-intra", "gla_bwd_intra_kernel", types, dict(flags, BV=C.intra_bv(E)),
+                         C.INTRA_BD)
 
 
 def fwd_job(bt: int, bs: int, w: int, s: int) -> Job:

@@ -44,6 +44,9 @@ JAX_BWD_V_CONFIG = (64, 128, 8, 3)
 # P-th chunk of its row).
 PREP_BD = 64
 PREP_BV = 64
+# the backward's in-chunk launch holds W [BT, BT], its per-position columns and twice the prep
+# launch's [BT, BD] tiles (dq and dk sides): ptxas for sm_90 spills there at BD = 32 and 64, not at 16
+INTRA_BD = 16
 PREP_WARPS = 8
 PREP_MAX_PROGRAMS = 64
 
@@ -72,11 +75,11 @@ def prep_grid(t: int, rows: int) -> tuple[int, int]:
     return (2 if INTERPRET else min(cdiv(t, CHUNK), PREP_MAX_PROGRAMS), rows)
 
 
-def prep_meta(d: int, bt: int, dot_prec: str) -> dict:
+def prep_meta(d: int, bt: int, dot_prec: str, bd: int = PREP_BD) -> dict:
     """The launch keywords of the parallel launches at chunk bt and head dim d: the key-channel
     slice BD, the sub-chunk, the dots' precision, warps and one stage (the backward's adds BV,
-    ``intra_bv``)."""
-    return dict(BT=bt, BC=sub_chunk(bt), BD=min(PREP_BD, pow2(d)), DOT_PREC=dot_prec, num_warps=PREP_WARPS,
+    ``intra_bv``, and its narrower BD, INTRA_BD)."""
+    return dict(BT=bt, BC=sub_chunk(bt), BD=min(bd, pow2(d)), DOT_PREC=dot_prec, num_warps=PREP_WARPS,
                 num_stages=1)
 
 

@@ -91,7 +91,7 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
         q, k, v, g, do, g, t_, h_, hkv_, sc, kernel=_k.gla_bwd_intra_kernel,
         out_shape=[per_head, jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), jnp.float32)],
         grid=_cfg.prep_grid(t, b * h), BV=_cfg.intra_bv(e), **flags,
-        **{kk: vv for kk, vv in _cfg.prep_meta(d, bt, prec).items() if kk != "DOT_PREC"})
+        **{kk: vv for kk, vv in _cfg.prep_meta(d, bt, prec, _cfg.INTRA_BD).items() if kk != "DOT_PREC"})
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_Q_CONFIG, d, e, name)
     outs = [per_head, jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
             jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype)]  # chunk entry states (scratch)

@@ -286,23 +286,34 @@ def _cross_grads(W, bq, bk, g, p, DOT_PREC: tl.constexpr, BT: tl.constexpr, BC: 
 
 
 @triton.jit
-def _diag_grads(W, b, q_base, k_base, g_base, start, n_left, p, o_t, q_stride, k_stride, o_k, m_k, BT: tl.constexpr,
+def _diag_weights(W, p, DOT_PREC: tl.constexpr, BC: tl.constexpr):
+    """(Wq, Wk) [BT, BC]: Wq[t, j] = W[t, s] and Wk[s, j] = W[t, s] for the rows at position j of t's
+    (s's) sub-chunk, as products with a 0/1 selection (exact: the split product), once per chunk
+    rather than a reduction over W per position and key-channel slice."""
+    same = (p[None, :] // BC) == (p[:, None] // BC)
+    Wd = tl.where(same, W, 0.0)
+    sel = ((p[:, None] % BC) == tl.arange(0, BC)[None, :]).to(tl.float32)
+    return _tri_product(Wd, sel, DOT_PREC, False), _tri_product(tl.trans(Wd), sel, DOT_PREC, False)
+
+
+@triton.jit
+def _diag_grads(Wq, Wk, b, q_base, k_base, g_base, start, n_left, p, q_stride, k_stride, o_k, m_k, BT: tl.constexpr,
                 BC: tl.constexpr, BD: tl.constexpr, BACK: tl.constexpr):
     """(dq, dk) of the pairs s < t inside one sub-chunk (the diagonal pairs s = t left out), one
     position j at a time: row t takes key row s_j(t) at position j of its sub-chunk, row s takes
-    query row t_j(s); every exponent is b_t − b_s ≤ 0."""
+    query row t_j(s); every exponent is b_t − b_s ≤ 0. Wq, Wk: ``_diag_weights``."""
     first = (p // BC) * BC
+    o_j = tl.arange(0, BC)
     bs = tl.zeros([BT, BD], dtype=tl.float32)
     dq = tl.zeros([BT, BD], dtype=tl.float32)
     dk = tl.zeros([BT, BD], dtype=tl.float32)
     for j in range(0, BC):
         ps = first + j
-        o_s = _offset(ps, BT, BACK)
         bs += _gather(g_base, start, ps, n_left, q_stride, o_k, m_k, BT, BACK)
         kj = _gather(k_base, start, ps, n_left, k_stride, o_k, m_k, BT, BACK)
         qj = _gather(q_base, start, ps, n_left, q_stride, o_k, m_k, BT, BACK)
-        w_ts = tl.sum(tl.where(o_t[None, :] == o_s[:, None], W, 0.0), 1)  # W[t, s_j(t)]
-        w_st = tl.sum(tl.where(o_t[:, None] == o_s[None, :], W, 0.0), 0)  # W[t_j(s), s]
+        w_ts = tl.sum(tl.where(o_j[None, :] == j, Wq, 0.0), 1)  # W[t, s_j(t)]
+        w_st = tl.sum(tl.where(o_j[None, :] == j, Wk, 0.0), 1)  # W[t_j(s), s]
         dq += w_ts[:, None] * kj * tl.exp(tl.where((p > ps)[:, None], b - bs, float("-inf")))
         dk += w_st[:, None] * qj * tl.exp(tl.where((p < ps)[:, None], bs - b, float("-inf")))
     return dq, dk
@@ -346,6 +357,7 @@ def gla_bwd_intra_kernel(
             W = tl.dot(bdo, tl.trans(bv), W, input_precision=DOT_PREC)
         W = tl.where(p[None, :] <= p[:, None], W * scale, 0.0)
         w_diag = tl.sum(tl.where(o_t[:, None] == o_t[None, :], W, 0.0), 1)
+        Wq, Wk = _diag_weights(W, p, DOT_PREC, BC)
         for i_d in range(0, tl.cdiv(KD, BD)):
             o_k = i_d * BD + tl.arange(0, BD)
             m_k = o_k < KD
@@ -353,7 +365,7 @@ def gla_bwd_intra_kernel(
             bq = _load(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
             bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
             dq, dk = _cross_grads(W, bq, bk, bg, p, DOT_PREC, BT, BC, BD, REVERSE)
-            dq2, dk2 = _diag_grads(W, _sub_cumsum(bg, p, BC, DOT_PREC), q_base, k_base, g_base, start, n_left, p, o_t,
+            dq2, dk2 = _diag_grads(Wq, Wk, _sub_cumsum(bg, p, BC, DOT_PREC), q_base, k_base, g_base, start, n_left, p,
                                    H * KD, HKV * KD, o_k, m_k, BT, BC, BD, REVERSE)
             dq += dq2
             dk += dk2

@@ -140,7 +140,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     bt = _chunk()
     grid = _cfg.prep_grid(t, n * h)
     _BWD_INTRA(key, (q, k, v, g, do, cu_arg, t, h, hkv, float(scale), dqi, dki, dga),
-               lambda: (lambda meta: grid, dict(flags, BV=_cfg.intra_bv(e), **_cfg.prep_meta(d, bt, flags["DOT_PREC"]))),
+               lambda: (lambda meta: grid, dict(flags, BV=_cfg.intra_bv(e), **_cfg.prep_meta(d, bt, flags["DOT_PREC"], _cfg.INTRA_BD))),
                stream)
     d_sliced = lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
                         dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None))
