@@ -23,8 +23,9 @@ def _empty(*shape, dtype, device) -> Tensor:
 
 
 def _dot_prec(dtype: torch.dtype) -> str:
-    # fp32 inputs need IEEE fp32 dots (TF32 misses the fp32 tolerance); fp16 gate operands are
-    # fp32 (tf32 has fp16's mantissa and fp32's range); bf16 ignores it
+    # fp32 inputs need IEEE fp32 dots (TF32 misses the fp32 tolerance); with 16-bit inputs the
+    # fp32 operands (the parallel launches' gate-scaled products) run as tf32, fp16's mantissa
+    # with fp32's range, and 16-bit operands ignore it
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
