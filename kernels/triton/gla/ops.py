@@ -103,7 +103,7 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
     spec = lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h),  # noqa: E731
                     dict(KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None,
                          STORE_HT=store_ht, IS_VARLEN=cu is not None, **_flags(q)))
-    key = ("fwd", q.shape, k.shape, v.shape, q.dtype, q.device, n, store_ht, h0 is not None, cu is not None,
+    key = ("fwd", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, store_ht, h0 is not None, cu is not None,
            bool(reverse), _alignment(q, k, v, g, h0, cu))
     _FWD(key, args, spec, _raw_stream(q))
     return o, ht, pre

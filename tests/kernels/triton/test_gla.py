@@ -83,9 +83,9 @@ def test_fp16_batch_d_smaller_than_e():
     check(seed=2, b=2, h=1, d=16, e=40, dtype=torch.float16, normaliser=8.0)
 
 
-@pytest.mark.parametrize("reverse", [False, True])
-def test_varlen_with_a_length_one_sequence(reverse):
-    check(seed=3, t=30, h=2, hkv=1, d=16, e=24, reverse=reverse, cu_seqlens=[0, 12, 13, 30])
+@pytest.mark.parametrize("reverse, normaliser", [(False, 16.0), (True, 16.0), (False, 0.1), (True, 1.0)])
+def test_varlen_with_a_length_one_sequence(reverse, normaliser):
+    check(seed=3, t=30, h=2, hkv=1, d=16, e=24, reverse=reverse, cu_seqlens=[0, 12, 13, 30], normaliser=normaliser)
 
 
 @pytest.mark.parametrize("normaliser", [16.0, 1.0, 0.1])
