@@ -36,7 +36,8 @@ def _parallel_job(kernel: str, function: str, types: dict, constexprs: dict, bd:
     meta = C.prep_meta(D, C.CHUNK, "tf32", bd)
     w = meta.pop("num_warps")
     meta.pop("num_stages")
-    label = f"BT={meta['BT']} BC={meta['BC']} BD={meta['BD']}" + (f" BV={constexprs['BV']}" if "BV" in constexprs else "")
+    label = f"BT={meta['BT']} BC={meta['BC']} BD={meta['BD']}"
+    label += f" BV={constexprs['BV']}" if "BV" in constexprs else ""
     return Job(kernel=kernel, config=f"{label} w{w} s1", module=MODULE, function=function, types=types,
                constexprs=dict(constexprs, **meta), num_warps=w, num_stages=1, aligned=("T", "H", "HKV"),
                shape=SEED_SHAPE)

@@ -205,7 +205,8 @@ def test_committed_baseline_is_complete():
     assert all(r["value"] > 0 for r in doc["rows"] if r["metric"] in ("loop_instructions", "registers"))
     from lattnbench.static import gla_jobs
 
-    gla = {(r["kernel"], r["config"]) for r in doc["rows"] if r["kernel"].split(":")[0] in ("gla/triton", "gla/jax-triton")}
+    gla = {(r["kernel"], r["config"]) for r in doc["rows"]
+           if r["kernel"].split(":")[0] in ("gla/triton", "gla/jax-triton")}
     assert gla == {(j.kernel, j.config) for j in gla_jobs.default_jobs()}
     # every kernel multiplies on tensor cores, the GLA parallel launches included
     mma = [(r["kernel"], r["value"]) for r in doc["rows"] if r["metric"] == "mma"]

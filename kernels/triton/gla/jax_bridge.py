@@ -5,7 +5,8 @@ jax-triton is imported lazily and the Triton cache-dir knob its import clobbers 
 (``lightning.jax_bridge._jax_triton``). jax-triton refuses autotuned kernels whose key lacks a
 scalar argument, so the plain kernels launch with one fixed config per sweep
 (``configs.JAX_*_CONFIG``). The launches are the torch path's, one each: the prep launch and the
-forward; then the backward's in-chunk launch, the dq pass, the dk / dg pass and the dv pass. No launch depends on the gate values.
+forward; then the backward's in-chunk launch, the dq pass, the dk / dg pass and the dv pass. No
+launch depends on the gate values.
 """
 from __future__ import annotations
 

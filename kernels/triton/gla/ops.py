@@ -83,7 +83,8 @@ def gla_prep(q, k, g, reverse, cu, n):
     scores = _empty(b, t, h, bt, dtype=q.dtype, device=q.device)
     grid = _cfg.prep_grid(t, n * h)
     spec = lambda: (lambda meta: grid,  # noqa: E731
-                    dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=cu is not None, **_cfg.prep_meta(d, bt, _dot_prec(q.dtype))))
+                    dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=cu is not None,
+                         **_cfg.prep_meta(d, bt, _dot_prec(q.dtype))))
     key = ("prep", q.shape, k.shape, q.dtype, g.dtype, q.device, n, cu is not None, bool(reverse), bt,
            _alignment(q, k, g, cu))
     _PREP(key, (q, k, g, cu if cu is not None else g, t, h, k.shape[2], qd, kd, bl, scores), spec, _raw_stream(q))
@@ -141,7 +142,8 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     bt = _chunk()
     grid = _cfg.prep_grid(t, n * h)
     _BWD_INTRA(key, (q, k, v, g, do, cu_arg, t, h, hkv, float(scale), dqi, dki, dga),
-               lambda: (lambda meta: grid, dict(flags, BV=_cfg.intra_bv(e), **_cfg.prep_meta(d, bt, flags["DOT_PREC"], _cfg.INTRA_BD))),
+               lambda: (lambda meta: grid,
+                        dict(flags, BV=_cfg.intra_bv(e), **_cfg.prep_meta(d, bt, flags["DOT_PREC"], _cfg.INTRA_BD))),
                stream)
     d_sliced = lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
                         dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None))
