@@ -45,8 +45,8 @@ JAX_BWD_V_CONFIG = (64, 128, 8, 3)
 PREP_BD = 64
 PREP_BV = 64
 # the backward's in-chunk launch holds W [BT, BT], its per-position columns and twice the prep
-# launch's [BT, BD] tiles (dq and dk sides): ptxas for sm_90 spills there at BD = 32 and 64, not at 16
-INTRA_BD = 16
+# launch's [BT, BD] tiles (dq and dk sides): ptxas for sm_90 spills there at BD = 64, not at 32
+INTRA_BD = 32
 PREP_WARPS = 8
 PREP_MAX_PROGRAMS = 64
 

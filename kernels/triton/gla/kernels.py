@@ -142,7 +142,7 @@ def _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD: tl.constexpr, o_k, m_k, BT: tl.
 
 
 @triton.jit
-def _tri_product(x, tri, DOT_PREC: tl.constexpr, LEFT: tl.constexpr = True):
+def _tri_product(x, tri, DOT_PREC: tl.constexpr, LEFT: tl.constexpr):
     """tri·x (LEFT) or x·tri for a 0/1 matrix tri and fp32 x, to fp32 accuracy: sums over a
     chunk's rows as tensor-core products. tri is exact in tf32; x splits into its tf32 head and
     the fp32 remainder, so only the fp32 accumulation rounds. IEEE dots (fp32 inputs) need no split."""
@@ -163,11 +163,10 @@ def _tri_product(x, tri, DOT_PREC: tl.constexpr, LEFT: tl.constexpr = True):
 
 
 @triton.jit
-def _sub_cumsum(g, p, BC: tl.constexpr, DOT_PREC: tl.constexpr):
+def _sub_cumsum(g, BT: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr, BACK: tl.constexpr):
     """b [BT, BD]: g's inclusive cumulative sum in processing order from each row's sub-chunk
-    start (sub-chunks of BC rows)."""
-    same = (p[None, :] // BC) == (p[:, None] // BC)
-    return _tri_product(g, ((p[None, :] <= p[:, None]) & same).to(tl.float32), DOT_PREC)
+    start (sub-chunks of BC rows: BC consecutive addresses, as BT is a multiple of BC)."""
+    return tl.reshape(tl.cumsum(tl.reshape(g, [BT // BC, BC, BD]), 1, reverse=BACK), [BT, BD])
 
 
 @triton.jit
@@ -264,7 +263,7 @@ def gla_prep_kernel(
             _store(kd_base, rows, H * KD, o_k, valid, m_k, bk * tl.exp(_to_end(bg, REVERSE)))
             tl.store(bl + (_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, Bl, mask=m_k)
             scores += _cross_scores(bq, bk, bg, p, DOT_PREC, BT, BC, REVERSE)
-            scores += _diag_scores(bq, _sub_cumsum(bg, p, BC, DOT_PREC), k_base, g_base, start, n_left, p, o_t,
+            scores += _diag_scores(bq, _sub_cumsum(bg, BT, BC, BD, REVERSE), k_base, g_base, start, n_left, p, o_t,
                                    HKV * KD, H * KD, o_k, m_k, BT, BC, BD, REVERSE)
         _store(a_base, rows, H * BT, o_t, valid, o_t < BT, scores)
 
@@ -289,12 +288,14 @@ def _cross_grads(W, bq, bk, g, p, DOT_PREC: tl.constexpr, BT: tl.constexpr, BC: 
 @triton.jit
 def _diag_weights(W, p, DOT_PREC: tl.constexpr, BC: tl.constexpr):
     """(Wq, Wk) [BT, BC]: Wq[t, j] = W[t, s] and Wk[s, j] = W[t, s] for the rows at position j of t's
-    (s's) sub-chunk, as products with a 0/1 selection (exact: the split product), once per chunk
-    rather than a reduction over W per position and key-channel slice."""
+    (s's) sub-chunk, as products with a 0/1 selection once per chunk rather than a reduction over W
+    per position and key-channel slice. With tf32 dots W rounds to tf32 there, as in the products
+    of the pairs across sub-chunks; both sides of a pair take the same rounded weight."""
     same = (p[None, :] // BC) == (p[:, None] // BC)
     Wd = tl.where(same, W, 0.0)
     sel = ((p[:, None] % BC) == tl.arange(0, BC)[None, :]).to(tl.float32)
-    return _tri_product(Wd, sel, DOT_PREC, False), _tri_product(tl.trans(Wd), sel, DOT_PREC, False)
+    return (tl.dot(Wd, sel, input_precision=DOT_PREC),
+            tl.dot(tl.trans(Wd), sel, input_precision=DOT_PREC))
 
 
 @triton.jit
@@ -366,7 +367,7 @@ def gla_bwd_intra_kernel(
             bq = _load(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
             bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
             dq, dk = _cross_grads(W, bq, bk, bg, p, DOT_PREC, BT, BC, BD, REVERSE)
-            dq2, dk2 = _diag_grads(Wq, Wk, _sub_cumsum(bg, p, BC, DOT_PREC), q_base, k_base, g_base, start, n_left, p,
+            dq2, dk2 = _diag_grads(Wq, Wk, _sub_cumsum(bg, BT, BC, BD, REVERSE), q_base, k_base, g_base, start, n_left, p,
                                    H * KD, HKV * KD, o_k, m_k, BT, BC, BD, REVERSE)
             dq += dq2
             dk += dk2
