@@ -1,12 +1,12 @@
-"""gla/triton and gla/jax-triton at the option matrix's long point, on the GPU: B2 H4 T1000
-D = E = 64, the harness's gate draw, fp16 and bf16, with and without an initial state, every
-tensor against the fp64 recurrence. dg is the one to watch: its per-row terms q⊙dq − k⊙dk nearly
-cancel over a sequence, so rounding that accumulates across chunks shows there first (bf16 cannot
-run in the interpreter, so this is where bf16 dg is checked). In the "deep row" cases the second
-batch row's gates are about −16 per token, so its chunks take the exact path (from torch a rerun,
-from JAX inside the single launch of each pass); the state is wiped at every token there, where
-dg's terms cancel hardest (docs/design/gla-triton.md), so dg is only required finite. gla/jax-triton
-runs where jax-triton is installed (the GPU image lacks it unless carried)."""
+"""gla/triton and gla/jax-triton at fla's test recipes, on the GPU: B2 H4 T1024 D = E = 64, gates
+log σ(x)/norm with norm 1, 0.1 and 10 (fla's chunk_gla tests) and 16 (the GLA paper's), fp16 and
+bf16, with an initial state (and once without), every tensor against the fp64 recurrence.
+
+fla's rule is RMS(ref − out)/RMS(ref) < 0.005 per tensor. Every tensor must meet the dtype's
+tolerance (fp16 2e-3, stricter than fla's; bf16 1.5e-2), and dg fla's 0.005 in both dtypes: its
+per-row terms nearly cancel, so rounding that accumulates across chunks or a large term left in
+the sum shows there first (bf16 cannot run in the interpreter, so this is where bf16 is checked).
+gla/jax-triton runs where jax-triton is installed (the GPU image lacks it unless carried)."""
 from __future__ import annotations
 
 import os
@@ -19,25 +19,24 @@ import torch  # noqa: E402
 
 from lattnbench.kernels.triton.gla import gla_triton  # noqa: E402
 from lattnbench.kernels.triton.gla.naive import gla_naive  # noqa: E402
-from lattnbench.spec import DEFAULT_GATE_NORM as GATE_NORMALISER  # noqa: E402
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-B, T, H, D = 2, 1000, 4, 64
+B, T, H, D = 2, 1024, 4, 64
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 NAMES = ("o", "final_state", "dq", "dk", "dv", "dg", "dh0")
-CASES = [(dt, h0, False) for dt in DTYPES for h0 in (False, True)] + [(dt, True, True) for dt in DTYPES]
-#: the deep row's gate normaliser (log σ(x) / 0.05: about −16 per token)
-DEEP = 0.05
+#: fla's rule for every tensor of its GLA tests, held here for dg in both dtypes
+FLA_RULE = 0.005
+NORMS = (1.0, 0.1, 10.0, 16.0)
+CASES = [(dt, norm, True) for dt in DTYPES for norm in NORMS] + [(dt, 1.0, False) for dt in DTYPES]
 
 
 @pytest.fixture(scope="module", params=CASES,
-                ids=lambda c: f"{c[0]}-h0-{'on' if c[1] else 'off'}{'-deep-row' if c[2] else ''}")
+                ids=lambda c: f"{c[0]}-norm-{c[1]:g}-h0-{'on' if c[2] else 'off'}")
 def problem(request):
-    """(dtype name, inputs and cotangents, fp64 reference outputs and gradients by name, names only
-    required finite)."""
-    name, with_h0, deep_row = request.param
+    """(dtype name, inputs and cotangents, fp64 reference outputs and gradients by name)."""
+    name, norm, with_h0 = request.param
     dtype = DTYPES[name]
     gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ())))
 
@@ -45,29 +44,49 @@ def problem(request):
         return torch.randn(*shape, generator=gen, device="cuda")
 
     x = dict(q=rnd(B, T, H, D).to(dtype), k=rnd(B, T, H, D).to(dtype), v=rnd(B, T, H, D).to(dtype),
-             g=torch.nn.functional.logsigmoid(rnd(B, T, H, D)) / GATE_NORMALISER,
+             g=torch.nn.functional.logsigmoid(rnd(B, T, H, D)) / norm,
              h0=rnd(B, H, D, D) if with_h0 else None, do=rnd(B, T, H, D).to(dtype), ds=rnd(B, H, D, D))
-    if deep_row:
-        x["g"][1] = x["g"][1] * (GATE_NORMALISER / DEEP)
     leaves = [x[n].double().requires_grad_() for n in ("q", "k", "v", "g", "h0") if x[n] is not None]
     o, s = gla_naive(*leaves[:4], initial_state=leaves[4] if with_h0 else None)
     grads = torch.autograd.grad((o, s), leaves, (x["do"].double(), x["ds"].double()))
-    return name, x, dict(zip(NAMES, (o, s, *grads))), ("dg",) if deep_row else ()
+    return name, x, dict(zip(NAMES, (o, s, *grads)))
 
 
-def _assert_within_tolerance(name: str, got: dict, ref: dict, finite_only=()) -> None:
+def _assert_within_tolerance(name: str, got: dict, ref: dict) -> None:
     errs = {n: err_ratio(got[n], ref[n]) for n in ref}
-    tol = TOLERANCE[name]
-    bad = {n: e for n, e in errs.items() if not (e < float("inf") if n in finite_only else e <= tol)}
+    tol = {n: min(TOLERANCE[name], FLA_RULE) if n == "dg" else TOLERANCE[name] for n in ref}
+    bad = {n: e for n, e in errs.items() if not e <= tol[n]}
     assert not bad, f"{name}: errors above {tol}: {bad} (all: {errs})"
 
 
 def test_gla_triton_every_tensor_within_tolerance(problem):
-    name, x, ref, finite_only = problem
+    name, x, ref = problem
     leaves = [x[n].clone().requires_grad_() for n in ("q", "k", "v", "g", "h0") if x[n] is not None]
     o, s = gla_triton(*leaves[:4], initial_state=leaves[4] if len(leaves) > 4 else None)
     grads = torch.autograd.grad((o, s), leaves, (x["do"], x["ds"]))
-    _assert_within_tolerance(name, dict(zip(NAMES, (o, s, *grads))), ref, finite_only)
+    _assert_within_tolerance(name, dict(zip(NAMES, (o, s, *grads))), ref)
+
+
+def test_gla_triton_g_in_the_input_dtype(problem):
+    # g handed over in bf16 / fp16 (no fp32 copy): the kernels cumulate it in fp32; the reference
+    # takes the same rounded gates
+    name, x, _ = problem
+    g = x["g"].to(DTYPES[name])
+    leaves = [x[n].clone().requires_grad_() for n in ("q", "k", "v")] + [g.clone().requires_grad_()]
+    if x["h0"] is not None:
+        leaves.append(x["h0"].clone().requires_grad_())
+    o, s = gla_triton(*leaves[:4], initial_state=leaves[4] if len(leaves) > 4 else None)
+    grads = torch.autograd.grad((o, s), leaves, (x["do"], x["ds"]))
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ro, rs = gla_naive(*ref_leaves[:4], initial_state=ref_leaves[4] if len(ref_leaves) > 4 else None)
+    rgrads = torch.autograd.grad((ro, rs), ref_leaves, (x["do"].double(), x["ds"].double()))
+    ref = dict(zip(NAMES, (ro, rs, *rgrads)))
+    got = dict(zip(NAMES, (o, s, *grads)))
+    got["dg"] = got["dg"].float()  # dg comes back in g's dtype; its rounding there is not the kernel's
+    errs = {n: err_ratio(got[n], ref[n]) for n in ref if n != "dg"}
+    assert all(e <= TOLERANCE[name] for e in errs.values()), errs
+    assert grads[3].dtype == g.dtype
+    assert err_ratio(got["dg"], ref["dg"]) <= max(FLA_RULE, 2 * torch.finfo(g.dtype).eps)
 
 
 def test_gla_jax_triton_every_tensor_within_tolerance(problem):
@@ -83,7 +102,7 @@ def test_gla_jax_triton_every_tensor_within_tolerance(problem):
 
     from lattnbench.kernels.triton.gla.jax_bridge import gla_jax_triton
 
-    name, x, ref, finite_only = problem
+    name, x, ref = problem
     jdt = jnp.float16 if name == "fp16" else jnp.bfloat16
 
     def arr(t: torch.Tensor, dt):  # exact: the values are representable in dt
@@ -99,4 +118,4 @@ def test_gla_jax_triton_every_tensor_within_tolerance(problem):
     (o, s), vjp = jax.vjp(attn, *args)
     grads = vjp((arr(x["do"], jdt), arr(x["ds"], jnp.float32)))
     got = {n: np.asarray(a.astype(jnp.float32)) for n, a in zip(NAMES, (o, s, *grads))}
-    _assert_within_tolerance(name, got, ref, finite_only)
+    _assert_within_tolerance(name, got, ref)

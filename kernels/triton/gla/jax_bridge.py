@@ -3,12 +3,10 @@ with a ``jax.custom_vjp``. GPU only; cu_seqlens is not supported here.
 
 jax-triton is imported lazily and the Triton cache-dir knob its import clobbers is restored
 (``lightning.jax_bridge._jax_triton``). jax-triton refuses autotuned kernels whose key lacks a
-scalar argument, so the plain kernels launch with one fixed config per pass
-(``configs.JAX_*_CONFIG``): the decayed operands (``gla_prep_kernel``), the forward, then the
-backward's three launches, each sweep with PATH "both" (``kernels._run_rows``): jax-triton hands
-every launch fresh output buffers, so the rows with a deep chunk take the exact path inside the same
-launch rather than in a rerun. The forward and the dv pass sweep the decayed operands (PRE), as from
-torch.
+scalar argument, so the plain kernels launch with one fixed config per sweep
+(``configs.JAX_*_CONFIG``). The launches are the torch path's, one each: the prep launch and the
+forward; then the backward's in-chunk launch, the dq pass, the dk / dg pass and the dv pass. No
+launch depends on the gate values.
 """
 from __future__ import annotations
 
@@ -21,11 +19,10 @@ from . import configs as _cfg
 from . import kernels as _k
 
 
-def _flags(dtype) -> dict:
+def _dot_prec(dtype) -> str:
     import jax.numpy as jnp
 
-    return dict(DOT_PREC="ieee" if dtype == jnp.float32 else "tf32", GATE_BF16=dtype == jnp.bfloat16,
-                SAFE_DEPTH=_cfg.SAFE_DEPTH)
+    return "ieee" if dtype == jnp.float32 else "tf32"
 
 
 def _dtype_name(dtype) -> str:
@@ -39,23 +36,24 @@ def _scalars(t: int, h: int, hkv: int, scale: float, rows: int) -> tuple:
 
 
 def prep_call(q, k, g, reverse):
-    """(qd, kd, bl): the decayed operands of every chunk (``ops.gla_prep``), one launch."""
+    """(qd, kd, bl, A): the decayed operands, chunk totals and intra-chunk scores of every chunk
+    (``ops.gla_prep``), one launch."""
     import jax
     import jax.numpy as jnp
 
     b, t, h, d = q.shape
-    bt = _cfg.PRE_CHUNK
+    bt = _cfg.CHUNK
     gdt = q.dtype if q.dtype == jnp.bfloat16 else jnp.float32
-    grid, bd = _cfg.prep_grid(t, b * h, d, bt)
     outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), gdt),
-            jax.ShapeDtypeStruct((b * t // bt + b, h, d), jnp.float32)]
+            jax.ShapeDtypeStruct((b * t // bt + b, h, d), jnp.float32), jax.ShapeDtypeStruct((b, t, h, bt), q.dtype)]
+    meta = _cfg.prep_meta(d, bt, _dot_prec(q.dtype))
     return tuple(_jax_triton().triton_call(
-        q, k, g, g, t, h, k.shape[2], kernel=_k.gla_prep_kernel, out_shape=outs,
-        grid=grid, num_warps=_cfg.PREP_WARPS, num_stages=1, KD=d, REVERSE=bool(reverse), IS_VARLEN=False, BT=bt, BD=bd))
+        q, k, g, g, t, h, k.shape[2], kernel=_k.gla_prep_kernel, out_shape=outs, grid=_cfg.prep_grid(t, b * h),
+        KD=d, REVERSE=bool(reverse), IS_VARLEN=False, **meta))
 
 
 def fwd_call(q, k, v, g, h0, scale, reverse):
-    """((o, S_T), (the rows' deep flags, the decayed operands)) from the forward's launches."""
+    """((o, S_T), the prep launch's operands) from the forward's launches."""
     import jax
     import jax.numpy as jnp
 
@@ -63,57 +61,63 @@ def fwd_call(q, k, v, g, h0, scale, reverse):
     hkv, e = k.shape[2], v.shape[3]
     pre = prep_call(q, k, g, reverse)
     bt, bs, w, s = _cfg.jax_config(_cfg.JAX_FWD_CONFIG, d, e, _dtype_name(q.dtype))
-    outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32),
-            jax.ShapeDtypeStruct((b * h,), jnp.int32)]
-    o, ht, deep = _jax_triton().triton_call(
-        q, k, v, g, *pre, h0 if h0 is not None else g, g, g, *_scalars(t, h, hkv, scale, b * h),
+    outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
+    o, ht = _jax_triton().triton_call(
+        *pre, v, h0 if h0 is not None else g, g, *_scalars(t, h, hkv, scale, b * h),
         kernel=_k.gla_fwd_kernel, out_shape=outs, grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s,
         KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=True,
-        IS_VARLEN=False, PATH="both", PRE=True, BT=bt, BS=bs, **_flags(q.dtype))
-    return (o, ht), (deep, pre)
+        IS_VARLEN=False, DOT_PREC=_dot_prec(q.dtype), BT=bt, BS=bs)
+    return (o, ht), pre
 
 
-def _bwd_launches(q, k, v, g, do, h0, dht, deep, pre, scale, reverse):
-    """(dq, dk, dv per query head, dg, dh0) from the three backward launches."""
+def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
+    """(dq, dk, dv per query head, dg, dh0) from the four backward launches."""
     import jax
     import jax.numpy as jnp
 
     jt = _jax_triton()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
+    qd, kd, bl, scores = pre
     gdt = q.dtype if h == hkv else jnp.float32
-    sc = _scalars(t, h, hkv, scale, b * h)
+    t_, h_, hkv_, sc, bucket = _scalars(t, h, hkv, scale, b * h)
     name = _dtype_name(q.dtype)
-    flags = dict(KD=d, VD=e, REVERSE=bool(reverse), HAS_DHT=True, IS_VARLEN=False, PATH="both", **_flags(q.dtype))
+    prec = _dot_prec(q.dtype)
+    flags = dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=False, DOT_PREC=prec)
     qk = dict(flags, HAS_H0=h0 is not None, BV=_cfg.pow2(e), SPLIT=d)
     h0_arg = h0 if h0 is not None else g
-    # the dq and dk passes share one BT: the entry states' slots follow it
-    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_Q_CONFIG, d, e, name)
-    outs = [jax.ShapeDtypeStruct((b, t, h, d), q.dtype),
-            jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype),  # chunk entry states (scratch)
-            jax.ShapeDtypeStruct((b, h, d), jnp.float32)]                # dg after the last row
-    dq, hc, gend = jt.triton_call(
-        k, v, g, do, h0_arg, dht, g, deep, *sc, kernel=_k.gla_bwd_q_kernel, out_shape=outs,
-        grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)
+    bt = _cfg.CHUNK
+    per_head = jax.ShapeDtypeStruct((b, t, h, d), q.dtype)
+    dqi, dki, dga = jt.triton_call(
+        q, k, v, g, do, g, t_, h_, hkv_, sc, kernel=_k.gla_bwd_intra_kernel,
+        out_shape=[per_head, jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), jnp.float32)],
+        grid=_cfg.prep_grid(t, b * h), BV=_cfg.intra_bv(e), **flags,
+        **{kk: vv for kk, vv in _cfg.prep_meta(d, bt, prec, _cfg.INTRA_BD).items() if kk != "DOT_PREC"})
+    _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_Q_CONFIG, d, e, name)
+    outs = [per_head, jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
+            jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype)]  # chunk entry states (scratch)
+    dq, dgq, hc = jt.triton_call(
+        q, kd, bl, v, g, do, h0_arg, g, dqi, dga, t_, h_, hkv_, sc, bucket, kernel=_k.gla_bwd_q_kernel,
+        out_shape=outs, grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_K_CONFIG, d, e, name)
     outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
             jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
     dk, dg, dh0 = jt.triton_call(
-        q, k, v, g, do, dht, g, dq, hc, gend, deep, *sc, kernel=_k.gla_bwd_k_kernel, out_shape=outs,
-        grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)
-    bt, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, name)
+        qd, k, v, g, do, dht, g, hc, dki, dgq, t_, h_, hkv_, sc, bucket, kernel=_k.gla_bwd_k_kernel,
+        out_shape=outs, grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, HAS_DHT=True, **qk)
+    _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, name)
     dv = jt.triton_call(
-        q, k, g, *pre, do, dht, g, deep, *sc, kernel=_k.gla_bwd_v_kernel,
+        qd, kd, bl, scores, do, dht, g, t_, h_, hkv_, sc, bucket, kernel=_k.gla_bwd_v_kernel,
         out_shape=[jax.ShapeDtypeStruct((b, t, h, e), gdt)], grid=(_cfg.cdiv(e, bs), b * h), num_warps=w,
-        num_stages=s, BK=_cfg.pow2(d), SPLIT=e, PRE=True, BT=bt, BS=bs, **flags)[0]
+        num_stages=s, BK=_cfg.pow2(d), SPLIT=e, HAS_DHT=True, BT=bt, BS=bs, **flags)[0]
     return dq, dk, dv, dg, dh0
 
 
-def bwd_call(q, k, v, g, do, h0, dht, deep, pre, scale, reverse):
+def bwd_call(q, k, v, g, do, h0, dht, pre, scale, reverse):
     """(dq, dk, dv, dg, dh0) from the backward launches; GQA sums dk, dv per kv head."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
-    dq, dk, dv, dg, dh0 = _bwd_launches(q, k, v, g, do, h0, dht, deep, pre, scale, reverse)
+    dq, dk, dv, dg, dh0 = _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse)
     if h > hkv:
         dk = dk.reshape(b, t, hkv, h // hkv, d).sum(3).astype(q.dtype)
         dv = dv.reshape(b, t, hkv, h // hkv, e).sum(3).astype(q.dtype)
@@ -129,14 +133,14 @@ def _make_fn():
         return fwd_call(q, k, v, g, h0, scale, reverse)[0]
 
     def fwd(q, k, v, g, h0, scale, reverse):
-        out, (deep, pre) = fwd_call(q, k, v, g, h0, scale, reverse)
-        return out, (q, k, v, g, h0, deep, pre)
+        out, pre = fwd_call(q, k, v, g, h0, scale, reverse)
+        return out, (q, k, v, g, h0, pre)
 
     def bwd(scale, reverse, resid, cts):
-        q, k, v, g, h0, deep, pre = resid
+        q, k, v, g, h0, pre = resid
         do, dht = cts
         dq, dk, dv, dg, dh0 = bwd_call(q, k, v, g, jnp.asarray(do, q.dtype), h0, jnp.asarray(dht, jnp.float32),
-                                       deep, pre, scale, reverse)
+                                       pre, scale, reverse)
         return dq, dk, dv, dg.astype(g.dtype), (None if h0 is None else dh0.astype(h0.dtype))
 
     attn.defvjp(fwd, bwd)
@@ -148,14 +152,17 @@ _FN = None
 
 def check_call(q, k, v, g, initial_state, cu_seqlens):
     """The host-side checks of ``gla_jax_triton`` (no GPU needed); raises ValueError /
-    NotImplementedError. Returns (q, k, v, g fp32, initial_state fp32 or None)."""
+    NotImplementedError. Returns (q, k, v, g as given, initial_state fp32 or None): the kernels
+    cumulate g in fp32 whatever its dtype."""
     import jax.numpy as jnp
 
     q, k, v, initial_state = check_qkv(q, k, v, initial_state, cu_seqlens)
     g = jnp.asarray(g)
     if g.shape != q.shape:
         raise ValueError(f"g must be [B, T, H, D] = {q.shape} (per query head), got {g.shape}")
-    return q, k, v, g.astype(jnp.float32), initial_state
+    if not jnp.issubdtype(g.dtype, jnp.floating) or g.dtype == jnp.float64:
+        g = g.astype(jnp.float32)
+    return q, k, v, g, initial_state
 
 
 def gla_jax_triton(q, k, v, g, scale=None, initial_state=None, reverse=False, cu_seqlens=None):
