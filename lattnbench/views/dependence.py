@@ -23,6 +23,8 @@ from lattnbench.views.rows import (DISTRIBUTION_FIELDS, SHAPE_FIELDS, TENSOR_ORD
 
 #: slowest / fastest time across input distributions above which a kernel depends on the data
 DEPENDENCE_LIMIT = 1.25
+#: largest / smallest err of one tensor across input distributions above which report lists it
+ERROR_DEPENDENCE_LIMIT = 2.0
 DEPENDENCE_MARK = "§"
 DEPENDENCE_NOTE = (f"{DEPENDENCE_MARK}k× data-dependent: this kernel's time at this shape and mode spans k× "
                    f"(slowest / fastest) across the input distributions in the file (flagged above "
@@ -103,10 +105,17 @@ def dependence_summary(rows: Sequence[dict], timer: str = "device") -> list[list
                                        key=lambda x: (kernel_sort_key(x[1][0], families), x[1][1], -x[0]))]
 
 
+def moves_with_data(w: dict) -> bool:
+    """A worst-distribution entry whose error the values move by more than ERROR_DEPENDENCE_LIMIT,
+    or that fails."""
+    return not w["passed"] or w["err"] > ERROR_DEPENDENCE_LIMIT * max(w["best_err"], 1e-300)
+
+
 def worst_distributions(rows: Sequence[dict]) -> list[dict]:
     """Per kernel, dtype and tensor with rows at two or more input distributions: the distribution whose
     largest error is the worst (NaN / Inf counts as worst), with that error, its tolerance and
-    whether it passed. Each: {kernel, tensor, distribution, err, tol, n, passed}."""
+    whether it passed, and the best one beside it. Each: {kernel, tensor, distribution, err, tol, n, dtype,
+    passed, best_distribution, best_err}."""
     from lattnbench.views.rows import agreement_passes
 
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
@@ -124,10 +133,11 @@ def worst_distributions(rows: Sequence[dict]) -> list[dict]:
     for (kernel, _, tensor), rs in groups.items():
         if len({_distribution_key(r) for r in rs}) < 2:
             continue
-        worst = max(rs, key=err)
+        worst, best = max(rs, key=err), min(rs, key=err)
         out.append({"kernel": kernel, "tensor": tensor, "distribution": distribution_label(worst),
                     "err": err(worst), "tol": worst.get("tol"), "n": worst.get("seqlen"),
-                    "dtype": worst.get("dtype"), "passed": agreement_passes(worst)})
+                    "dtype": worst.get("dtype"), "passed": agreement_passes(worst),
+                    "best_distribution": distribution_label(best), "best_err": err(best)})
     families = {r["kernel"]: r.get("family", "") for r in rows}
     order = {t: i for i, t in enumerate(TENSOR_ORDER)}
     return sorted(out, key=lambda d: (kernel_sort_key(d["kernel"], families), str(d["dtype"]),

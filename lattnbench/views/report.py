@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lattnbench.results import ResultsError  # noqa: F401 - the report command's error type
-from lattnbench.views.dependence import (DEPENDENCE_LIMIT, DEPENDENCE_NOTE, data_dependence, dependence_mark,
-                                        dependence_summary, worst_distributions)
+from lattnbench.views.dependence import (DEPENDENCE_LIMIT, DEPENDENCE_NOTE, ERROR_DEPENDENCE_LIMIT, data_dependence,
+                                        dependence_mark, dependence_summary, moves_with_data, worst_distributions)
 from lattnbench.views.rows import (DASH, ReportError, MODE_ORDER, TENSOR_ORDER, agreement_passes,
                                    doc_reference, fmt, gpu_name, is_speed, kernel_sort_key, legend, load_docs,
                                    marks, pct_floor, pick_reference, shape_key, shape_label, spread_text,
@@ -173,16 +173,17 @@ def _dependence_tables(rows: list[dict], timer: str, agreement: bool = True) -> 
                    "with the input distribution alone (decay, gate norm, g dtype); at the length where it moves "
                    "most.\n\n"
                    + md_table(["kernel", "mode", "n", "fastest", "slowest", "ratio"], lines, left=5))
-    worst = worst_distributions(rows) if agreement else []
+    worst = [w for w in worst_distributions(rows) if moves_with_data(w)] if agreement else []
     if worst:
-        body = [[w["kernel"], str(w["dtype"]), w["tensor"], w["distribution"], str(w["n"]),
-                 f"{w['err']:.1e}", f"{w['tol']:.1e}" if isinstance(w["tol"], (int, float)) else DASH,
+        body = [[w["kernel"], str(w["dtype"]), w["tensor"], str(w["n"]),
+                 f"{w['best_err']:.1e} {w['best_distribution']}", f"{w['err']:.1e} {w['distribution']}",
+                 f"{w['tol']:.1e}" if isinstance(w["tol"], (int, float)) else DASH,
                  "PASS" if w["passed"] else "FAIL"] for w in worst]
-        out.append("#### agreement · worst input distribution per tensor\n\n"
-                   "Per kernel, dtype and tensor, the input distribution with the largest err over all the "
-                   "cases checked.\n\n"
-                   + md_table(["kernel", "dtype", "tensor", "worst distribution", "n", "err", "tol", ""], body,
-                              left=4))
+        out.append("#### agreement · data dependence\n\n"
+                   f"Tensors whose err moves by more than {ERROR_DEPENDENCE_LIMIT:g}× with the input distribution "
+                   "alone, or fails at its worst one: the best and the worst distribution over the cases checked, "
+                   "and the verdict at the worst.\n\n"
+                   + md_table(["kernel", "dtype", "tensor", "n", "best", "worst", "tol", ""], body, left=3))
     return out
 
 
