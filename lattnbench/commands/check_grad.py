@@ -72,8 +72,8 @@ def register(app: typer.Typer) -> None:
         chosen = guarded(lambda: pick_kernels(reg, kernels, dev, plugins=kernel, timing=False, parallel=parallel))
         kind = "check-rows" if batch_rows else "check-grad"
         tasks = distinct([Task(kind, e.name, family_case(e, c), seed=seed, tolerance=tolerance)
-                          for c in cases for e in chosen
-                          if not (e.family == "softmax" and c.initial_state) and runs_at(e, c)])  # softmax: no state
+                          for c in cases for e in chosen  # softmax has no state: no h0 cases
+                          if not (e.family == "softmax" and c.initial_state) and runs_at(e, c)], reg)
         from lattnbench.commands.invocation import cli_args, resume_command
 
         args = cli_args([("--n", n), ("--batch", batch), ("--heads", heads), ("--kv-heads", kv_heads),

@@ -90,7 +90,7 @@ def register(app: typer.Typer) -> None:
                                               settle_c=settle if settle is not None else m.settle_c))
         except SpecError as exc:
             die(str(exc))
-        tasks = distinct(tasks)
+        tasks = distinct(tasks, reg)
         env = collect()
         target = Path(out) if out else results_root() / machine_name(env)
         writer = open_writer(target / f"{spec.name}.json", spec.name, env, resume)

@@ -88,18 +88,22 @@ def default_kernel(entry: KernelEntry, device: str, timing: bool = True, paralle
 
 
 def family_case(entry: KernelEntry, case):
-    """The case as the kernel's family sees it (the input axes it ignores at their defaults)."""
-    from lattnbench.spec import DECAYED_FAMILIES, GATED_FAMILIES
+    """The case as the kernel's family sees it (an ungated family's at the default gates)."""
+    from lattnbench.spec import GATED_FAMILIES
 
-    return case.for_family(gated=entry.family in GATED_FAMILIES, decayed=entry.family in DECAYED_FAMILIES)
+    return case.for_family(gated=entry.family in GATED_FAMILIES)
 
 
-def distinct(tasks: list[Task]) -> list[Task]:
-    """Each task once, in order: a sweep over gate norms runs a Lightning kernel once, not per norm."""
+def distinct(tasks: list[Task], reg: Registry) -> list[Task]:
+    """Each task once, in order: a sweep over gate norms runs a Lightning kernel once, and one over
+    decays runs a GLA kernel once."""
+    from lattnbench.spec import DECAYED_FAMILIES
+
     seen: set = set()
     out = []
     for t in tasks:
-        key = (t.kind, t.kernel, t.case)
+        decayed = t.kernel not in reg.entries or reg[t.kernel].family in DECAYED_FAMILIES
+        key = (t.kind, t.kernel, t.case.same_work(decayed), t.run)
         if key not in seen:
             seen.add(key)
             out.append(t)
@@ -400,7 +404,7 @@ def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels
     tasks = distinct([Task(command, e.name, family_case(e, c), tuple(want), budget,
                            settle_c=settle if command == "speed" else None)
                       for c in cases for e in chosen
-                      if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))])
+                      if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))], reg)
     args = cli_args([("--n", n), ("--batch", batch), ("--heads", heads), ("--kv-heads", kv_heads), ("--dim", dim),
                      ("--dim-v", dim_v), ("--dtype", dtype), ("--kernels", kernels), ("--kernel", plugins),
                      ("--mode", None if mode == "fwd,fwdbwd" else mode),

@@ -53,10 +53,12 @@ def test_expand_crosses_every_input_distribution_with_the_shapes():
 
 def test_a_family_sees_only_the_input_axes_it_has():
     strong = _case(decay="strong", gate_norm=0.1, g_dtype="bf16")
-    lightning = strong.for_family(gated=False, decayed=True)
-    gla = strong.for_family(gated=True, decayed=False)
+    lightning = strong.for_family(gated=False)
+    gla = strong.for_family(gated=True)
     assert (lightning.decay, lightning.gate_norm, lightning.g_dtype) == ("strong", DEFAULT_GATE_NORM, "fp32")
-    assert (gla.decay, gla.gate_norm, gla.g_dtype) == ("alibi", 0.1, "bf16")
+    assert (gla.decay, gla.gate_norm, gla.g_dtype) == ("strong", 0.1, "bf16")  # its rows keep the decay given
+    assert gla.same_work(decayed=False) == _case(gate_norm=0.1, g_dtype="bf16").same_work(decayed=False)
+    assert lightning.same_work(decayed=True) != _case().for_family(gated=False).same_work(decayed=True)
     assert "gate_norm" not in strong.fields() and strong.fields(gated=True)["gate_norm"] == 0.1
 
 
@@ -214,14 +216,17 @@ def test_speed_writes_a_row_per_gate_norm_and_runs_lightning_once(tmp_path: Path
     out = tmp_path / "speed.json"
     res = runner.invoke(app, ["speed", "--device", "cpu", "-k", "gla/jax-chunked,lightning/jax-chunked",
                               "--n", "64", "--batch", "1", "--heads", "2", "--dim", "16", "--mode", "fwd",
-                              "--budget", "0.05", "--gate-norm", "16,0.1", "--out", str(out)])
+                              "--budget", "0.05", "--gate-norm", "16,0.1", "--decay", "random,strong",
+                              "--out", str(out)])
     assert res.exit_code == 0, res.output
     rows = json.loads(out.read_text())["rows"]
     gla = sorted(r["gate_norm"] for r in rows if r["kernel"] == "gla/jax-chunked")
     light = [r for r in rows if r["kernel"] == "lightning/jax-chunked"]
-    assert gla == [0.1, 16.0]
-    assert all(r["g_dtype"] == "fp32" and r["status"] == "ok" for r in rows if r["kernel"] == "gla/jax-chunked")
-    assert len(light) == 1 and "gate_norm" not in light[0]
+    assert gla == [0.1, 16.0]  # once per gate norm, not per decay: GLA has no per-head decay
+    assert all(r["g_dtype"] == "fp32" and r["status"] == "ok" and r["decay"] == "random"
+               for r in rows if r["kernel"] == "gla/jax-chunked")
+    assert sorted(r["decay"] for r in light) == ["random", "strong"]  # once per decay, not per gate norm
+    assert all("gate_norm" not in r for r in light)
 
 
 def test_check_grad_judges_by_fla_table_and_records_it(tmp_path: Path):
