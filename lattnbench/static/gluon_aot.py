@@ -6,6 +6,11 @@ descriptor arguments are typed ``tensordesc<bf16[1,64,128],NVMMASharedLayout(...
 and the shared layout are part of the signature. The launch's ``maxnreg`` is a compile option,
 as the warp-specialized register split is computed from it.
 
+The backward's end-term launch (``end_terms.end_terms_kernel``, plain Triton) compiles the same
+way (``compile_end_terms``). Both report their scalar pointer offsets (``scalar_offsets``): a
+program's base offset into a [B, T, H, ·] tensor passes 2^31 elements at B5 T131072 H32 D128, so
+it must be int64 there; an int32 one wraps negative and the access faults.
+
 Compile in a process where no Triton kernel has run under TRITON_INTERPRET=1: the interpreter
 patches Triton's language objects, and a compile after it fails (the CPU test uses a subprocess).
 """
@@ -18,6 +23,17 @@ from lattnbench.static import ptx as ptxmod
 from lattnbench.static.triton_aot import _compile, _parse_ptxas_log
 
 MODULE = "lattnbench.kernels.gluon.lightning.kernels"
+
+# a scalar pointer plus an offset in TTIR / TTGIR: ``%res = tt.addptr %base, %off : !tt.ptr<T>, iN``
+# (a tile's offsets are tensors, typed ``tensor<...>``, and do not match)
+_SCALAR_ADDPTR = re.compile(r"%([\w.]+) = tt\.addptr %([\w.]+), %[\w.]+ : !tt\.ptr<[^>]+>, (i\d+)")
+
+
+def scalar_offsets(ir: str) -> list[tuple[str, str, str]]:
+    """(result, base pointer, integer type of the offset) of every scalar ``tt.addptr`` in ``ir``.
+    Arguments keep their names in a kernel's body and become ``%argN`` in a warp-specialized
+    partition; results carry the Python variable's name (``%gam`` for ``g + i_h``)."""
+    return _SCALAR_ADDPTR.findall(ir)
 
 
 def _desc_type(block: list[int], dtype: str):
@@ -78,4 +94,23 @@ def compile_forward(**kw) -> dict:
             "setmaxnreg": sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", text)}),
             "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global", text)),
             "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", text)),
-            "mbarrier_waits": len(re.findall(r"mbarrier\.try_wait", text)), "ptx": text}
+            "mbarrier_waits": len(re.findall(r"mbarrier\.try_wait", text)),
+            "scalar_offsets": scalar_offsets(ck.asm["ttgir"]), "ptx": text}
+
+
+def compile_end_terms(d: int = 128, e: int = 128, dtype: str = "bf16", has_dht: bool = True,
+                      want_dh0: bool = True) -> dict:
+    """Compile the backward's end-term launch for sm_90 as ``end_terms.end_terms`` launches it (fp32
+    states, k, v, dk, dv in ``dtype``) and return registers, spills and its ``scalar_offsets``
+    (from the TTIR, where the arguments keep their names)."""
+    from lattnbench.kernels.gluon.lightning import configs as C
+    from lattnbench.kernels.gluon.lightning import end_terms as ET
+    from lattnbench.kernels.triton.lightning.configs import pow2
+    from lattnbench.static.triton_aot import compile_sm90, source
+
+    os.environ.pop("TRITON_INTERPRET", None)
+    types = dict(dht="*fp32", k=f"*{dtype}", v=f"*{dtype}", dk=f"*{dtype}", dv=f"*{dtype}", s_end="*fp32",
+                 dh0="*fp32", g="*fp32", T="i32", H="i32", scale="fp32", last="i32")
+    constexprs = dict(D=d, E=e, BD=ET._BD, BE=pow2(e), FLOOR=C.LOG_DECAY_FLOOR, HAS_DHT=has_dht, WANT_DH0=want_dh0)
+    ck, log = compile_sm90(source(ET.end_terms_kernel, types, constexprs), num_warps=4, num_stages=3)
+    return {**_parse_ptxas_log(log), "scalar_offsets": scalar_offsets(ck.asm["ttir"])}

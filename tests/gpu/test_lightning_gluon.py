@@ -102,3 +102,93 @@ def test_calls_the_gluon_forward_does_not_take_run_the_triton_kernel():
     got = lightning_attn_gluon(x["q"], x["k"], x["v"], cu_seqlens=cu)
     want = lightning_attn_triton(x["q"], x["k"], x["v"], cu_seqlens=cu)
     torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+
+
+# Past 2^31 elements: at B5 T131072 H32 D=E=128 a [B, T, H, 128] tensor holds 2.7e9 elements, so the
+# last sequence's offsets need int64 (B4 holds exactly 2^31, and fits int32). An int32 offset there
+# wrapped negative in the backward's end-term launch: an illegal memory access in the long suite's
+# check-rows. ~35 GB of GPU memory a case.
+BIG = (5, 131072, 32, 128)
+
+
+def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """RMS(x − ref) / RMS(ref) on the device (err_ratio's fp64 host copy of a 5e8-element row is
+    slow); inf when x has NaN / Inf."""
+    x, ref = x.float(), ref.float()
+    if x.shape != ref.shape or not bool(torch.isfinite(x).all()):
+        return float("inf")
+    denom = float(ref.square().mean().sqrt()) or 1.0
+    return float((x - ref).square().mean().sqrt()) / denom
+
+
+def _big_draw(seed):
+    """A random draw on the device, bf16 by default (no fp32 copy of a 2.7e9-element tensor)."""
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+
+    def rnd(*s, dt=torch.bfloat16):
+        return torch.randn(*s, generator=gen, device=DEV, dtype=dt)
+    return rnd
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_end_terms_past_2_31_elements_match_the_last_sequence_alone(monkeypatch, reverse):
+    """The end-term launch at B5: the last sequence's corrected row of dk and dv, and its dS_0, as
+    when that sequence is launched alone; its other rows untouched. Half the heads decay past the
+    floor, so the correction moves their row."""
+    from lattnbench.kernels.gluon.lightning import end_terms
+    from lattnbench.kernels.gluon.lightning.backward import LOG_DECAY_FLOOR
+
+    monkeypatch.setattr(end_terms, "_empty", lambda *s, dtype, device: torch.full(s, float("nan"), dtype=dtype,
+                                                                                  device=device))
+    b, t, h, d = BIG
+    rnd = _big_draw(31)
+    k, v, dk, dv = (rnd(b, t, h, d) for _ in range(4))
+    assert k.numel() > 2**31
+    dht, s_end = (rnd(b, h, d, d, dt=torch.float32) for _ in range(2))
+    gamma = torch.where(torch.arange(h, device=DEV) % 2 == 0, -0.05, LOG_DECAY_FLOOR - 10.0).float()
+    last, scale = (0 if reverse else t - 1), d**-0.5
+    got_dk, got_dv = dk.clone(), dv.clone()
+    got_dh0 = end_terms.end_terms(dht, k, v, got_dk, got_dv, s_end, gamma, scale, LOG_DECAY_FLOOR, last)
+    one = {n: x[-1:].clone() for n, x in dict(k=k, v=v, dk=dk, dv=dv, dht=dht, s_end=s_end).items()}
+    want_dh0 = end_terms.end_terms(one["dht"], one["k"], one["v"], one["dk"], one["dv"], one["s_end"], gamma, scale,
+                                   LOG_DECAY_FLOOR, last)
+    torch.cuda.synchronize()
+    assert _rel_err(got_dk[-1, last], one["dk"][0, last]) <= 1e-6
+    assert _rel_err(got_dv[-1, last], one["dv"][0, last]) <= 1e-6
+    assert _rel_err(got_dh0[-1], want_dh0[0]) <= 1e-6
+    assert _rel_err(got_dk[-1, last, 1::2], dk[-1, last, 1::2]) > 0.01  # heads past the floor: corrected
+    rest = slice(1, None) if reverse else slice(0, t - 1)
+    assert torch.equal(got_dk[-1, rest], dk[-1, rest]) and torch.equal(got_dv[-1, rest], dv[-1, rest])
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_the_last_sequence_past_2_31_elements_matches_itself_alone(monkeypatch, reverse):
+    """The long suite's check-rows at B5 T131072 H32 D128 bf16 with an initial state, on the Gluon
+    forward and backward: every output and gradient of the last sequence, computed in the batch,
+    against the same sequence alone."""
+    monkeypatch.setattr(gcfg, "BACKWARD_ON_GLUON", True)
+    monkeypatch.setattr(gcfg, "BACKWARD_MODE", "1")
+    b, t, h, d = BIG
+    rnd = _big_draw(37)
+    q, k, v, do = (rnd(b, t, h, d) for _ in range(4))
+    h0, ds = (rnd(b, h, d, d, dt=torch.float32) for _ in range(2))
+    gamma = -torch.linspace(0.01, 0.5, h, device=DEV)
+    assert q.numel() > 2**31
+    assert gluon_path(q, v) is None and gluon_backward_path(q, k) is None
+
+    def run(xs):
+        leaves = [x.requires_grad_(True) for x in xs[:4]]
+        o, st = lightning_attn_gluon(*leaves[:3], gamma=gamma, initial_state=leaves[3], reverse=reverse)
+        grads = torch.autograd.grad((o, st), leaves, xs[4:])
+        for x in leaves:
+            x.requires_grad_(False)
+        return [o.detach(), st.detach(), *grads]
+
+    names = ["o", "final_state", "dq", "dk", "dv", "dh0"]
+    full = run([q, k, v, h0, do, ds])
+    last = [x[-1:].clone() for x in full]  # a copy: a view would keep the whole batch's tensors
+    del full
+    alone = run([x[-1:].clone() for x in (q, k, v, h0, do, ds)])
+    torch.cuda.synchronize()
+    errs = {n: _rel_err(x, y) for n, x, y in zip(names, last, alone)}
+    assert all(err <= TOLERANCE["bf16"] for err in errs.values()), errs

@@ -34,6 +34,13 @@ def _last_share(g_ptr, i_h, FLOOR: tl.constexpr):
 
 
 @triton.jit
+def _row_index(i_b, i_h, T, H, last):
+    """Row ``last`` of head i_h of sequence i_b in [B, T, H, ·], int64: times the head dim it is
+    an element offset past 2^31 in the last sequences of a large batch (B5 T131072 H32 D128)."""
+    return (i_b.to(tl.int64) * T + last) * H + i_h
+
+
+@triton.jit
 def end_terms_kernel(
     dht, k, v, dk, dv, s_end, dh0, g, T, H, scale, last,
     D: tl.constexpr, E: tl.constexpr, BD: tl.constexpr, BE: tl.constexpr, FLOOR: tl.constexpr,
@@ -41,7 +48,11 @@ def end_terms_kernel(
 ):
     """grid (B·H,): the last token's correction of dk and dv (rows ``last`` of [B, T, H, ·]) and
     dS_0 from the dv pass's final state. A head whose w is 0 (every head above the floor) adds
-    nothing; it still runs, as the choice reads device data."""
+    nothing; it still runs, as the choice reads device data.
+
+    The per-program bases are int64 scalars, as in the forward kernels: a [B, T, H, 128] tensor
+    passes 2^31 elements at B5 T131072 H32, where an int32 ``row * E`` wraps negative. Offsets
+    inside a tile stay int32."""
     i_bh = tl.program_id(0)
     i_b, i_h = i_bh // H, i_bh % H
     o_e = tl.arange(0, BE)
@@ -49,28 +60,30 @@ def end_terms_kernel(
     gam = tl.load(g + i_h).to(tl.float32)
     if HAS_DHT:
         w = _last_share(g, i_h, FLOOR)
-        row = (i_b * T + last) * H + i_h
-        v_last = tl.load(v + row * E + o_e, mask=m_e, other=0.0).to(tl.float32)
+        row = _row_index(i_b, i_h, T, H, last)
+        row_d, row_e = row * D, row * E
+        v_last = tl.load(v + row_e + o_e, mask=m_e, other=0.0).to(tl.float32)
         dv_acc = tl.zeros([BE], dtype=tl.float32)
+    st = i_bh.to(tl.int64) * (D * E)  # state i_bh of [B, H, D, E]
     for d0 in range(0, D, BD):
         o_d = d0 + tl.arange(0, BD)
         m_d = o_d < D
         m = m_d[:, None] & m_e[None, :]
-        de = i_bh * D * E + o_d[:, None] * E + o_e[None, :]
+        de = o_d[:, None] * E + o_e[None, :]
         if HAS_DHT:
-            wd = tl.load(dht + de, mask=m, other=0.0) * w                     # [BD, BE]
-            k_last = tl.load(k + row * D + o_d, mask=m_d, other=0.0).to(tl.float32)
-            dk_row = dk + row * D + o_d
+            wd = tl.load(dht + st + de, mask=m, other=0.0) * w                     # [BD, BE]
+            k_last = tl.load(k + row_d + o_d, mask=m_d, other=0.0).to(tl.float32)
+            dk_row = dk + row_d + o_d
             dk_new = tl.load(dk_row, mask=m_d, other=0.0).to(tl.float32) + tl.sum(wd * v_last[None, :], axis=1)
             tl.store(dk_row, dk_new.to(dk.dtype.element_ty), mask=m_d)
             dv_acc += tl.sum(wd * k_last[:, None], axis=0)
         if WANT_DH0:
-            t0 = tl.load(s_end + de, mask=m, other=0.0) * (scale * tl.exp(gam))
+            t0 = tl.load(s_end + st + de, mask=m, other=0.0) * (scale * tl.exp(gam))
             if HAS_DHT:
                 t0 += tl.exp(T * gam) * wd
-            tl.store(dh0 + de, t0, mask=m)
+            tl.store(dh0 + st + de, t0, mask=m)
     if HAS_DHT:
-        dv_row = dv + row * E + o_e
+        dv_row = dv + row_e + o_e
         dv_new = tl.load(dv_row, mask=m_e, other=0.0).to(tl.float32) + dv_acc
         tl.store(dv_row, dv_new.to(dv.dtype.element_ty), mask=m_e)
 
