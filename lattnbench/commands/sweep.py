@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import typer
@@ -89,9 +90,17 @@ def default_kernel(entry: KernelEntry, device: str, timing: bool = True, paralle
 
 def family_case(entry: KernelEntry, case):
     """The case as the kernel's family sees it (the input axes it ignores at their defaults)."""
-    from lattnbench.spec import DECAYED_FAMILIES, GATED_FAMILIES
+    from lattnbench.operators import family
 
-    return case.for_family(gated=entry.family in GATED_FAMILIES, decayed=entry.family in DECAYED_FAMILIES)
+    fam = family(entry.family)
+    return case.for_family(gated=fam.gated, decayed=fam.decayed)
+
+
+def family_applies(entry: KernelEntry, case) -> bool:
+    """Whether check-grad has anything to compare for the kernel's family on the case."""
+    from lattnbench.operators import family
+
+    return family(entry.family).applies(case)
 
 
 def distinct(tasks: list[Task]) -> list[Task]:
@@ -287,7 +296,7 @@ def _release_followers() -> None:
 
 def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], list]) -> None:
     """Print the tables (or JSON), the file paths and a status summary; exit 1 on failures."""
-    from lattnbench.measure.points import any_failed, summarize
+    from lattnbench.harness.points import any_failed, summarize
 
     from lattnbench.commands.invocation import FINISHED
 
@@ -334,7 +343,7 @@ def setup(device: str, plugins: list[str] | None):
     Under torchrun every rank runs the command: rank 0 goes on as usual, the others follow its
     calls on their shards and leave quietly (no tables, no results file).
     """
-    from lattnbench.measure.points import resolve_device
+    from lattnbench.harness.points import resolve_device
     from lattnbench.registry import registry_with
     from lattnbench.runner.ranks import under_torchrun
 
@@ -373,10 +382,41 @@ def guarded(fn: Callable[[], object]):
         die(str(exc))
 
 
-def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, plugins, mode, device, out,
-                  as_json, decay, resume, budget, repeat, isolate, point_timeout, world_size=None,
-                  settle=None, gate_norm=None, g_dtype=None) -> None:
+@dataclass(frozen=True)
+class SweepOptions:
+    """The options ``speed`` and ``memory`` share, as the command line gave them (None: the default)."""
+
+    command: str  # "speed" or "memory"
+    n: str | None = None
+    batch: str | None = None
+    heads: str | None = None
+    kv_heads: str | None = None
+    dim: str | None = None
+    dim_v: str | None = None
+    dtype: str | None = None
+    kernels: list[str] | None = None
+    plugins: list[str] | None = None
+    mode: str = "fwd,fwdbwd"
+    device: str = "auto"
+    out: str | None = None
+    as_json: bool = False
+    decay: str = "alibi"
+    resume: bool = False
+    budget: float | None = None
+    repeat: int = 1
+    isolate: str = "auto"
+    point_timeout: str = "0"
+    world_size: str | None = None
+    settle: float | None = None
+    gate_norm: str | None = None
+    g_dtype: str | None = None
+
+
+def sweep_command(opts: SweepOptions) -> None:
     """speed and memory: the same sweep axes, one task per (case, kernel)."""
+    (command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, plugins, mode, device, out, as_json, decay,
+     resume, budget, repeat, isolate, point_timeout, world_size, settle, gate_norm, g_dtype) = (
+        getattr(opts, f.name) for f in fields(SweepOptions))
     from lattnbench.commands import axes
     from lattnbench.commands.tables import memory_tables, speed_tables
     from lattnbench.env import collect
