@@ -66,6 +66,8 @@ class Family:
     gates: tuple[str, ...] = ()
     #: tensors handed over in fp32 whatever the case dtype (the state and its cotangent)
     fp32_tensors: tuple[str, ...] = ("h0", "dS")
+    #: module whose ``default_jobs()`` lists the family's compile-only (static) jobs; None: none
+    static_jobs: str | None = None
     #: what a plugin of this family handles when it does not say
     default_features: frozenset = frozenset({"initial_state", "reverse", "varlen", "gqa", "dv", "any_dim"})
 

@@ -14,6 +14,7 @@ class GLA(Family):
     order = 1
     gated = True
     gates = ("g",)
+    static_jobs = "lattnbench.operators.gla.static_jobs"
 
     def call(self, fn, t, gamma, scale, case: Case, cu_seqlens):
         o, state = fn(t["q"], t["k"], t["v"], t["g"], scale, t.get("h0"), case.reverse, cu_seqlens)

@@ -15,6 +15,7 @@ class Lightning(Family):
     name = "lightning"
     order = 0
     decayed = True
+    static_jobs = "lattnbench.operators.lightning.static_jobs"
 
     def call(self, fn, t, gamma, scale, case: Case, cu_seqlens):
         o, state = fn(t["q"], t["k"], t["v"], gamma, scale, t.get("h0"), case.reverse, cu_seqlens)
