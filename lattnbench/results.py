@@ -29,8 +29,6 @@ KEY_FIELDS = ("kernel", "device", "batch", "seqlen", "heads", "kv_heads", "dim_q
 KEY_DEFAULTS = {"world_size": 1}
 #: key fields only rows of a gated family carry, and their value in rows written before them
 GATE_DEFAULTS = {"gate_norm": 16.0, "g_dtype": "fp32"}
-#: the families whose rows carry GATE_DEFAULTS' fields (lattnbench.spec.GATED_FAMILIES)
-GATED = ("gla",)
 
 
 #: the timers a speed row carries (lattnbench.measure.timing); ``device`` is the tables' one
@@ -60,7 +58,9 @@ def key_value(row: dict, field: str) -> Any:
         value = row[field]
         return float(value) if field == "gate_norm" and isinstance(value, (int, float)) else value
     if field in GATE_DEFAULTS:
-        return GATE_DEFAULTS[field] if row.get("family") in GATED else None
+        from lattnbench.operators import is_gated
+
+        return GATE_DEFAULTS[field] if is_gated(row.get("family")) else None
     return KEY_DEFAULTS.get(field)
 
 

@@ -14,10 +14,6 @@ MODES = ("fwd", "bwd", "fwdbwd")
 DECAYS = ("alibi", "lightning", "zero", "random", "strong")
 #: dtypes a GLA gate tensor g may be drawn in (the kernel gets it in that dtype)
 G_DTYPES = ("fp32", "bf16", "fp16")
-#: families whose inputs include data-dependent gates g (their rows carry gate_norm and g_dtype)
-GATED_FAMILIES = ("gla",)
-#: families whose decay is the per-head γ of the ``decay`` axis
-DECAYED_FAMILIES = ("lightning",)
 #: the GLA paper's gate normaliser: g = log σ(x) / 16 (fla's GLA layer default, gate_logit_normalizer)
 DEFAULT_GATE_NORM = 16.0
 MAX_POINTS = 4096  # a range longer than this is a typo, not a sweep

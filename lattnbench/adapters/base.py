@@ -2,23 +2,13 @@
 how a call's outputs and gradients are named (o, final_state, dq, dk, dv, dh0, dg)."""
 from __future__ import annotations
 
-from lattnbench.measure.inputs import constants
+from lattnbench.operators import family
+from lattnbench.operators.base import DIFFERENTIABLE, GRAD_NAMES
+from lattnbench.operators.inputs import constants
 from lattnbench.registry.entry import KernelEntry
 from lattnbench.spec import Case
 
-#: tensors that stay fp32 whatever the case dtype (the state and its cotangent)
-FP32_TENSORS = ("h0", "dS")
-#: the differentiable inputs, in call order, and their gradients' names
-DIFFERENTIABLE = ("q", "k", "v", "h0", "g")
-GRAD_NAMES = {"q": "dq", "k": "dk", "v": "dv", "h0": "dh0", "g": "dg"}
-
-
-def stored_dtype(name: str, case: Case) -> str:
-    """The dtype an input is handed to the kernel in: fp32 for the state tensors, the case's
-    ``g_dtype`` for gates, the case's dtype for the rest."""
-    if name in FP32_TENSORS:
-        return "fp32"
-    return case.g_dtype if name == "g" else case.dtype
+__all__ = ["DIFFERENTIABLE", "GRAD_NAMES", "Problem"]
 
 
 class Problem:
@@ -33,6 +23,7 @@ class Problem:
 
     def __init__(self, entry: KernelEntry, case: Case, device: str, seed: int = 0) -> None:
         self.entry, self.case, self.family = entry, case, entry.family
+        self.fam = family(entry.family)
         self.device_name, self.seed = device, seed
         self.fn = entry.load()
         self.const = constants(case, entry, seed)
@@ -52,13 +43,19 @@ class Problem:
         """Fields a measured row of this problem carries besides the timers' (sequence parallel: comm)."""
         return {}
 
+    def stored_dtype(self, name: str) -> str:
+        """The dtype input ``name`` is handed to the kernel in (the family's answer)."""
+        return self.fam.stored_dtype(name, self.case)
+
+    def call(self, fn, t: dict, gamma, cu_seqlens) -> tuple:
+        """One call of the kernel on named inputs, as its family calls it: the outputs as a tuple."""
+        return self.fam.call(fn, t, gamma, self.const.scale, self.case, cu_seqlens)
+
     def differentiable(self, present) -> list[str]:
         return [n for n in DIFFERENTIABLE if n in present]
 
     def named(self, outs, grads) -> dict:
         """Outputs and gradients by tensor name (the rows check-grad writes)."""
-        got = {"o": outs[0]}
-        if self.family != "softmax":
-            got["final_state"] = outs[1] if len(outs) > 1 else None
+        got = {name: (outs[i] if i < len(outs) else None) for i, name in enumerate(self.fam.outputs())}
         got.update({GRAD_NAMES[n]: g for n, g in zip(self.diff, grads)})
         return got

@@ -14,9 +14,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from lattnbench.adapters.base import Problem, stored_dtype  # noqa: E402
+from lattnbench.adapters.base import Problem  # noqa: E402
 from lattnbench.errors import Unsupported  # noqa: E402
-from lattnbench.measure.inputs import SCALED, shapes  # noqa: E402
 from lattnbench.registry.entry import KernelEntry  # noqa: E402
 from lattnbench.spec import Case  # noqa: E402
 
@@ -55,34 +54,30 @@ class JaxProblem(Problem):
         out = {}
         if arrays is None:  # draw on the device
             key = jax.random.PRNGKey(seed)
-            for i, (name, shape) in enumerate(shapes(self.case, self.family).items()):
-                want = DTYPES[stored_dtype(name, self.case)]
+            for i, (name, shape) in enumerate(self.fam.shapes(self.case).items()):
+                want = DTYPES[self.stored_dtype(name)]
                 with jax.default_device(self.dev):
                     x = jax.random.normal(jax.random.fold_in(key, i), shape, jnp.float32)
-                    if name == "g":
+                    how = self.fam.draw(name)
+                    if how == "gate":
                         x = jax.nn.log_sigmoid(x) / self.case.gate_norm
-                    elif name in SCALED:
+                    elif how == "scaled":
                         x = x * self.case.input_scale
                     out[name] = x.astype(want)
         else:
             for name, x in arrays.items():
-                want = DTYPES[stored_dtype(name, self.case)]
+                want = DTYPES[self.stored_dtype(name)]
                 out[name] = jax.device_put(jnp.asarray(x, dtype=want), self.dev)
         return out
 
     def _closure(self) -> Callable:
-        fn, c, case, fam = self.fn, self.const, self.case, self.family
+        fn, c = self.fn, self.const
         names = self.diff
         gamma = None if c.gamma is None else jnp.asarray(c.gamma)
         cu = c.cu_seqlens
 
         def f(*xs):
-            t = dict(zip(names, xs))
-            if fam == "softmax":
-                return (fn(t["q"], t["k"], t["v"], c.scale),)
-            decay = t["g"] if fam == "gla" else gamma
-            o, state = fn(t["q"], t["k"], t["v"], decay, c.scale, t.get("h0"), case.reverse, cu)
-            return (o,) if state is None else (o, state)
+            return self.call(fn, dict(zip(names, xs)), gamma, cu)
         return f
 
     def _args(self):

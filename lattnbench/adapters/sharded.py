@@ -22,10 +22,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from lattnbench.adapters.base import stored_dtype
-from lattnbench.adapters.torch_problem import DTYPES, TorchProblem
+from lattnbench.adapters.torch_problem import DTYPES, TorchProblem, draw
 from lattnbench.errors import PEER_LOST_EXIT, Unsupported
-from lattnbench.measure.inputs import SCALED, numpy_inputs, shapes
+from lattnbench.operators.inputs import numpy_inputs
 from lattnbench.registry.entry import KernelEntry
 from lattnbench.spec import Case
 
@@ -168,14 +167,11 @@ class ShardedTorchProblem(TorchProblem):
             return super()._build(arrays, seed)
         gen = torch.Generator(device=self.device).manual_seed(seed * 1009 + rank())  # each shard its own draw
         out = {}
-        for name, shape in shapes(self.case, self.family).items():
+        for name, shape in self.fam.shapes(self.case).items():
             if name in SHARDED:
                 shape = (shape[0], self.hi - self.lo, *shape[2:])
             x = torch.randn(shape, generator=gen, device=self.device, dtype=torch.float32)
-            if name == "g":
-                x = torch.nn.functional.logsigmoid(x) / self.case.gate_norm
-            x = x * self.case.input_scale if name in SCALED else x
-            out[name] = x.to(DTYPES[stored_dtype(name, self.case)])
+            out[name] = draw(x, self.fam.draw(name), self.case).to(DTYPES[self.stored_dtype(name)])
         return out
 
     def row(self, b: int):

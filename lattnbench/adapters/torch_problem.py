@@ -6,9 +6,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from lattnbench.adapters.base import Problem, stored_dtype
+from lattnbench.adapters.base import Problem
 from lattnbench.errors import Unsupported
-from lattnbench.measure.inputs import SCALED, shapes
 from lattnbench.registry.entry import KernelEntry
 from lattnbench.spec import Case
 
@@ -38,28 +37,18 @@ class TorchProblem(Problem):
         out = {}
         if arrays is None:  # draw on the device: no host round trip for gigabyte inputs
             gen = torch.Generator(device=self.device).manual_seed(seed)
-            for name, shape in shapes(self.case, self.family).items():
-                want = DTYPES[stored_dtype(name, self.case)]
+            for name, shape in self.fam.shapes(self.case).items():
                 x = torch.randn(shape, generator=gen, device=self.device, dtype=torch.float32)
-                if name == "g":
-                    x = torch.nn.functional.logsigmoid(x) / self.case.gate_norm
-                elif name in SCALED:
-                    x = x * self.case.input_scale
-                out[name] = x.to(want)
+                out[name] = draw(x, self.fam.draw(name), self.case).to(DTYPES[self.stored_dtype(name)])
         else:
             for name, x in arrays.items():
-                want = DTYPES[stored_dtype(name, self.case)]
+                want = DTYPES[self.stored_dtype(name)]
                 out[name] = torch.from_numpy(x).to(self.device, want)
         return out
 
     # -- calls ---------------------------------------------------------------------------------
     def _call(self, t: dict[str, torch.Tensor]):
-        if self.family == "softmax":
-            return (self.fn(t["q"], t["k"], t["v"], self.const.scale),)
-        decay = t["g"] if self.family == "gla" else self.gamma
-        o, state = self.fn(t["q"], t["k"], t["v"], decay, self.const.scale, t.get("h0"),
-                           self.case.reverse, self.cu)
-        return (o,) if state is None else (o, state)
+        return self.call(self.fn, t, self.gamma, self.cu)
 
     def fwd(self):
         with torch.no_grad():
@@ -140,6 +129,14 @@ class TorchProblem(Problem):
         peak = torch.cuda.max_memory_allocated(self.device) - base
         del result
         return peak / 2**20, "torch.cuda.max_memory_allocated"
+
+
+def draw(x: torch.Tensor, how: str, case: Case) -> torch.Tensor:
+    """A standard-normal fp32 draw made into an input: a gate ``logsigmoid(x) / gate_norm``, or
+    q, k, v times ``input_scale`` (the family's ``draw`` names which)."""
+    if how == "gate":
+        return torch.nn.functional.logsigmoid(x) / case.gate_norm
+    return x * case.input_scale if how == "scaled" else x
 
 
 def is_oom(exc: BaseException) -> bool:

@@ -48,8 +48,8 @@ def register(app: typer.Typer) -> None:
         (the Triton kernel in the interpreter). Exit 1 when anything fails.
         """
         from lattnbench.commands.common import die
-        from lattnbench.commands.sweep import (distinct, execute, family_case, finish, guarded, open_writer,
-                                               pick_kernels, resolve_isolation, runs_at, setup)
+        from lattnbench.commands.sweep import (distinct, execute, family_applies, family_case, finish, guarded,
+                                               open_writer, pick_kernels, resolve_isolation, runs_at, setup)
         from lattnbench.measure.tolerance import TOLERANCE_TABLES
         from lattnbench.commands.tables import check_tables
         from lattnbench.env import collect
@@ -72,8 +72,8 @@ def register(app: typer.Typer) -> None:
         chosen = guarded(lambda: pick_kernels(reg, kernels, dev, plugins=kernel, timing=False, parallel=parallel))
         kind = "check-rows" if batch_rows else "check-grad"
         tasks = distinct([Task(kind, e.name, family_case(e, c), seed=seed, tolerance=tolerance)
-                          for c in cases for e in chosen  # softmax has no state: no h0 cases
-                          if not (e.family == "softmax" and c.initial_state) and runs_at(e, c)], reg)
+                          for c in cases for e in chosen
+                          if family_applies(e, c) and runs_at(e, c)], reg)
         from lattnbench.commands.invocation import cli_args, resume_command
 
         args = cli_args([("--n", n), ("--batch", batch), ("--heads", heads), ("--kv-heads", kv_heads),

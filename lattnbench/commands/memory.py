@@ -32,7 +32,10 @@ def register(app: typer.Typer) -> None:
         JAX: XLA's compiled memory analysis (temporaries + outputs). Each row records its method.
         Defaults as for speed: the seed shape on a GPU, a small fp32 sweep on a CPU.
         """
-        from lattnbench.commands.sweep import sweep_command
+        from lattnbench.commands.sweep import SweepOptions, sweep_command
 
-        sweep_command("memory", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
-             json_, decay, resume, 0.0, 1, isolate, point_timeout, world_size, gate_norm=gate_norm, g_dtype=g_dtype)
+        sweep_command(SweepOptions(
+            "memory", n=n, batch=batch, heads=heads, kv_heads=kv_heads, dim=dim, dim_v=dim_v, dtype=dtype,
+            kernels=kernels, plugins=kernel, mode=mode, device=device, out=out, as_json=json_, decay=decay,
+            resume=resume, budget=0.0, repeat=1, isolate=isolate, point_timeout=point_timeout,
+            world_size=world_size, gate_norm=gate_norm, g_dtype=g_dtype))

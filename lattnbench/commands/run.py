@@ -44,8 +44,8 @@ def register(app: typer.Typer) -> None:
         process and the gradient checks run after all timing. Exit 1 when a point fails or errors.
         """
         from lattnbench.commands.common import die
-        from lattnbench.commands.sweep import (distinct, execute, family_case, finish, open_writer, pick_kernels,
-                                               resolve_isolation,
+        from lattnbench.commands.sweep import (distinct, execute, family_applies, family_case, finish, open_writer,
+                                               pick_kernels, resolve_isolation,
                                                results_root, runs_at, setup, with_plugins)
         from lattnbench.commands.tables import check_tables, memory_tables, speed_tables
         from lattnbench.env import collect, machine_name
@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
                             continue
                         seen = family_case(entry, case)
                         if m.kind in ("check-grad", "check-rows"):
-                            if not (entry.family == "softmax" and case.initial_state):
+                            if family_applies(entry, case):
                                 tasks.append(Task(m.kind, entry.name, seen, seed=m.seed, tolerance=m.tolerance,
                                                   autotune=m.autotune))
                         else:

@@ -40,7 +40,10 @@ def register(app: typer.Typer) -> None:
         D128 bf16, n 512..32768), each kernel in its own worker process; on a CPU: a small fp32
         sweep in this process. Exit 1 when a point errors or returns NaN/Inf.
         """
-        from lattnbench.commands.sweep import sweep_command
+        from lattnbench.commands.sweep import SweepOptions, sweep_command
 
-        sweep_command("speed", n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, kernel, mode, device, out,
-             json_, decay, resume, budget, repeat, isolate, point_timeout, world_size, settle, gate_norm=gate_norm, g_dtype=g_dtype)
+        sweep_command(SweepOptions(
+            "speed", n=n, batch=batch, heads=heads, kv_heads=kv_heads, dim=dim, dim_v=dim_v, dtype=dtype,
+            kernels=kernels, plugins=kernel, mode=mode, device=device, out=out, as_json=json_, decay=decay,
+            resume=resume, budget=budget, repeat=repeat, isolate=isolate, point_timeout=point_timeout,
+            world_size=world_size, settle=settle, gate_norm=gate_norm, g_dtype=g_dtype))

@@ -49,8 +49,12 @@ def static(
     tri, xl = [], []
     if only in ("all", "triton"):
         try:
-            from lattnbench.static import gla_jobs, lightning_jobs
-            tri = lightning_jobs.default_jobs() + gla_jobs.default_jobs()
+            import importlib
+
+            from lattnbench.operators import family, names
+
+            modules = [family(n).static_jobs for n in names() if family(n).static_jobs]
+            tri = [job for m in modules for job in importlib.import_module(m).default_jobs()]
         except ImportError as exc:
             die(f"the Triton kernels cannot be compiled here: {exc}")
     if only in ("all", "jax"):

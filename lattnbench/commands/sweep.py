@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -89,20 +90,27 @@ def default_kernel(entry: KernelEntry, device: str, timing: bool = True, paralle
 
 def family_case(entry: KernelEntry, case):
     """The case as the kernel's family sees it (an ungated family's at the default gates)."""
-    from lattnbench.spec import GATED_FAMILIES
+    from lattnbench.operators import family
 
-    return case.for_family(gated=entry.family in GATED_FAMILIES)
+    return case.for_family(gated=family(entry.family).gated)
+
+
+def family_applies(entry: KernelEntry, case) -> bool:
+    """Whether check-grad has anything to compare for the kernel's family on the case."""
+    from lattnbench.operators import family
+
+    return family(entry.family).applies(case)
 
 
 def distinct(tasks: list[Task], reg: Registry) -> list[Task]:
     """Each task once, in order: a sweep over gate norms runs a Lightning kernel once, and one over
     decays runs a GLA kernel once."""
-    from lattnbench.spec import DECAYED_FAMILIES
+    from lattnbench.operators import family
 
     seen: set = set()
     out = []
     for t in tasks:
-        decayed = t.kernel not in reg.entries or reg[t.kernel].family in DECAYED_FAMILIES
+        decayed = t.kernel not in reg.entries or family(reg[t.kernel].family).decayed
         key = (t.kind, t.kernel, t.case.same_work(decayed), t.run)
         if key not in seen:
             seen.add(key)
@@ -291,7 +299,7 @@ def _release_followers() -> None:
 
 def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], list]) -> None:
     """Print the tables (or JSON), the file paths and a status summary; exit 1 on failures."""
-    from lattnbench.measure.points import any_failed, summarize
+    from lattnbench.harness.points import any_failed, summarize
 
     from lattnbench.commands.invocation import FINISHED
 
@@ -338,7 +346,7 @@ def setup(device: str, plugins: list[str] | None):
     Under torchrun every rank runs the command: rank 0 goes on as usual, the others follow its
     calls on their shards and leave quietly (no tables, no results file).
     """
-    from lattnbench.measure.points import resolve_device
+    from lattnbench.harness.points import resolve_device
     from lattnbench.registry import registry_with
     from lattnbench.runner.ranks import under_torchrun
 
@@ -377,46 +385,81 @@ def guarded(fn: Callable[[], object]):
         die(str(exc))
 
 
-def sweep_command(command, n, batch, heads, kv_heads, dim, dim_v, dtype, kernels, plugins, mode, device, out,
-                  as_json, decay, resume, budget, repeat, isolate, point_timeout, world_size=None,
-                  settle=None, gate_norm=None, g_dtype=None) -> None:
+@dataclass(frozen=True)
+class SweepOptions:
+    """The options ``speed`` and ``memory`` share, as the command line gave them (None: the default)."""
+
+    command: str  # "speed" or "memory"
+    n: str | None = None
+    batch: str | None = None
+    heads: str | None = None
+    kv_heads: str | None = None
+    dim: str | None = None
+    dim_v: str | None = None
+    dtype: str | None = None
+    kernels: list[str] | None = None
+    plugins: list[str] | None = None
+    mode: str = "fwd,fwdbwd"
+    device: str = "auto"
+    out: str | None = None
+    as_json: bool = False
+    decay: str = "alibi"
+    resume: bool = False
+    budget: float | None = None
+    repeat: int = 1
+    isolate: str = "auto"
+    point_timeout: str = "0"
+    world_size: str | None = None
+    settle: float | None = None
+    gate_norm: str | None = None
+    g_dtype: str | None = None
+
+
+def sweep_command(o: SweepOptions) -> None:
     """speed and memory: the same sweep axes, one task per (case, kernel)."""
     from lattnbench.commands import axes
     from lattnbench.commands.tables import memory_tables, speed_tables
     from lattnbench.env import collect
     from lattnbench.runner.plan import Task
 
-    timeout_s = axes.parse_timeout(point_timeout)
-    given_budget = budget
-    dev, reg = setup(device, plugins)
-    where = resolve_isolation(isolate, dev)
+    speed = o.command == "speed"
+    timeout_s = axes.parse_timeout(o.point_timeout)
+    dev, reg = setup(o.device, o.plugins)
+    where = resolve_isolation(o.isolate, dev)
     defaults = axes.GPU_DEFAULTS if dev == "cuda" else axes.CPU_DEFAULTS
-    cases = guarded(lambda: axes.cases(defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay,
-                                       world_size=world_size, gate_norm=gate_norm, g_dtype=g_dtype))
+    cases = guarded(lambda: axes.cases(defaults, o.n, o.batch, o.heads, o.kv_heads, o.dim, o.dim_v, o.dtype, o.decay,
+                                       world_size=o.world_size, gate_norm=o.gate_norm, g_dtype=o.g_dtype))
     parallel = any(c.world_size > 1 for c in cases)
-    chosen = guarded(lambda: pick_kernels(reg, kernels, dev, ("lightning", "softmax"), plugins, parallel=parallel))
-    want = guarded(lambda: axes.modes(mode))
-    if command == "memory":
+    chosen = guarded(lambda: pick_kernels(reg, o.kernels, dev, ("lightning", "softmax"), o.plugins, parallel=parallel))
+    want = guarded(lambda: axes.modes(o.mode))
+    if not speed:
         want = [m for m in want if m != "bwd"] or ["fwd"]
+    budget = o.budget
     if budget is None:  # a GPU's samples vary less and its main job has two minutes; a CPU's need more
         budget = GPU_BUDGET if dev == "cuda" else CPU_BUDGET
-    main_job = command == "speed" and kernels is None and n is None  # the plain run: the main job's caps
-    tasks = distinct([Task(command, e.name, family_case(e, c), tuple(want), budget,
-                           settle_c=settle if command == "speed" else None)
+    main_job = speed and o.kernels is None and o.n is None  # the plain run: the main job's caps
+    tasks = distinct([Task(o.command, e.name, family_case(e, c), tuple(want), budget,
+                           settle_c=o.settle if speed else None)
                       for c in cases for e in chosen
                       if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))], reg)
-    args = cli_args([("--n", n), ("--batch", batch), ("--heads", heads), ("--kv-heads", kv_heads), ("--dim", dim),
-                     ("--dim-v", dim_v), ("--dtype", dtype), ("--kernels", kernels), ("--kernel", plugins),
-                     ("--mode", None if mode == "fwd,fwdbwd" else mode),
-                     ("--device", None if device == "auto" else device),
-                     ("--decay", None if decay == "alibi" else decay), ("--gate-norm", gate_norm), ("--g-dtype", g_dtype),
-                     ("--budget", None if command != "speed" or given_budget is None else given_budget),
-                     ("--repeat", None if repeat == 1 else repeat),
-                     ("--isolate", None if isolate == "auto" else isolate),
-                     ("--point-timeout", None if str(point_timeout) == "0" else point_timeout),
-                     ("--world-size", world_size), ("--settle", settle)])
-    writer = open_writer(out, command, collect(), resume, args)
-    execute(command, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s,
-            repeat=repeat if command == "speed" else 1, plugins=plugins, resume=resume,
-            again=resume_command(command, args, writer.path))
-    finish(writer, as_json, speed_tables if command == "speed" else memory_tables)
+    args = sweep_args(o)
+    writer = open_writer(o.out, o.command, collect(), o.resume, args)
+    execute(o.command, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s,
+            repeat=o.repeat if speed else 1, plugins=o.plugins, resume=o.resume,
+            again=resume_command(o.command, args, writer.path))
+    finish(writer, o.as_json, speed_tables if speed else memory_tables)
+
+
+def sweep_args(o: SweepOptions) -> list[str]:
+    """The options as given, for the results file and the resume command (defaults left out)."""
+    return cli_args([("--n", o.n), ("--batch", o.batch), ("--heads", o.heads), ("--kv-heads", o.kv_heads),
+                     ("--dim", o.dim), ("--dim-v", o.dim_v), ("--dtype", o.dtype), ("--kernels", o.kernels),
+                     ("--kernel", o.plugins), ("--mode", None if o.mode == "fwd,fwdbwd" else o.mode),
+                     ("--device", None if o.device == "auto" else o.device),
+                     ("--decay", None if o.decay == "alibi" else o.decay), ("--gate-norm", o.gate_norm),
+                     ("--g-dtype", o.g_dtype),
+                     ("--budget", None if o.command != "speed" or o.budget is None else o.budget),
+                     ("--repeat", None if o.repeat == 1 else o.repeat),
+                     ("--isolate", None if o.isolate == "auto" else o.isolate),
+                     ("--point-timeout", None if str(o.point_timeout) == "0" else o.point_timeout),
+                     ("--world-size", o.world_size), ("--settle", o.settle)])

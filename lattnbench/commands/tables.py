@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
+from lattnbench.operators import is_decayed
 from lattnbench.views.rows import gates_label, legend, marks, pct_floor, sig3, spread_text, timer_median, timer_range
 
 STATUS_STYLE = {"fail": "bold red", "error": "red", "oom": "yellow", "timeout": "red",
@@ -98,7 +99,7 @@ def _shape(row: dict, flags: bool = True) -> str:
 
 def _inputs(row: dict) -> str:
     """How the inputs were drawn, where it is not the default: `` decay=strong``, `` gate/1 g:bf16``."""
-    decay = row.get("decay") if row.get("family") == "lightning" and row.get("decay") != "alibi" else None
+    decay = row.get("decay") if is_decayed(row.get("family")) and row.get("decay") != "alibi" else None
     return (f" decay={decay}" if decay else "") + gates_label(row)
 
 

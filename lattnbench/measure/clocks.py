@@ -1,6 +1,6 @@
 """GPU clocks, power and temperature through NVML (nvidia-ml-py), sampled around each point.
 
-The H200's SM clock moves with the duty cycle, so every timed point records what the clock
+A GPU's SM clock moves with the duty cycle, so every timed point records what the clock
 was doing, and a point measured while the GPU slowed itself down (thermal or power limits) is
 flagged ``throttled``. Without nvidia-ml-py or a GPU, ``sample`` returns None and rows say so.
 """
@@ -78,7 +78,7 @@ def settle(target_c: float, max_s: float = SETTLE_MAX_S, read=sample, sleep=time
     """Wait until the GPU is at or below ``target_c`` degrees, at most ``max_s`` seconds; what the
     wait took and the temperature it ended at, or None without NVML.
 
-    Why: the points a worker ran before heat the GPU, and a hot H200 runs below its clock under
+    Why: the points a worker ran before heat the GPU, and a hot GPU runs below its clock under
     its power cap; a point measured after them is slower than the same point measured alone, with
     nothing of the process to blame. Waiting for one temperature before each point starts every
     point from the same thermal state."""

@@ -274,7 +274,7 @@ def _readings(pt, extra: dict[str, Reading]) -> dict[str, Reading]:
     return out
 
 
-#: a bf16 matmul of about 0.8 ms and a copy of about 0.8 ms on an H200: device-bound, past 0.5 ms
+#: a bf16 matmul and a copy large enough to be device-bound and past the 0.5 ms the timers are judged at
 MATMUL_MNK = (8192, 4096, 8192)
 COPY_BYTES = 3 * 2**29
 
@@ -313,8 +313,8 @@ def gpu_references() -> list[Reference]:
         import torch
 
         # An elementwise kernel, not copy_: a same-dtype copy_ is a DMA memcpy, which CUDA-graph
-        # capture turns into a memcpy node that runs at another speed (1.19 ms in a graph against
-        # 0.76 ms outside on the H200), so the graph timer would measure another operation.
+        # capture turns into a memcpy node that runs at another speed than outside a graph, so the
+        # graph timer would measure another operation.
         x = torch.randn(COPY_BYTES // 4, dtype=torch.float32, device="cuda")
         y = torch.empty_like(x)
         return lambda: torch.neg(x, out=y)

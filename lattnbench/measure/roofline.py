@@ -1,50 +1,18 @@
 """The floor a kernel cannot beat: bytes that must move and FLOPs that must run, over ceilings.
 
-Bytes: every input read once, every output written once. FLOPs: the chunked (Lightning-2)
-form at block 64 for the linear families, causal softmax attention for softmax. Ceilings are
-measured on the device (copy bandwidth, bf16 matmul rate) once per run.
+How many bytes and FLOPs a point needs is its operator family's cost model
+(``lattnbench.operators``); here are the ceilings, measured on the device (copy bandwidth,
+bf16 matmul rate) once per run, and the floor they give.
 """
 from __future__ import annotations
 
-from lattnbench.spec import Case
 
-BYTES = {"fp64": 8, "fp32": 4, "bf16": 2, "fp16": 2}
-CHUNK = 64
-
-
-def bytes_moved(case: Case, mode: str) -> float:
-    """fwd: q, k, v in, o out; bwd: q, k, v, do in, dq, dk, dv out; fwdbwd: both."""
-    e = BYTES[case.dtype]
-    n = case.tokens
-    q = n * case.heads * case.dim_qk * e
-    k = n * case.kv_heads * case.dim_qk * e
-    v = n * case.kv_heads * case.dim_v * e
-    o = n * case.heads * case.dim_v * e
-    fwd = q + k + v + o
-    bwd = 2 * (q + k + v) + o
-    return {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[mode]
-
-
-def flops(case: Case, family: str, mode: str) -> float:
-    b, t, h, d, ev = case.batch, case.seqlen, case.heads, case.dim_qk, case.dim_v
-    if family == "softmax":
-        fwd = 2.0 * b * h * t * t * (d + ev) / 2  # QKᵀ and PV, causal half
-        bwd = 2.5 * fwd
-    else:
-        c = min(CHUNK, t)
-        fwd = 2.0 * b * h * t * (c * (d + ev) + 2 * d * ev)  # intra-chunk + state read and update
-        bwd = 2.0 * fwd
-    return {"fwd": fwd, "bwd": bwd, "fwdbwd": fwd + bwd}[mode]
-
-
-def floor_ms(case: Case, family: str, mode: str, ceilings: dict) -> float | None:
+def floor_ms(nbytes: float, nflops: float, ceilings: dict) -> float | None:
     """max(bytes / bandwidth, flops / matmul rate) in ms; None without measured ceilings."""
     bw, rate = ceilings.get("copy_gbps"), ceilings.get("matmul_tflops")
     if not bw or not rate:
         return None
-    t_mem = bytes_moved(case, mode) / (bw * 1e9)
-    t_math = flops(case, family, mode) / (rate * 1e12)
-    return max(t_mem, t_math) * 1e3
+    return max(nbytes / (bw * 1e9), nflops / (rate * 1e12)) * 1e3
 
 
 def measure_ceilings(device: str) -> dict:

@@ -37,7 +37,7 @@ BATCH_MAX = 100
 SPEED_ROUNDS = 3
 #: how a CUDA-graph replay names its method (the only graph timer repeated in later rounds)
 REPLAY = "CUDA-graph replay"
-#: the L2 flush writes more than the largest L2 (H200: 50 MB)
+#: the L2 flush writes more than the largest L2 of the GPUs it runs on
 FLUSH_BYTES = 256 * 2**20
 
 

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from lattnbench.registry import bundled, peers
-from lattnbench.registry.entry import ALL_FEATURES, FAMILIES, FRAMEWORKS, KernelEntry
+from lattnbench.operators import names as family_names
+from lattnbench.registry.entry import ALL_FEATURES, FRAMEWORKS, KernelEntry
 from lattnbench.registry.plugins import PLUGIN_ATTRIBUTES, clash, entry_point_plugins, load_plugin
 from lattnbench.spec import SpecError
 
-__all__ = ["ALL_FEATURES", "FAMILIES", "FRAMEWORKS", "PLUGIN_ATTRIBUTES", "KernelEntry", "Registry",
+__all__ = ["ALL_FEATURES", "FRAMEWORKS", "PLUGIN_ATTRIBUTES", "KernelEntry", "Registry",
            "default_registry", "load_plugin", "registry_with", "unknown_kernel_message"]
 
 
@@ -33,7 +34,7 @@ class Registry:
     entries: dict[str, KernelEntry] = field(default_factory=dict)
 
     def add(self, entry: KernelEntry) -> KernelEntry:
-        if entry.family not in FAMILIES or entry.framework not in FRAMEWORKS:
+        if entry.family not in family_names() or entry.framework not in FRAMEWORKS:
             raise ValueError(f"kernel {entry.name}: bad family/framework {entry.family}/{entry.framework}")
         self.entries[entry.name] = entry
         return entry

@@ -218,7 +218,7 @@ def _jax_dpa(implementation: str) -> Callable[[], Callable]:
     return loader
 
 
-#: FlashAttention's longest n in the plain GPU run: its 16k and 32k points cost 25-380 ms a call
+#: FlashAttention's longest n in the plain GPU run: its quadratic cost makes longer points dominate the main job
 MAIN_JOB_FLASH_N = 8192
 
 
@@ -236,7 +236,7 @@ def entries() -> list[KernelEntry]:
         KernelEntry("lightning/naive-torch", "lightning", "torch", _lightning_naive_torch,
                     dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=QUADRATIC_LIMIT,
                     description="quadratic form ((QKᵀ)⊙M)V in PyTorch; the fp64 reference"),
-        KernelEntry("lightning/naive-jax", "lightning", "jax", lambda: _naive_jax("lightning"),
+        KernelEntry("lightning/naive-jax", "lightning", "jax", _naive_jax_lightning,
                     dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=QUADRATIC_LIMIT,
                     description="quadratic form in JAX"),
         KernelEntry("lightning/triton", "lightning", "torch", _lightning_triton, requires=("triton",),
@@ -281,7 +281,7 @@ def entries() -> list[KernelEntry]:
         KernelEntry("gla/naive-torch", "gla", "torch", _gla_naive_torch,
                     dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=2**22,
                     description="token-by-token GLA recurrence in PyTorch; the fp64 reference"),
-        KernelEntry("gla/naive-jax", "gla", "jax", lambda: _naive_jax("gla"),
+        KernelEntry("gla/naive-jax", "gla", "jax", _naive_jax_gla,
                     dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=2**22,
                     description="token-by-token GLA recurrence in JAX"),
         KernelEntry("gla/triton", "gla", "torch", _gla_triton, requires=("triton",), interpreted_on_cpu=True,
@@ -322,14 +322,18 @@ def entries() -> list[KernelEntry]:
     ]
 
 
-def _naive_jax(family: str) -> Callable:
+def _naive_jax_lightning() -> Callable:
     from lattnbench.kernels.jax import naive
 
-    if family == "lightning":
-        def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
-            return naive.lightning_naive(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens)
-    else:
-        def fn(q, k, v, g, scale, initial_state, reverse, cu_seqlens):
-            return naive.recurrent_naive(q, k, v, g=g, scale=scale, initial_state=initial_state,
-                                         reverse=reverse, cu_seqlens=cu_seqlens)
+    def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
+        return naive.lightning_naive(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens)
+    return fn
+
+
+def _naive_jax_gla() -> Callable:
+    from lattnbench.kernels.jax import naive
+
+    def fn(q, k, v, g, scale, initial_state, reverse, cu_seqlens):
+        return naive.recurrent_naive(q, k, v, g=g, scale=scale, initial_state=initial_state,
+                                     reverse=reverse, cu_seqlens=cu_seqlens)
     return fn

@@ -12,7 +12,6 @@ from functools import cache
 
 from lattnbench.spec import Case
 
-FAMILIES = ("lightning", "gla", "softmax")
 FRAMEWORKS = ("torch", "jax")
 ALL_FEATURES = frozenset({"initial_state", "reverse", "varlen", "gqa", "dv", "any_dim"})
 

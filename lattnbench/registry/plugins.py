@@ -9,7 +9,9 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from lattnbench.registry.entry import ALL_FEATURES, FAMILIES, FRAMEWORKS, KernelEntry
+from lattnbench.operators import family as family_of
+from lattnbench.operators import names as family_names
+from lattnbench.registry.entry import ALL_FEATURES, FRAMEWORKS, KernelEntry
 from lattnbench.spec import SpecError
 
 PLUGIN_ATTRIBUTES = {
@@ -28,7 +30,6 @@ PLUGIN_ATTRIBUTES = {
                                     "--world-size N (default False)",
 }
 _DEVICES = ("cpu", "cuda")
-_SOFTMAX_FEATURES = frozenset({"gqa", "dv", "any_dim"})
 
 
 @dataclass(frozen=True)
@@ -82,14 +83,14 @@ def load_plugin(spec: str, default_name: str | None = None) -> KernelEntry:
     name = getattr(fn, "lattnbench_name", default_name or f"plugin/{attr.split('.')[-1]}")
     if not isinstance(name, str) or not name or any(c.isspace() or c in ",*?[]" for c in name):
         raise SpecError(f"plugin {spec!r}: bad name {name!r} (no spaces, commas or glob characters)")
-    family = _names(getattr(fn, "lattnbench_family", "lightning"), "family", FAMILIES, spec)
+    family = _names(getattr(fn, "lattnbench_family", "lightning"), "family", family_names(), spec)
     framework = _names(getattr(fn, "lattnbench_framework", "torch"), "framework", FRAMEWORKS, spec)
     if len(family) != 1 or len(framework) != 1:
         raise SpecError(f"plugin {spec!r}: give one family and one framework")
     family, framework = family[0], framework[0]
     devices = _names(getattr(fn, "lattnbench_devices", _DEVICES), "device", _DEVICES, spec)
     dtypes = _names(getattr(fn, "lattnbench_dtypes", ("fp32", "bf16", "fp16")), "dtype", DTYPES, spec)
-    default_features = _SOFTMAX_FEATURES if family == "softmax" else ALL_FEATURES
+    default_features = family_of(family).default_features
     wanted = getattr(fn, "lattnbench_features", default_features)
     features = frozenset(_names(wanted, "feature", ALL_FEATURES, spec) if len(wanted) else ())
     supports = getattr(fn, "lattnbench_supports", None)
@@ -98,7 +99,7 @@ def load_plugin(spec: str, default_name: str | None = None) -> KernelEntry:
     scale = getattr(fn, "lattnbench_scale", None)
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0):
         raise SpecError(f"plugin {spec!r}: lattnbench_scale must be a positive number, got {scale!r}")
-    final_state = getattr(fn, "lattnbench_final_state", family != "softmax")
+    final_state = getattr(fn, "lattnbench_final_state", family_of(family).has_state)
     if not isinstance(final_state, bool):
         raise SpecError(f"plugin {spec!r}: lattnbench_final_state must be True or False")
     parallel = getattr(fn, "lattnbench_sequence_parallel", False)

@@ -142,7 +142,7 @@ def pending(tasks: list[Task], writer: ResultsWriter, device: str, registry) -> 
     A task's rows are the ones ``failed_rows`` names for it; a check is done when its first row
     is in the file, a speed or memory mode when its row holds this task's run.
     """
-    from lattnbench.measure.points import failed_rows
+    from lattnbench.harness.points import failed_rows
 
     runs = writer.done_runs()
     out = []
@@ -240,7 +240,7 @@ class Runner:
         pool.shutdown(wait=True)
 
     def _run_here(self, job: Job) -> None:
-        from lattnbench.measure.points import execute
+        from lattnbench.harness.points import execute
         from lattnbench.runner import first_config
 
         first_config.install_if_requested()
@@ -257,7 +257,7 @@ class Runner:
 
     def record_failure(self, task: Task, status: str, reason: str) -> list[dict]:
         """Rows with ``status`` for the parts of ``task`` not in the file yet (this run's, for speed)."""
-        from lattnbench.measure.points import failed_rows
+        from lattnbench.harness.points import failed_rows
 
         with self.lock:
             done = self.writer.done_runs()
@@ -353,7 +353,7 @@ class WorkerJob:
         """Why this machine cannot give each rank a GPU of its own, or None."""
         if self.job.world_size == 1 or self.runner.cfg.device != "cuda":
             return None
-        from lattnbench.measure.points import cuda_devices
+        from lattnbench.harness.points import cuda_devices
 
         found = cuda_devices()
         if found >= self.job.world_size:

@@ -77,7 +77,7 @@ def run_job(job: dict) -> None:
 
 
 def _run_tasks(job: dict, registry, device: str) -> None:
-    from lattnbench.measure.points import execute
+    from lattnbench.harness.points import execute
     from lattnbench.runner.plan import Task
 
     ceilings = job.get("ceilings") or {}

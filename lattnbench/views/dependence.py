@@ -18,6 +18,7 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 
+from lattnbench.operators import is_decayed
 from lattnbench.views.rows import (DISTRIBUTION_FIELDS, SHAPE_FIELDS, TENSOR_ORDER, is_speed, kernel_sort_key,
                                    timer_median)
 
@@ -34,7 +35,7 @@ DEPENDENCE_NOTE = (f"{DEPENDENCE_MARK}k× data-dependent: this kernel's time at 
 def distribution_label(row: dict) -> str:
     """``decay=strong gate/0.1 g:bf16``: how a row's inputs were drawn (its family's fields only)."""
     parts = []
-    if row.get("family") == "lightning" and row.get("decay"):
+    if is_decayed(row.get("family")) and row.get("decay"):
         parts.append(f"decay={row['decay']}")
     if row.get("gate_norm") is not None:
         parts.append(f"gate/{row['gate_norm']:g} g:{row.get('g_dtype') or 'fp32'}")

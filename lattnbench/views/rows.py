@@ -15,6 +15,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from lattnbench.operators import is_gated
 from lattnbench.results import HOST_BOUND, TIMERS, load, quantile, row_key
 
 #: the timers a view can show (``host`` is the enqueue time, not a time per call)
@@ -196,7 +197,6 @@ class ReportError(ValueError):
     """A user error (unknown reference, missing README markers): one line, shown as is."""
 
 
-FAMILY_ORDER = ("lightning", "gla", "softmax")
 MODE_ORDER = ("fwd", "bwd", "fwdbwd")
 TENSOR_ORDER = ("o", "final_state", "dq", "dk", "dv", "dh0", "dg")
 #: preferred speed-up references, best-known FlashAttention first; then any softmax kernel
@@ -303,8 +303,15 @@ def value(row: dict | None, timer: str | None = None) -> float | None:
 
 
 def kernel_sort_key(name: str, families: dict[str, str]) -> tuple:
-    fam = families.get(name, name.split("/")[0])
-    return (FAMILY_ORDER.index(fam) if fam in FAMILY_ORDER else len(FAMILY_ORDER), name)
+    return (family_order(families.get(name, name.split("/")[0])), name)
+
+
+def family_order(name: str) -> int:
+    """A family's place in tables (its ``order``); an unknown family after every known one."""
+    from lattnbench.operators import names
+
+    known = names()
+    return known.index(name) if name in known else len(known)
 
 
 def doc_reference(doc: dict, requested: str | None = None) -> str | None:
@@ -331,7 +338,10 @@ def pick_reference(rows: Sequence[dict], requested: str | None = None) -> str | 
     for name in REFERENCE_PREFERENCE:
         if name in timed:
             return name
-    return next((r["kernel"] for r in rows if is_speed(r) and r.get("family") == "softmax"), None)
+    from lattnbench.operators import family, names
+
+    baselines = {n for n in names() if family(n).reference_family}
+    return next((r["kernel"] for r in rows if is_speed(r) and r.get("family") in baselines), None)
 
 
 def shape_key(row: dict) -> str:
@@ -347,8 +357,8 @@ def shape_label(row: dict, seqlen: bool = False) -> str:
     dims = (f"D{row['dim_qk']}" if row.get("dim_qk") == row.get("dim_v")
             else f"D{row['dim_qk']}E{row['dim_v']}")
     t = f" T{row['seqlen']}" if seqlen else ""
-    # γ is the Lightning family's per-head decay: GLA's gates come from g, so its rows name none
-    decay = row.get("decay") if row.get("family") != "gla" else None
+    # γ is a per-head decay: a gated family's gates come from g, so its rows name none
+    decay = row.get("decay") if not is_gated(row.get("family")) else None
     extra = "".join([f" decay={decay}" if decay else "",
                      " varlen" if row.get("varlen") else "",
                      " h0" if row.get("initial_state") else "", " rev" if row.get("reverse") else "",

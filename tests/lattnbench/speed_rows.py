@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lattnbench.measure.points import timing_fields
+from lattnbench.harness.points import timing_fields
 from lattnbench.measure.timing import PointTiming, TimerResult
 
 

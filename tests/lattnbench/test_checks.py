@@ -64,7 +64,7 @@ def test_a_kernel_that_is_right_but_not_reproducible_passes_with_deterministic_f
 def test_input_scale_scales_the_inputs_and_labels_the_rows(tmp_path):
     import numpy as np
 
-    from lattnbench.measure.inputs import numpy_inputs
+    from lattnbench.operators.inputs import numpy_inputs
     from lattnbench.spec import Case
 
     plain = numpy_inputs(Case(1, 16, 2, 2, 8, 8, "fp32"), "lightning", 3)
@@ -100,13 +100,14 @@ def test_check_jobs_without_workers_is_a_usage_error(tmp_path):
 
 
 def test_batch_rows_that_cannot_fit_are_oom_rows_naming_need_and_free(monkeypatch):
-    from lattnbench.measure import memory_estimate, verify
+    from lattnbench.harness import memory_fit, verify
+    from lattnbench.measure import memory_estimate
     from lattnbench.registry import default_registry
     from lattnbench.spec import Case
 
     entry = default_registry()["lightning/jax-chunked"]
     case = Case(4, 131072, 32, 32, 128, 128, "bf16", initial_state=True)
-    need = memory_estimate.estimate_bytes(entry, case.with_(batch=5), "fwdbwd")  # the batch and a row alone
+    need = memory_fit.estimate_bytes(entry, case.with_(batch=5), "fwdbwd")  # the batch and a row alone
     monkeypatch.setattr(memory_estimate, "free_bytes", lambda device: need - 1)
     rows = verify.check_rows(entry, case, "cpu")
     assert {r["check"] for r in rows} == {"row 0", "row 3"}
@@ -114,4 +115,4 @@ def test_batch_rows_that_cannot_fit_are_oom_rows_naming_need_and_free(monkeypatc
     assert {r["reason"] for r in rows} == {f"needs ~{memory_estimate.gb(need)} GB, "
                                            f"device has {memory_estimate.gb(need - 1)} GB free"}
     monkeypatch.setattr(memory_estimate, "free_bytes", lambda device: need)
-    assert memory_estimate.too_big(entry, case.with_(batch=5), "fwdbwd", "cpu") is None  # exactly enough runs
+    assert memory_fit.too_big(entry, case.with_(batch=5), "fwdbwd", "cpu") is None  # exactly enough runs

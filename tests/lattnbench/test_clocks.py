@@ -66,7 +66,7 @@ def test_a_suite_sets_it_per_speed_section(tmp_path):
 
 
 def test_a_cpu_point_never_waits(monkeypatch):
-    from lattnbench.measure.points import Sweeper
+    from lattnbench.harness.points import Sweeper
     from lattnbench.registry import default_registry
 
     monkeypatch.setattr(clocks, "settle", lambda *a, **k: pytest.fail("settle on a CPU"))

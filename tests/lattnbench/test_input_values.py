@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from lattnbench.cli import app
 from lattnbench.kernels.decay import alibi_decay, lightning_decay
-from lattnbench.measure.inputs import constants, numpy_inputs
+from lattnbench.operators.inputs import constants, numpy_inputs
 from lattnbench.measure.tolerance import FLA_TOLERANCE, TOLERANCE, tolerance
-from lattnbench.measure.verify import tensor_tolerance
+from lattnbench.operators import family
 from lattnbench.results import ResultsWriter, row_key
 from lattnbench.runner.plan import Task
 from lattnbench.spec import DEFAULT_GATE_NORM, Case, SpecError, expand, parse_floats
@@ -118,10 +118,10 @@ def test_strong_decay_is_every_head_at_least_as_steep_as_every_seed_slope(heads)
 
 
 def test_dg_is_judged_at_the_rounding_of_the_dtype_it_is_returned_in():
-    case = _case(dtype="fp32", g_dtype="bf16")
-    assert tensor_tolerance(case, "dq") == TOLERANCE["fp32"]
-    assert tensor_tolerance(case, "dg") == TOLERANCE["bf16"]
-    assert tensor_tolerance(case, "dg", "fla") == tensor_tolerance(case, "o", "fla") == FLA_TOLERANCE
+    case, gla = _case(dtype="fp32", g_dtype="bf16"), family("gla")
+    assert gla.tolerance(case, "dq") == TOLERANCE["fp32"]
+    assert gla.tolerance(case, "dg") == TOLERANCE["bf16"]
+    assert gla.tolerance(case, "dg", "fla") == gla.tolerance(case, "o", "fla") == FLA_TOLERANCE
     with pytest.raises(ValueError):
         tolerance("fp32", "loose")
 

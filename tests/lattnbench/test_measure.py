@@ -1,7 +1,7 @@
 """Reasons recorded for failed points stay one line and keep the actual error."""
 import numpy as np
 
-from lattnbench.measure.points import one_line
+from lattnbench.harness.points import one_line
 
 
 class CompilationError(Exception):
@@ -23,7 +23,7 @@ def test_one_line_is_short_and_first_line_only_otherwise():
 
 def test_bwd_graph_time_is_fwdbwd_minus_fwd_and_graphs_run_after_every_device_timer(monkeypatch):
     from lattnbench.measure import timing
-    from lattnbench.measure.points import Sweeper
+    from lattnbench.harness.points import Sweeper
     from lattnbench.measure.timing import PointTiming, TimerResult
 
     seen = []
@@ -44,7 +44,7 @@ def test_bwd_graph_time_is_fwdbwd_minus_fwd_and_graphs_run_after_every_device_ti
 def test_a_gpu_point_interleaves_its_timers_in_rounds(monkeypatch):
     """Each round runs every mode's device and latency timers, then their graphs; samples add up."""
     from lattnbench.measure import timing
-    from lattnbench.measure.points import Sweeper
+    from lattnbench.harness.points import Sweeper
     from lattnbench.measure.timing import PointTiming, TimerResult
     from lattnbench.registry import default_registry
     from lattnbench.spec import Case
@@ -80,7 +80,7 @@ def test_a_gpu_point_interleaves_its_timers_in_rounds(monkeypatch):
 
 def test_a_failed_capture_is_not_retried_in_later_rounds(monkeypatch):
     from lattnbench.measure import timing
-    from lattnbench.measure.points import Sweeper
+    from lattnbench.harness.points import Sweeper
     from lattnbench.measure.timing import PointTiming, TimerResult
 
     calls = []

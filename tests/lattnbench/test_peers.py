@@ -28,7 +28,7 @@ from lattnbench.cli import app
 from lattnbench.registry import default_registry
 from lattnbench.spec import Case
 from lattnbench.measure.tolerance import TOLERANCE
-from lattnbench.measure.verify import check
+from lattnbench.harness.verify import check
 
 runner = CliRunner()
 
@@ -400,9 +400,9 @@ def test_real_ejkernel_eager_gradients_against_the_reference(fresh):
     import jax
     import jax.numpy as jnp
 
-    from lattnbench.measure.inputs import constants, numpy_inputs
+    from lattnbench.operators.inputs import constants, numpy_inputs
     from lattnbench.measure.tolerance import err_ratio
-    from lattnbench.measure.verify import reference
+    from lattnbench.harness.verify import reference
 
     entry = default_registry()["lightning/ejkernel"]
     fn = entry.load()

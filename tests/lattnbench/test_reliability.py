@@ -19,7 +19,8 @@ from typer.testing import CliRunner
 
 from lattnbench.measure import memory_estimate
 from lattnbench.cli import app
-from lattnbench.measure.memory_estimate import estimate, estimate_bytes, meminfo_available, too_big
+from lattnbench.harness.memory_fit import estimate, estimate_bytes, too_big
+from lattnbench.measure.memory_estimate import meminfo_available
 from lattnbench.registry import default_registry
 from lattnbench.results import load, row_key
 from lattnbench.spec import Case
@@ -386,7 +387,7 @@ def test_meminfo(tmp_path):
 
 
 def test_a_case_that_cannot_fit_is_recorded_oom_without_running(monkeypatch, tmp_path):
-    import lattnbench.measure.points as measure
+    import lattnbench.harness.points as measure
 
     entry = default_registry()["lightning/naive-torch"]
     case = Case(1, 256, 2, 2, 16, 16, "fp32")

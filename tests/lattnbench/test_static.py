@@ -47,7 +47,7 @@ def compiled() -> dict[str, list[dict]]:
     label (a label, not compiled), which they lose again here."""
     from static_fixtures import fixture_job
 
-    from lattnbench.static.lightning_jobs import bwd_job, fwd_job
+    from lattnbench.operators.lightning.static_jobs import bwd_job, fwd_job
 
     jobs = {"fwd": fwd_job(64, 32, 0, 4, 3), "bwd": bwd_job(0, 64, 32, 0, 4, 2),
             "chunk_loop": fixture_job("chunk_loop"), "chunk_loop_double": fixture_job("chunk_loop_double"),
@@ -190,7 +190,7 @@ def test_cli_json_output(tmp_path):
 # ---- the committed baseline and the unchanged tree ---------------------------------------------
 
 def test_committed_baseline_is_complete():
-    from lattnbench.static.lightning_jobs import default_jobs
+    from lattnbench.operators.lightning.static_jobs import default_jobs
 
     doc = results.load(BASELINE)
     assert doc["env"]["versions"]["triton"] and doc["env"]["versions"]["jax"]
@@ -203,7 +203,7 @@ def test_committed_baseline_is_complete():
     for r in doc["rows"]:
         assert r["compiler"], r
     assert all(r["value"] > 0 for r in doc["rows"] if r["metric"] in ("loop_instructions", "registers"))
-    from lattnbench.static import gla_jobs
+    from lattnbench.operators.gla import static_jobs as gla_jobs
 
     gla = {(r["kernel"], r["config"]) for r in doc["rows"]
            if r["kernel"].split(":")[0] in ("gla/triton", "gla/jax-triton")}

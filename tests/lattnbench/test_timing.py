@@ -5,7 +5,8 @@ import time
 import pytest
 
 from lattnbench.measure import timing
-from lattnbench.measure.roofline import bytes_moved, floor_ms, flops
+from lattnbench.measure.roofline import floor_ms
+from lattnbench.operators import family
 from lattnbench.spec import Case
 from lattnbench.measure.timing import Backend, PointTiming, TimerResult, measure_point, quantile
 
@@ -155,9 +156,13 @@ def test_quantiles_match_sorted_samples():
 def test_roofline_of_the_seed_shape():
     case = Case(4, 32768, 32, 32, 128, 128, "bf16")
     one = 4 * 32768 * 32 * 128 * 2  # one [B,T,H,D] bf16 tensor: 1.07 GB
-    assert bytes_moved(case, "fwd") == 4 * one
-    assert bytes_moved(case, "fwdbwd") == 11 * one
+    lightning, softmax = family("lightning"), family("softmax")
+    assert lightning.bytes_moved(case, "fwd") == 4 * one
+    assert lightning.bytes_moved(case, "fwdbwd") == 11 * one
     ceil = {"copy_gbps": 4230.0, "matmul_tflops": 701.0}
-    assert floor_ms(case, "lightning", "fwd", ceil) == pytest.approx(4 * one / 4230e9 * 1e3)
-    assert floor_ms(case, "softmax", "fwd", ceil) == pytest.approx(flops(case, "softmax", "fwd") / 701e12 * 1e3)
-    assert floor_ms(case, "lightning", "fwd", {}) is None
+
+    def floor(fam, mode, ceilings):
+        return floor_ms(fam.bytes_moved(case, mode), fam.flops(case, mode), ceilings)
+    assert floor(lightning, "fwd", ceil) == pytest.approx(4 * one / 4230e9 * 1e3)
+    assert floor(softmax, "fwd", ceil) == pytest.approx(softmax.flops(case, "fwd") / 701e12 * 1e3)
+    assert floor(lightning, "fwd", {}) is None

@@ -102,7 +102,7 @@ def test_a_whole_step_entry_runs_fwd_and_bwd_as_one_graph_with_the_eager_results
     import dataclasses
 
     from lattnbench.errors import Unsupported
-    from lattnbench.measure.points import make_problem
+    from lattnbench.harness.points import make_problem
     from lattnbench.registry import default_registry
     from lattnbench.registry.bundled import compiled_step
     from lattnbench.spec import Case

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from lattnbench.errors import PointTimeout, Unsupported
 from lattnbench.measure.timing import REPLAY, SPEED_ROUNDS
 from lattnbench.registry import KernelEntry
-from lattnbench.spec import GATED_FAMILIES, Case
+from lattnbench.operators import family
+from lattnbench.spec import Case
 
 FAILED = ("error", "fail", "timeout")
 
@@ -71,7 +72,7 @@ def make_problem(entry: KernelEntry, case: Case, device: str, seed: int = 0, arr
 
 def base_row(entry: KernelEntry, case: Case, device: str, mode: str, metric: str) -> dict:
     row = {"kernel": entry.name, "family": entry.family, "framework": entry.framework,
-           "device": device, **case.fields(gated=entry.family in GATED_FAMILIES), "mode": mode, "metric": metric}
+           "device": device, **case.fields(gated=family(entry.family).gated), "mode": mode, "metric": metric}
     if entry.sequence_parallel:  # every row of a sequence-parallel kernel says how it was split
         row["world_size"] = case.world_size
         row["seqlen_per_rank"] = -(-case.seqlen // case.world_size)  # the largest shard
@@ -164,14 +165,15 @@ class Sweeper:
     def _gate(self, entry: KernelEntry, case: Case, modes: Iterable[str], metric: str) -> list[dict] | None:
         """Rows for points that cannot run (unavailable / unsupported / oom), or None to go ahead.
 
-        Memory sense: a mode whose estimated need (``lattnbench.measure.memory_estimate``) exceeds what
+        Memory sense: a mode whose estimated need (``lattnbench.harness.memory_fit``) exceeds what
         the device has free is recorded as ``oom`` without running. When only some modes of
         the point are too big, their rows are emitted here and they are dropped from ``modes``
         (this point's own list) so that the others still run.
         """
         gated = point_gate(entry, case, self.device)
         if gated is None:
-            from lattnbench.measure.memory_estimate import free_bytes, too_big
+            from lattnbench.harness.memory_fit import too_big
+            from lattnbench.measure.memory_estimate import free_bytes
 
             free = free_bytes(self.device)
             mine = rank_share(case)  # each GPU holds its shard only
@@ -273,7 +275,8 @@ class Sweeper:
                 if settled:
                     row.update(settled)
                 row.update(problem.row_fields(mode, "time_ms"))
-                floor = floor_ms(case, entry.family, mode, self.ceilings)
+                fam = family(entry.family)
+                floor = floor_ms(fam.bytes_moved(case, mode), fam.flops(case, mode), self.ceilings)
                 if floor is not None:
                     row["floor_ms"] = floor
                     row["pct_floor"] = 100.0 * floor / row["median"]
@@ -421,7 +424,7 @@ def execute(task, registry, device: str, ceilings: dict) -> list[dict]:
     """Run one task here and return its rows (speed, memory or check-grad)."""
     entry = registry[task.kernel]
     if task.kind in ("check-grad", "check-rows"):
-        from lattnbench.measure.verify import check, check_rows
+        from lattnbench.harness.verify import check, check_rows
 
         return (check if task.kind == "check-grad" else check_rows)(entry, task.case, device, task.seed,
                                                                     table=task.tolerance)
@@ -437,11 +440,11 @@ def execute(task, registry, device: str, ceilings: dict) -> list[dict]:
 def failed_rows(task, entry: KernelEntry, device: str, status: str, reason: str) -> list[dict]:
     """The rows a task would have produced, each with ``status`` and ``reason`` (timeouts, crashes)."""
     if task.kind in ("check-grad", "check-rows"):
-        from lattnbench.measure.verify import expected_tensors, rows_to_check, tensor_tolerance
+        from lattnbench.harness.verify import expected_tensors, rows_to_check, tensor_tolerance
 
         checks = [{}] if task.kind == "check-grad" else [{"check": f"row {b}"} for b in rows_to_check(task.case.batch)]
         return [{**base_row(entry, task.case, device, "fwdbwd", "err_ratio"), "tensor": t, **c,
-                 "tol": tensor_tolerance(task.case, t, task.tolerance), "tol_table": task.tolerance,
+                 "tol": tensor_tolerance(entry, task.case, t, task.tolerance), "tol_table": task.tolerance,
                  "status": status, "reason": reason}
                 for c in checks for t in expected_tensors(entry, task.case)]
     rows = [{**base_row(entry, task.case, device, m, task.metric), "status": status, "reason": reason}

@@ -9,73 +9,51 @@ from __future__ import annotations
 
 import numpy as np
 
-from lattnbench.measure.inputs import constants, numpy_inputs
-from lattnbench.measure.points import base_row, classify, make_problem, point_gate
+from lattnbench.harness.points import base_row, classify, make_problem, point_gate
+from lattnbench.measure.tolerance import err_ratio, fail_reason
+from lattnbench.operators import family as family_of
+from lattnbench.operators.base import DIFFERENTIABLE, GRAD_NAMES
+from lattnbench.operators.inputs import constants, numpy_inputs
 from lattnbench.registry import KernelEntry
 from lattnbench.spec import Case
-from lattnbench.measure.tolerance import err_ratio, fail_reason, tolerance
-
-#: beyond this many B·H·T² scores the quadratic fp64 reference hands over to the chunked one
-QUADRATIC_REF_LIMIT = 2**26
 
 
 def reference(family: str, case: Case, arrays: dict[str, np.ndarray], entry: KernelEntry,
               with_state_grad: bool, device: str = "cpu") -> dict[str, np.ndarray]:
-    """fp64 outputs and gradients of the contract on the case-dtype-rounded inputs."""
+    """fp64 outputs and gradients of the family's contract on the case-dtype-rounded inputs."""
     import torch
 
-    from lattnbench.kernels.naive import torch_ref
-    from lattnbench.adapters.base import DIFFERENTIABLE, GRAD_NAMES, stored_dtype
     from lattnbench.adapters.torch_problem import DTYPES
 
+    fam = family_of(family)
     dev = torch.device(device)
     t = {}
     for name, x in arrays.items():
-        rounded = torch.from_numpy(x).to(DTYPES[stored_dtype(name, case)])
+        rounded = torch.from_numpy(x).to(DTYPES[fam.stored_dtype(name, case)])
         t[name] = rounded.to(dev, torch.float64)
     const = constants(case, entry)
     diff = [n for n in DIFFERENTIABLE if n in t]
     for n in diff:
         t[n].requires_grad_(True)
-    if family == "softmax":
-        outs = (torch_ref.softmax_naive(t["q"], t["k"], t["v"], const.scale),)
-    else:
-        cu = None if const.cu_seqlens is None else [int(c) for c in const.cu_seqlens]
-        gamma = torch.from_numpy(const.gamma).to(dev, torch.float64)
-        if family == "gla":
-            o, s = torch_ref.recurrent_naive(t["q"], t["k"], t["v"], g=t["g"], g_gamma=None, scale=const.scale,
-                                             initial_state=t.get("h0"), reverse=case.reverse, cu_seqlens=cu)
-        else:
-            quadratic = case.batch * case.heads * case.seqlen**2 <= QUADRATIC_REF_LIMIT
-            impl = torch_ref.lightning_naive if quadratic else torch_ref.lightning_chunked
-            o, s = impl(t["q"], t["k"], t["v"], gamma, const.scale, t.get("h0"), case.reverse, cu)
-        outs = (o, s)
-    cots = [t["do"]] + ([t["dS"]] if family != "softmax" and with_state_grad else [])
+    cu = None if const.cu_seqlens is None else [int(c) for c in const.cu_seqlens]
+    gamma = torch.from_numpy(const.gamma).to(dev, torch.float64)
+    outs = tuple(fam.reference(t, case, gamma, const.scale, cu))
+    cots = [t["do"]] + ([t["dS"]] if len(outs) > 1 and with_state_grad else [])
     grads = torch.autograd.grad(outs[: len(cots)], [t[n] for n in diff], cots, allow_unused=True)
-    got = {"o": outs[0]}
-    if family != "softmax":
-        got["final_state"] = outs[1]
+    got = dict(zip(fam.outputs(), outs))
     got.update({GRAD_NAMES[n]: g for n, g in zip(diff, grads)})
     return {k: v.detach().cpu().numpy() for k, v in got.items() if v is not None}
 
 
 def expected_tensors(entry: KernelEntry, case: Case) -> list[str]:
-    """The tensors check-grad reports for a kernel and case, in table order."""
-    names = ["o", "dq", "dk", "dv"]
-    if entry.family != "softmax":
-        names[1:1] = ["final_state"]
-        if case.initial_state:
-            names.append("dh0")
-        if entry.family == "gla":
-            names.append("dg")
-    return names
+    """The tensors check-grad reports for a kernel and case, in table order (its family's)."""
+    return family_of(entry.family).expected_tensors(case)
 
 
-def tensor_tolerance(case: Case, tensor: str, table: str = "lattnbench") -> float:
-    """A tensor's tolerance: its case dtype's, and for dg (returned in g's dtype) the looser of that and
-    the g dtype's, since rounding the output to g's dtype alone costs that much."""
-    tol = tolerance(case.dtype, table)
-    return max(tol, tolerance(case.g_dtype, table)) if tensor == "dg" else tol
+def tensor_tolerance(entry: KernelEntry, case: Case, tensor: str, table: str = "lattnbench") -> float:
+    """A tensor's tolerance on a case, as the kernel's family sets it (a gate's gradient also by the
+    g dtype, since it is returned in that dtype)."""
+    return family_of(entry.family).tolerance(case, tensor, table)
 
 
 def check(entry: KernelEntry, case: Case, device: str, seed: int = 0, table: str = "lattnbench") -> list[dict]:
@@ -88,7 +66,7 @@ def check(entry: KernelEntry, case: Case, device: str, seed: int = 0, table: str
     """
     def row(tensor: str, **kw) -> dict:
         return {**base_row(entry, case, device, "fwdbwd", "err_ratio"), "tensor": tensor,
-                "tol": tensor_tolerance(case, tensor, table), "tol_table": table, **kw}
+                "tol": tensor_tolerance(entry, case, tensor, table), "tol_table": table, **kw}
 
     expected = expected_tensors(entry, case)
     gated = point_gate(entry, case, device)
@@ -130,7 +108,7 @@ def check(entry: KernelEntry, case: Case, device: str, seed: int = 0, table: str
         if value is None:
             return row(name, status="fail", reason="kernel returned no gradient", median=float("nan"), **extra)
         err = err_ratio(value, ref[name])
-        tol = tensor_tolerance(case, name, table)
+        tol = tensor_tolerance(entry, case, name, table)
         ok = err <= tol
         same = None if twin is None else bool(np.array_equal(_numpy(value), _numpy(twin), equal_nan=True))
         return row(name, median=err, err=err, status="ok" if ok else "fail", deterministic=same,
@@ -178,7 +156,7 @@ def check_rows(entry: KernelEntry, case: Case, device: str, seed: int = 0, table
 
     def row(tensor: str, b: int, **kw) -> dict:
         return {**base_row(entry, case, device, "fwdbwd", "err_ratio"), "tensor": tensor,
-                "tol": tensor_tolerance(case, tensor, table), "tol_table": table, "check": f"row {b}", **kw}
+                "tol": tensor_tolerance(entry, case, tensor, table), "tol_table": table, "check": f"row {b}", **kw}
 
     def every(status: str, reason: str) -> list[dict]:
         return [row(t, b, status=status, reason=reason) for b in checked for t in expected]
@@ -188,7 +166,7 @@ def check_rows(entry: KernelEntry, case: Case, device: str, seed: int = 0, table
     gated = point_gate(entry, case, device)
     if gated is not None:
         return every(*gated)
-    from lattnbench.measure.memory_estimate import too_big
+    from lattnbench.harness.memory_fit import too_big
 
     big = too_big(entry, case.with_(batch=case.batch + 1), "fwdbwd", device)  # the batch and a row alone
     if big is not None:
@@ -213,7 +191,7 @@ def check_rows(entry: KernelEntry, case: Case, device: str, seed: int = 0, table
                                reason="kernel returns no " + name.replace("_", " ")))
                 continue
             err = err_ratio(mine[b:b + 1], ref)
-            tol = tensor_tolerance(case, name, table)
+            tol = tensor_tolerance(entry, case, name, table)
             ok = err <= tol
             why = None if ok else f"row {b} in the batch differs from it alone: " + fail_reason(mine[b:b + 1], ref, err, tol)
             out.append(row(name, b, median=err, err=err, status="ok" if ok else "fail", reason=why))

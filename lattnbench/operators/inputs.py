@@ -2,7 +2,8 @@
 
 Check-grad draws its inputs here so that a kernel and its fp64 reference see the very same
 dtype-rounded values; speed and memory runs draw on the device with the framework's RNG
-(``torch_fw`` / ``jax_fw``) since shipping gigabytes from the host would dominate set-up.
+(the adapters) since shipping gigabytes from the host would dominate set-up. Which tensors
+exist and how each is drawn is the family's answer.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lattnbench.kernels.decay import alibi_decay, lightning_decay
-from lattnbench.registry import KernelEntry
+from lattnbench.operators import family
 from lattnbench.spec import Case
 
 
@@ -24,7 +25,8 @@ class Constants:
     cu_seqlens: np.ndarray | None  # [N+1] int32
 
 
-def constants(case: Case, entry: KernelEntry | None = None, seed: int = 0) -> Constants:
+def constants(case: Case, entry=None, seed: int = 0) -> Constants:
+    """Scale (the entry's fixed one, else D^-1/2), γ per ``case.decay``, and packed offsets."""
     scale = entry.fixed_scale if entry is not None and entry.fixed_scale is not None else case.dim_qk**-0.5
     if case.decay == "alibi":
         gamma = alibi_decay(case.heads)
@@ -48,36 +50,26 @@ def strong_decay(heads: int) -> float:
     return float(min(lightning_decay(heads, 0, 1).min(), -1.0))
 
 
-def shapes(case: Case, family: str) -> dict[str, tuple[int, ...]]:
-    """Shapes of every input and cotangent of a case (contract layout [B, T, H, D])."""
-    b, t, h, hk, d, e = case.batch, case.seqlen, case.heads, case.kv_heads, case.dim_qk, case.dim_v
-    s = {"q": (b, t, h, d), "k": (b, t, hk, d), "v": (b, t, hk, e), "do": (b, t, h, e)}
-    if family != "softmax":
-        s["dS"] = (case.num_sequences, h, d, e)
-        if case.initial_state:
-            s["h0"] = (case.num_sequences, h, d, e)
-        if family == "gla":
-            s["g"] = (b, t, h, d)
-    return s
+def shapes(case: Case, family_name: str) -> dict[str, tuple[int, ...]]:
+    """Shapes of every input and cotangent of a case for a family."""
+    return family(family_name).shapes(case)
 
 
-#: the inputs ``Case.input_scale`` multiplies (magnitude stress)
-SCALED = ("q", "k", "v")
-
-
-def numpy_inputs(case: Case, family: str, seed: int) -> dict[str, np.ndarray]:
+def numpy_inputs(case: Case, family_name: str, seed: int) -> dict[str, np.ndarray]:
     """Fresh random fp32 arrays for every tensor of the case (rounded to dtype by the adapter).
 
-    q, k, v and the cotangents are standard normal; h0 normal; GLA gates g = log σ(x)/gate_norm ≤ 0
+    q, k, v and the cotangents are standard normal; h0 normal; gates g = log σ(x)/gate_norm ≤ 0
     (docs/methodology.md, "Input distributions").
     """
+    fam = family(family_name)
     rng = np.random.default_rng(seed)
     out = {}
-    for name, shape in shapes(case, family).items():
+    for name, shape in fam.shapes(case).items():
         x = rng.standard_normal(shape, dtype=np.float32)
-        if name == "g":
+        how = fam.draw(name)
+        if how == "gate":
             x = (-np.logaddexp(0.0, -x) / np.float32(case.gate_norm)).astype(np.float32)
-        elif name in SCALED and case.input_scale != 1:
+        elif how == "scaled" and case.input_scale != 1:
             x = x * np.float32(case.input_scale)
         out[name] = x
     return out
