@@ -23,6 +23,13 @@ DTYPE = Annotated[str | None, typer.Option("--dtype", help=f"Comma list of {', '
 KERNELS = Annotated[list[str] | None, typer.Option(
     "--kernels", "-k", help="Kernel names or globs, e.g. 'lightning/*,softmax/sdpa-flash' (default: the "
     "available non-reference kernels). See `lattnbench list`.", show_default=False)]
+#: the filters of the views (report, plot): which kernels and lengths of a results file to show
+ONLY_KERNELS = Annotated[list[str] | None, typer.Option(
+    "--kernels", "-k", help="Only these kernels: names or globs, comma separated or repeated.", show_default=False)]
+ONLY_N = Annotated[str | None, typer.Option(
+    "--n", "-n", help="Only these sequence lengths (range grammar: 512..8192, 1024,4096).", show_default=False)]
+
+
 def plugin_specs(values: list[str] | None) -> list[str] | None:
     """``--kernel`` values, repeated or comma-separated, as one list."""
     specs = [s.strip() for v in values or () for s in v.split(",") if s.strip()]

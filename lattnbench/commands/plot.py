@@ -6,6 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from lattnbench.commands import axes
+
 from lattnbench.commands.common import die, err
 
 
@@ -22,12 +24,8 @@ def plot(
         help="Timer of the speed and speed-up plots: device, graph or latency.")] = "device",
     mode: Annotated[Optional[str], typer.Option(
         help="Only these modes: fwd, bwd, fwdbwd (comma list).")] = None,
-    kernels: Annotated[Optional[list[str]], typer.Option(
-        "--kernels", "-k", help="Only these kernels: names or globs, comma separated or repeated.",
-        show_default=False)] = None,
-    n: Annotated[Optional[str], typer.Option(
-        "--n", "-n", help="Only these sequence lengths (range grammar: 512..8192, 1024,4096).",
-        show_default=False)] = None,
+    kernels: axes.ONLY_KERNELS = None,
+    n: axes.ONLY_N = None,
 ) -> None:
     """Plot a results file: log-log time or memory against n, or speed-up against a reference."""
     from lattnbench.views.plot import PlotError

@@ -6,6 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from lattnbench.commands import axes
+
 from lattnbench.commands.common import die, err
 
 
@@ -25,12 +27,8 @@ def report(
     fmt: Annotated[str, typer.Option(
         "--format", help="table: tables fitted to the terminal's width; md: markdown. auto: markdown into "
         "--out / --readme, tables on stdout.")] = "auto",
-    kernels: Annotated[Optional[list[str]], typer.Option(
-        "--kernels", "-k", help="Only these kernels: names or globs, comma separated or repeated.",
-        show_default=False)] = None,
-    n: Annotated[Optional[str], typer.Option(
-        "--n", "-n", help="Only these sequence lengths (range grammar: 512..8192, 1024,4096).",
-        show_default=False)] = None,
+    kernels: axes.ONLY_KERNELS = None,
+    n: axes.ONLY_N = None,
     reference: Annotated[Optional[str], typer.Option(
         help="Kernel the speed-up columns compare against (default: the file's own reference, as a "
         "suite names it, when timed; else softmax/sdpa-flash when timed, else the first softmax kernel).")] = None,
