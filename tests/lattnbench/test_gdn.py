@@ -250,3 +250,23 @@ def test_fla_fused_recurrent_times_fwd_and_records_its_missing_backward(fresh):
     assert status["fwd"]["status"] == "ok" and status["fwd"]["median"] > 0
     for mode in ("fwdbwd", "bwd"):
         assert status[mode]["status"] == "unsupported" and "fla: NotImplementedError" in status[mode]["reason"]
+
+
+def test_only_what_fla_raises_itself_becomes_unsupported():
+    from lattnbench.errors import Unsupported
+    from lattnbench.registry.peers import _fla_reason
+
+    def raised_in(module: str, exc: BaseException) -> BaseException:
+        ns = {"__name__": module}
+        exec("def boom(exc):\n    raise exc\n", ns)
+        try:
+            ns["boom"](exc)
+        except BaseException as caught:  # noqa: BLE001
+            return caught
+
+    mine = _fla_reason(raised_in("fla.ops.common.chunk_o", RuntimeError("upgrade Triton to 3.7.1\nmore")))
+    assert isinstance(mine, Unsupported) and str(mine) == "fla: RuntimeError: upgrade Triton to 3.7.1"
+    below = raised_in("triton.compiler", RuntimeError("PassManager::run failed"))
+    assert _fla_reason(below) is below
+    oom = raised_in("fla.ops.utils", RuntimeError("CUDA out of memory"))
+    assert _fla_reason(oom) is oom
