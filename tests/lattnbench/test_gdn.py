@@ -108,6 +108,10 @@ def test_check_grad_jax_kernels_every_tensor(fresh, tmp_path):
     assert res.exit_code == 0, [(r["kernel"], r["tensor"], r["status"], r.get("reason")) for r in rows]
     assert {r["tensor"] for r in rows} == set(ALL) and {r["gate_norm"] for r in rows} == {16.0, 0.1}
     assert all(r["status"] == "ok" and r["median"] <= r["tol"] for r in rows)
+    same = invoke("gate", out, "--baseline", out, "--reference", "none")
+    assert same.exit_code == 0, same.output
+    table = invoke("report", out, "--format", "md", "--metric", "check")
+    assert table.exit_code == 0 and "dbeta" in table.output
 
     packed = tmp_path / "varlen.json"
     res = invoke("check-grad", "--device", "cpu", "-k", "gdn/jax-chunked,gdn/jax-recurrent", "--n", "70",
