@@ -1,5 +1,5 @@
 """What the torch and JAX adapters share: which tensors a problem has, which are trained, and
-how a call's outputs and gradients are named (o, final_state, dq, dk, dv, dh0, dg)."""
+how a call's outputs and gradients are named (o, final_state, dq, dk, dv, dh0, dg, dbeta)."""
 from __future__ import annotations
 
 from lattnbench.operators import family
@@ -52,7 +52,7 @@ class Problem:
         return self.fam.call(fn, t, gamma, self.const.scale, self.case, cu_seqlens)
 
     def differentiable(self, present) -> list[str]:
-        return [n for n in DIFFERENTIABLE if n in present]
+        return [n for n in self.fam.differentiable if n in present]
 
     def named(self, outs, grads) -> dict:
         """Outputs and gradients by tensor name (the rows check-grad writes)."""

@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 
 from lattnbench.adapters.base import Problem  # noqa: E402
 from lattnbench.errors import Unsupported  # noqa: E402
+from lattnbench.operators.inputs import UNIT_EPS  # noqa: E402
 from lattnbench.registry.entry import KernelEntry  # noqa: E402
 from lattnbench.spec import Case  # noqa: E402
 
@@ -63,6 +64,10 @@ class JaxProblem(Problem):
                         x = jax.nn.log_sigmoid(x) / self.case.gate_norm
                     elif how == "scaled":
                         x = x * self.case.input_scale
+                    elif how == "unit":
+                        x = x * jax.lax.rsqrt((x * x).sum(-1, keepdims=True) + UNIT_EPS)
+                    elif how == "sigmoid":
+                        x = jax.nn.sigmoid(x)
                     out[name] = x.astype(want)
         else:
             for name, x in arrays.items():

@@ -8,6 +8,7 @@ import torch
 
 from lattnbench.adapters.base import Problem
 from lattnbench.errors import Unsupported
+from lattnbench.operators.inputs import UNIT_EPS
 from lattnbench.registry.entry import KernelEntry
 from lattnbench.spec import Case
 
@@ -132,10 +133,14 @@ class TorchProblem(Problem):
 
 
 def draw(x: torch.Tensor, how: str, case: Case) -> torch.Tensor:
-    """A standard-normal fp32 draw made into an input: a gate ``logsigmoid(x) / gate_norm``, or
-    q, k, v times ``input_scale`` (the family's ``draw`` names which)."""
+    """A standard-normal fp32 draw made into an input: a gate ``logsigmoid(x) / gate_norm``, q, k, v
+    times ``input_scale``, a unit vector over the last axis, or σ(x) (the family's ``draw`` names which)."""
     if how == "gate":
         return torch.nn.functional.logsigmoid(x) / case.gate_norm
+    if how == "unit":
+        return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + UNIT_EPS)
+    if how == "sigmoid":
+        return torch.sigmoid(x)
     return x * case.input_scale if how == "scaled" else x
 
 

@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         jobs: axes.CHECK_JOBS = 1,
         world_size: axes.WORLD_SIZE = None,
     ) -> None:
-        """Error ratios of o, final state, dq, dk, dv, dh0 (and dg) against the fp64 reference.
+        """Error ratios of o, final state, dq, dk, dv, dh0 (and dg, dbeta) against the fp64 reference.
 
         err = RMS(x − ref)/RMS(ref), reference in fp64 from the same dtype-rounded inputs, random
         cotangents for o and the final state. PASS/FAIL per tensor from one tolerance table per

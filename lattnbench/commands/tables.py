@@ -25,7 +25,7 @@ STATUS_STYLE = {"fail": "bold red", "error": "red", "oom": "yellow", "timeout": 
                 "unsupported": "dim", "unavailable": "dim"}
 #: short headers for long tensor names (check-grad)
 TENSOR_HEADER = {"final_state": "state"}
-TENSOR_ORDER = ("o", "final_state", "dq", "dk", "dv", "dh0", "dg")
+TENSOR_ORDER = ("o", "final_state", "dq", "dk", "dv", "dh0", "dg", "dbeta")
 FAIL_MARK = "✗"
 #: a tensor whose second call on the same inputs was not bitwise equal
 NONDET_MARK = "≠"

@@ -12,7 +12,7 @@ import numpy as np
 from lattnbench.harness.points import base_row, classify, make_problem, point_gate
 from lattnbench.measure.tolerance import err_ratio, fail_reason
 from lattnbench.operators import family as family_of
-from lattnbench.operators.base import DIFFERENTIABLE, GRAD_NAMES
+from lattnbench.operators.base import GRAD_NAMES
 from lattnbench.operators.inputs import constants, numpy_inputs
 from lattnbench.registry import KernelEntry
 from lattnbench.spec import Case
@@ -32,7 +32,7 @@ def reference(family: str, case: Case, arrays: dict[str, np.ndarray], entry: Ker
         rounded = torch.from_numpy(x).to(DTYPES[fam.stored_dtype(name, case)])
         t[name] = rounded.to(dev, torch.float64)
     const = constants(case, entry)
-    diff = [n for n in DIFFERENTIABLE if n in t]
+    diff = [n for n in fam.differentiable if n in t]
     for n in diff:
         t[n].requires_grad_(True)
     cu = None if const.cu_seqlens is None else [int(c) for c in const.cu_seqlens]

@@ -9,6 +9,7 @@ own folder only. Importing this module is light (no framework): views read ``ord
 from __future__ import annotations
 
 from lattnbench.operators.base import Family
+from lattnbench.operators.gdn import FAMILY as _GDN
 from lattnbench.operators.gla import FAMILY as _GLA
 from lattnbench.operators.lightning import FAMILY as _LIGHTNING
 from lattnbench.operators.softmax import FAMILY as _SOFTMAX
@@ -51,5 +52,5 @@ def is_decayed(name: str | None) -> bool:
     return bool(fam and fam.decayed)
 
 
-for _fam in (_LIGHTNING, _GLA, _SOFTMAX):
+for _fam in (_LIGHTNING, _GLA, _GDN, _SOFTMAX):
     register(_fam)

@@ -21,9 +21,10 @@ CHUNK = 64
 SCORE_COPIES = {"fwd": 2, "fwdbwd": 3, "bwd": 3}
 #: the inputs ``Case.input_scale`` multiplies (magnitude stress)
 SCALED = ("q", "k", "v")
-#: the differentiable inputs, in call order, and their gradients' names
+#: the differentiable inputs of the default family, in call order (a family may list more)
 DIFFERENTIABLE = ("q", "k", "v", "h0", "g")
-GRAD_NAMES = {"q": "dq", "k": "dk", "v": "dv", "h0": "dh0", "g": "dg"}
+#: every differentiable input's gradient name, whichever family has it
+GRAD_NAMES = {"q": "dq", "k": "dk", "v": "dv", "h0": "dh0", "g": "dg", "beta": "dbeta"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class Family:
     fp32_tensors: tuple[str, ...] = ("h0", "dS")
     #: module whose ``default_jobs()`` lists the family's compile-only (static) jobs; None: none
     static_jobs: str | None = None
+    #: the inputs gradients are taken for, in call order (those a case lacks, e.g. h0, are skipped)
+    differentiable: tuple[str, ...] = DIFFERENTIABLE
     #: what a plugin of this family handles when it does not say
     default_features: frozenset = frozenset({"initial_state", "reverse", "varlen", "gqa", "dv", "any_dim"})
 
@@ -90,7 +93,9 @@ class Family:
         return case.g_dtype if name in self.gates else case.dtype
 
     def draw(self, name: str) -> str:
-        """How a standard-normal draw becomes the input: ``gate``, ``scaled`` or ``plain``."""
+        """How a standard-normal draw becomes the input: ``gate`` (``logsigmoid(x) / gate_norm``),
+        ``scaled`` (times ``input_scale``), ``unit`` (L2-normalised over the last axis),
+        ``sigmoid`` or ``plain``."""
         if name in self.gates:
             return "gate"
         return "scaled" if name in SCALED else "plain"

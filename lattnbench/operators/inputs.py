@@ -16,6 +16,10 @@ from lattnbench.operators import family
 from lattnbench.spec import Case
 
 
+#: the ε of the ``unit`` draw's x / sqrt(Σx² + ε), fla's l2norm's (the same in every adapter)
+UNIT_EPS = 1e-6
+
+
 @dataclass(frozen=True)
 class Constants:
     """What is not an input tensor: scale, decay, packed lengths."""
@@ -58,8 +62,9 @@ def shapes(case: Case, family_name: str) -> dict[str, tuple[int, ...]]:
 def numpy_inputs(case: Case, family_name: str, seed: int) -> dict[str, np.ndarray]:
     """Fresh random fp32 arrays for every tensor of the case (rounded to dtype by the adapter).
 
-    q, k, v and the cotangents are standard normal; h0 normal; gates g = log σ(x)/gate_norm ≤ 0
-    (docs/methodology.md, "Input distributions").
+    q, k, v and the cotangents are standard normal; h0 normal; gates g = log σ(x)/gate_norm ≤ 0;
+    a ``unit`` tensor (GDN's keys) L2-normalised over its last axis, a ``sigmoid`` one (GDN's β)
+    σ(x) ∈ (0, 1) (docs/methodology.md, "Input distributions").
     """
     fam = family(family_name)
     rng = np.random.default_rng(seed)
@@ -71,5 +76,9 @@ def numpy_inputs(case: Case, family_name: str, seed: int) -> dict[str, np.ndarra
             x = (-np.logaddexp(0.0, -x) / np.float32(case.gate_norm)).astype(np.float32)
         elif how == "scaled" and case.input_scale != 1:
             x = x * np.float32(case.input_scale)
+        elif how == "unit":
+            x = (x / np.sqrt((x * x).sum(-1, keepdims=True) + np.float32(UNIT_EPS))).astype(np.float32)
+        elif how == "sigmoid":
+            x = (1.0 / (1.0 + np.exp(-x))).astype(np.float32)
         out[name] = x
     return out

@@ -6,6 +6,7 @@ a function with the family's uniform signature (see ``lattnbench.registry.bundle
 
 - lightning: ``fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens) -> (o, S_T)``
 - gla:       ``fn(q, k, v, g, scale, initial_state, reverse, cu_seqlens) -> (o, S_T)``
+- gdn:       ``fn(q, k, v, g, beta, scale, initial_state, reverse, cu_seqlens) -> (o, S_T)``
 - softmax:   ``fn(q, k, v, scale) -> o`` (causal)
 
 ``available(device)`` and ``supports(case, device)`` return ``None`` or a one-line reason.

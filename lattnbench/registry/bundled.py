@@ -178,6 +178,50 @@ def _gla_jax_triton() -> Callable:
     return fn
 
 
+# ---- gdn (gated delta rule) ------------------------------------------------------------------
+
+#: what the GDN kernels handle: no reverse (none of them, nor the reference, has one)
+GDN_FEATURES = LINEAR_FEATURES - {"reverse"}
+
+
+def _no_reverse(name: str, reverse) -> None:
+    if reverse:
+        from lattnbench.errors import Unsupported
+
+        raise Unsupported(f"{name} has no reverse")
+
+
+def _gdn_naive_torch() -> Callable:
+    from lattnbench.kernels.naive.gdn import gdn_naive
+
+    def fn(q, k, v, g, beta, scale, initial_state, reverse, cu_seqlens):
+        _no_reverse("gdn_naive", reverse)
+        cu = None if cu_seqlens is None else [int(c) for c in cu_seqlens]
+        return gdn_naive(q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=True,
+                         cu_seqlens=cu)
+    return fn
+
+
+def _jax_gdn(impl: str) -> Callable[[], Callable]:
+    """``gdn_chunked`` / ``gdn_recurrent`` at chunk 64; cu_seqlens stays a host array (they lay
+    packed sequences out chunk-aligned, which needs the offsets concrete)."""
+    def loader() -> Callable:
+        import numpy as np
+
+        if impl == "chunked":
+            from lattnbench.kernels.jax.gdn_chunked import gdn_chunked as kernel
+        else:
+            from lattnbench.kernels.jax.gdn_recurrent import gdn_recurrent as kernel
+
+        def fn(q, k, v, g, beta, scale, initial_state, reverse, cu_seqlens):
+            _no_reverse(f"gdn_{impl}", reverse)
+            cu = None if cu_seqlens is None else np.asarray(cu_seqlens)
+            return kernel(q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=True,
+                          cu_seqlens=cu)
+        return fn
+    return loader
+
+
 # ---- softmax baselines (causal) --------------------------------------------------------------
 
 def _softmax_naive_torch() -> Callable:
@@ -295,6 +339,16 @@ def entries() -> list[KernelEntry]:
         KernelEntry("gla/jax-recurrent", "gla", "jax", _jax_gla("recurrent"),
                     timed_by_default=("cpu",),
                     description="lax.scan GLA recurrence with a checkpointing custom VJP"),
+        KernelEntry("gdn/naive-torch", "gdn", "torch", _gdn_naive_torch,
+                    dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=2**22,
+                    features=GDN_FEATURES,
+                    description="token-by-token gated delta rule in PyTorch (gdn_naive); the fp64 reference"),
+        KernelEntry("gdn/jax-chunked", "gdn", "jax", _jax_gdn("chunked"), features=GDN_FEATURES,
+                    timed_by_default=("cpu",),
+                    description="chunked WY (UT-transform) gated delta rule in pure JAX/XLA, chunk 64"),
+        KernelEntry("gdn/jax-recurrent", "gdn", "jax", _jax_gdn("recurrent"), features=GDN_FEATURES,
+                    timed_by_default=("cpu",),
+                    description="lax.scan gated delta rule token recurrence, checkpointed per chunk of 64"),
         KernelEntry("softmax/naive-torch", "softmax", "torch", _softmax_naive_torch,
                     dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=2**31,
                     features=frozenset({"gqa", "dv", "any_dim"}),

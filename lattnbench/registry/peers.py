@@ -33,6 +33,15 @@ gla/fla-chunk      fla-core 0.6.0,              [B,T,H,D], g [B,T,H,D] natural-l
 gla/fla-fused-     fla-core 0.6.0,              as gla/fla-chunk (gk = g) plus reverse; no GQA;
 recurrent          ``fla.ops.gla.               CUDA only
                    fused_recurrent_gla``
+gdn/fla-chunk      fla-core 0.6.0, ``fla.ops.   [B,T,H,D], g and beta [B,T,H]; k as given
+                   gated_delta_rule.            (use_qk_l2norm_in_kernel=False); initial state,
+                   chunk_gated_delta_rule``     final state, varlen, dim_v != dim_qk; no reverse
+                                                (no such argument), no GQA (its fewer-kv-heads
+                                                path is GVA); 16-bit only (it asserts q is not
+                                                fp32); CUDA only
+gdn/fla-fused-     fla-core 0.6.0, ``fla.ops.   as gdn/fla-chunk, fp32 too; no backward (its
+recurrent          gated_delta_rule.fused_      backward raises NotImplementedError): fwd only
+                   recurrent_gated_delta_rule``
 lightning/opennlplab lightning_attn 0.0.5,      [B,H,N,D], slopes s [H,1,1], decay exp(−s·dist),
                    ``lightning_attn.ops.        no scale (pinned to 1 here, for kernel and
                    lightning_attn_func``        reference alike); returns o only (no final
@@ -48,6 +57,11 @@ gla/ejkernel       ``ejkernel.kernels._xla``    custom VJP; initial state, rever
 softmax/flash-attn flash_attn (FA2) or          [B,T,H,D], causal, fp16/bf16, GQA, head dim
                    flash_attn_interface (FA3)   <= 256, no dim_v != dim_qk; CUDA only
 ================== ============================ ==============================================
+
+What fla raises itself (an input check, an unimplemented backward, the backward it refuses on
+Hopper with Triton < 3.7.1) is recorded for the GDN peers as ``unsupported`` with fla's message:
+``_fla_guarded`` runs fla's forward and backward inside one autograd function of ours, so that an
+exception of fla's backward, which autograd raises outside any adapter, is still seen by one.
 """
 from __future__ import annotations
 
@@ -155,6 +169,88 @@ def _fla_gla(fused_recurrent: bool) -> Callable[[], Callable]:
                 raise Unsupported("fla chunk_gla has no reverse")
             return fla_gla.chunk_gla(q, k, v, g, scale=scale, initial_state=initial_state, output_final_state=True,
                                      cu_seqlens=cu, cu_seqlens_cpu=cu_cpu)
+        return fn
+    return loader
+
+
+def _raised_by_fla(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised in fla's own code (its innermost frame is in a ``fla`` module),
+    not by something fla calls (a Triton compile error stays an error)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    module = tb.tb_frame.f_globals.get("__name__", "")
+    return module == "fla" or module.startswith("fla.")
+
+
+def _fla_reason(exc: BaseException) -> BaseException:
+    """fla's own refusal as ``Unsupported`` with its message; anything else (out of memory, a
+    compiler's error, a crash below fla) unchanged."""
+    if isinstance(exc, Unsupported) or not _raised_by_fla(exc) or "out of memory" in str(exc).lower():
+        return exc
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return Unsupported(f"fla: {type(exc).__name__}: {lines[0] if lines else ''}"[:300])
+
+
+def _fla_guarded(call: Callable) -> Callable:
+    """``call(*tensors) -> (o, S_T)`` (fla's function) with fla's own exceptions, forward and
+    backward, turned into ``Unsupported``: the forward runs fla's on leaves of its own graph, the
+    backward differentiates that graph inside a ``try``."""
+    import torch
+
+    class Guarded(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *xs):
+            with torch.enable_grad():
+                leaves = [None if x is None else x.detach().requires_grad_(need)
+                          for x, need in zip(xs, ctx.needs_input_grad)]
+                try:
+                    outs = tuple(call(*leaves))
+                except Exception as exc:  # noqa: BLE001 - fla's refusal becomes a reason
+                    raise _fla_reason(exc) from exc
+            ctx.leaves, ctx.outs = leaves, outs
+            return tuple(o.detach() for o in outs)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            pairs = [(o, g) for o, g in zip(ctx.outs, grads) if o.requires_grad]
+            wanted = [i for i, x in enumerate(ctx.leaves) if x is not None and x.requires_grad]
+            try:
+                # the graph is kept: the bwd timer calls this backward again on the same forward
+                got = torch.autograd.grad([o for o, _ in pairs], [ctx.leaves[i] for i in wanted],
+                                          [g for _, g in pairs], retain_graph=True, allow_unused=True)
+            except Exception as exc:  # noqa: BLE001
+                raise _fla_reason(exc) from exc
+            out = [None] * len(ctx.leaves)
+            for i, g in zip(wanted, got):
+                out[i] = g
+            return tuple(out)
+
+    def run(*xs):
+        return Guarded.apply(*xs)
+    return run
+
+
+def _fla_gdn(fused_recurrent: bool) -> Callable[[], Callable]:
+    def loader() -> Callable:
+        from fla.ops import gated_delta_rule as fla_gdn
+
+        name = "fused_recurrent_gated_delta_rule" if fused_recurrent else "chunk_gated_delta_rule"
+        kernel = getattr(fla_gdn, name)
+        host_cu: dict = {}
+
+        def fn(q, k, v, g, beta, scale, initial_state, reverse, cu_seqlens):
+            if reverse:  # neither takes reverse=: never pass it
+                raise Unsupported(f"fla {name} has no reverse")
+            cu, _ = _host_cu(host_cu, cu_seqlens)
+
+            def call(q, k, v, g, beta, h0):
+                # keywords only past (q, k, v): 0.6.0 and later releases order the rest differently
+                return kernel(q, k, v, g=g, beta=beta, scale=scale, initial_state=h0, output_final_state=True,
+                              use_qk_l2norm_in_kernel=False, cu_seqlens=cu)
+            return _fla_guarded(call)(q, k, v, g, beta, initial_state)
         return fn
     return loader
 
@@ -292,6 +388,12 @@ def entries() -> list[KernelEntry]:
         KernelEntry("gla/fla-fused-recurrent", "gla", "torch", _fla_gla(True), devices=("cuda",),
                     requires=("fla",), origin="peer", features=FLA_FEATURES | {"reverse"},
                     description="fla-core fused_recurrent_gla, gk = g (no GQA)"),
+        KernelEntry("gdn/fla-chunk", "gdn", "torch", _fla_gdn(False), devices=("cuda",),
+                    requires=("fla",), origin="peer", features=FLA_FEATURES,
+                    description="fla-core chunk_gated_delta_rule, k as given (no reverse, no GQA)"),
+        KernelEntry("gdn/fla-fused-recurrent", "gdn", "torch", _fla_gdn(True), devices=("cuda",),
+                    requires=("fla",), origin="peer", features=FLA_FEATURES,
+                    description="fla-core fused_recurrent_gated_delta_rule, forward only (no backward in fla)"),
         KernelEntry("lightning/opennlplab", "lightning", "torch", _opennlplab, devices=("cuda",),
                     requires=("lightning_attn",), origin="peer", fixed_scale=OFFICIAL_SCALE,
                     final_state=False, features=frozenset({"dv", "any_dim"}),

@@ -16,7 +16,7 @@ from lattnbench.spec import SpecError
 
 PLUGIN_ATTRIBUTES = {
     "lattnbench_name": "registry name (default plugin/<function>, or plugin/<entry-point name>)",
-    "lattnbench_family": "lightning (default), gla or softmax: which uniform signature it has",
+    "lattnbench_family": "lightning (default), gla, gdn or softmax: which uniform signature it has",
     "lattnbench_framework": "torch (default) or jax: which arrays it takes",
     "lattnbench_devices": "devices it runs on, from cpu and cuda (default both)",
     "lattnbench_dtypes": "input dtypes it takes, from fp32, bf16, fp16, fp64 (default fp32, bf16, fp16)",

@@ -198,7 +198,7 @@ class ReportError(ValueError):
 
 
 MODE_ORDER = ("fwd", "bwd", "fwdbwd")
-TENSOR_ORDER = ("o", "final_state", "dq", "dk", "dv", "dh0", "dg")
+TENSOR_ORDER = ("o", "final_state", "dq", "dk", "dv", "dh0", "dg", "dbeta")
 #: preferred speed-up references, best-known FlashAttention first; then any softmax kernel
 REFERENCE_PREFERENCE = ("softmax/sdpa-flash", "softmax/flash-attn", "softmax/sdpa-cudnn",
                         "softmax/jax-cudnn", "softmax/sdpa-efficient", "softmax/jax-xla",
