@@ -247,11 +247,20 @@ def gdn_chunked(q: Array, k: Array, v: Array, g: Array, beta: Array, scale: floa
     [N, H, D, E]; cu_seqlens [N + 1] (B = 1, concrete). S_T [N, H, D, E] in fp32 (fp64 for fp64
     inputs). Gradients for q, k, v, g, beta and initial_state by autodiff.
     """
+    return run_in_layout(_chunk_forward, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
+                         chunk)
+
+
+def run_in_layout(core, q: Array, k: Array, v: Array, g: Array, beta: Array, scale: float | None,
+                  initial_state: Array | None, output_final_state: bool, cu_seqlens, chunk: int
+                  ) -> tuple[Array, Array | None]:
+    """The public call around a core ``core(q, k, v, g, beta, h0, scale, layout) -> (o, S_T)`` on the
+    chunked layout: checks and layout in, the output back in [B, T, H, E] and the input dtype."""
     b, t, h, d = q.shape
     scale = float(default_scale(scale, d))
     toks, h0, lay = prepare(q, k, v, g, beta, initial_state, cu_seqlens, chunk)
     if t == 0:
         return jnp.zeros((b, 0, h, v.shape[3]), q.dtype), (h0 if output_final_state else None)
-    o, final = _chunk_forward(*toks, h0, scale, lay)
+    o, final = core(*toks, h0, scale, lay)
     o = unlayout(o, t, lay).astype(q.dtype)
     return o, (final if output_final_state else None)

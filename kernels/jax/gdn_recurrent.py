@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ._common import HIGHEST, default_scale
-from .gdn_chunked import Layout, prepare, unlayout
+from .gdn_chunked import Layout, run_in_layout
 
 Array = jax.Array
 
@@ -71,11 +71,4 @@ def gdn_recurrent(q: Array, k: Array, v: Array, g: Array, beta: Array, scale: fl
                   initial_state: Array | None = None, output_final_state: bool = True, cu_seqlens=None,
                   chunk: int = 64) -> tuple[Array, Array | None]:
     """Gated delta rule, token recurrence; the signature and returns of ``gdn_chunked``."""
-    b, t, h, d = q.shape
-    scale = float(default_scale(scale, d))
-    toks, h0, lay = prepare(q, k, v, g, beta, initial_state, cu_seqlens, chunk)
-    if t == 0:
-        return jnp.zeros((b, 0, h, v.shape[3]), q.dtype), (h0 if output_final_state else None)
-    o, final = _scan(*toks, h0, scale, lay)
-    o = unlayout(o, t, lay).astype(q.dtype)
-    return o, (final if output_final_state else None)
+    return run_in_layout(_scan, q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, chunk)
