@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._common import HIGHEST, default_scale
+from ._common import HIGHEST
 from .gdn_chunked import Layout, run_in_layout
 
 Array = jax.Array
