@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from lattnbench.spec import DEFAULT_G_DTYPE, DEFAULT_GATE_NORM
+
 SCHEMA = "lattnbench.results/1"
 STATUSES = ("ok", "fail", "oom", "unsupported", "unavailable", "error", "timeout")
 METRICS = ("time_ms", "peak_mb", "err_ratio")
@@ -28,7 +30,7 @@ KEY_FIELDS = ("kernel", "device", "batch", "seqlen", "heads", "kv_heads", "dim_q
 #: a key field a row may lack, and the value that means (rows written before the field existed)
 KEY_DEFAULTS = {"world_size": 1}
 #: key fields only rows of a gated family carry, and their value in rows written before them
-GATE_DEFAULTS = {"gate_norm": 16.0, "g_dtype": "fp32"}
+GATE_DEFAULTS = {"gate_norm": DEFAULT_GATE_NORM, "g_dtype": DEFAULT_G_DTYPE}
 
 
 #: the timers a speed row carries (lattnbench.measure.timing); ``device`` is the tables' one

@@ -16,6 +16,9 @@ DECAYS = ("alibi", "lightning", "zero", "random", "strong")
 G_DTYPES = ("fp32", "bf16", "fp16")
 #: the GLA paper's gate normaliser: g = log σ(x) / 16 (fla's GLA layer default, gate_logit_normalizer)
 DEFAULT_GATE_NORM = 16.0
+DEFAULT_G_DTYPE = "fp32"
+#: the case fields that say how the input values are drawn, not the problem's shape
+DISTRIBUTION_FIELDS = ("decay", "gate_norm", "g_dtype", "input_scale")
 MAX_POINTS = 4096  # a range longer than this is a typo, not a sweep
 _INT = r"(\d+)([kKmM]?)"
 
@@ -135,7 +138,7 @@ class Case:
     input_scale: float = 1.0  # q, k, v drawn ~N(0, scale²): magnitude stress
     world_size: int = 1       # ranks (or mesh devices) the sequence is split over
     gate_norm: float = DEFAULT_GATE_NORM  # gated families: g = log σ(x) / gate_norm, x ~ N(0, 1)
-    g_dtype: str = "fp32"     # gated families: the dtype g is drawn in and handed to the kernel
+    g_dtype: str = DEFAULT_G_DTYPE  # gated families: the dtype g is drawn in and handed to the kernel
 
     def __post_init__(self) -> None:
         for name in ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v"):
@@ -178,7 +181,7 @@ class Case:
                          " rev" if self.reverse else "", f" x{self.input_scale:g}" if self.input_scale != 1 else "",
                          f" P{self.world_size}" if self.world_size != 1 else "",
                          f" gate/{self.gate_norm:g}" if self.gate_norm != DEFAULT_GATE_NORM else "",
-                         f" g:{self.g_dtype}" if self.g_dtype != "fp32" else ""])
+                         f" g:{self.g_dtype}" if self.g_dtype != DEFAULT_G_DTYPE else ""])
         return f"B{self.batch} T{self.seqlen} H{self.heads}{kv} {dims} {self.dtype}{extra}"
 
     def fields(self, gated: bool = False) -> dict:
@@ -197,7 +200,7 @@ class Case:
     def for_family(self, gated: bool) -> "Case":
         """This case as a family sees it: an ungated family's at the default gates (its rows do not
         record them), so that a sweep over gate norms runs a Lightning kernel once."""
-        return self if gated else replace(self, gate_norm=DEFAULT_GATE_NORM, g_dtype="fp32")
+        return self if gated else replace(self, gate_norm=DEFAULT_GATE_NORM, g_dtype=DEFAULT_G_DTYPE)
 
     def same_work(self, decayed: bool) -> "Case":
         """What tells two of a family's points apart: a family without a per-head decay computes
@@ -213,7 +216,7 @@ def expand(ns: Sequence[int], batches: Sequence[int], heads: Sequence[int], kv_h
            dims: Sequence[int], dim_vs: Sequence[int] | None, dtypes: Sequence[str], decay: str | Sequence[str],
            initial_states: Sequence[bool] = (False,), reverse: bool = False,
            varlen: Sequence[int] | None = None, input_scale: float = 1.0,
-           gate_norms: Sequence[float] = (DEFAULT_GATE_NORM,), g_dtypes: Sequence[str] = ("fp32",)) -> list[Case]:
+           gate_norms: Sequence[float] = (DEFAULT_GATE_NORM,), g_dtypes: Sequence[str] = (DEFAULT_G_DTYPE,)) -> list[Case]:
     """Every case of a sweep: the input distribution (decay, gate norm, g dtype) outermost, then dtype,
     batch, heads, kv heads, dims and initial state, n innermost.
 

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from lattnbench.spec import (DECAYS, DEFAULT_GATE_NORM, DTYPES, G_DTYPES, MODES, Case, SpecError, expand,
-                             parse_choices, parse_floats, parse_range, with_world_sizes)
+from lattnbench.spec import (DECAYS, DEFAULT_G_DTYPE, DEFAULT_GATE_NORM, DTYPES, G_DTYPES, MODES, Case, SpecError,
+                             expand, parse_choices, parse_floats, parse_range, with_world_sizes)
 
 RANGE_HELP = "range grammar: 512..32768 (doubling), 512..4096:x2, 1000..4000:+1000, 512,1000,4096"
 
@@ -132,7 +132,7 @@ def cases(defaults: Defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, deca
     lengths = parse_lengths(varlen) if varlen else None
     decays = parse_choices(decay, DECAYS, "decay")
     norms = parse_floats(gate_norm, "--gate-norm") if gate_norm is not None else [DEFAULT_GATE_NORM]
-    g_dtypes = parse_choices(g_dtype, G_DTYPES, "g dtype") if g_dtype is not None else ["fp32"]
+    g_dtypes = parse_choices(g_dtype, G_DTYPES, "g dtype") if g_dtype is not None else [DEFAULT_G_DTYPE]
     return with_world_sizes(expand(ns, bs, hs, kvs, ds, dvs, dts, decays, initial_state, reverse, lengths, input_scale,
                                    norms, g_dtypes),
                             world_sizes(world_size))

@@ -25,17 +25,17 @@ import types
 from pathlib import Path
 
 STORE_ENV = "LATTNBENCH_TUNING_CACHE"
-#: how the input values were drawn: not part of a point's shape, so points that differ only there
-#: share what they tuned to (a config's speed is the kernel's work, which the values do not change;
-#: a kernel whose work does depend on them is what the data-dependence finding reports)
-DISTRIBUTION_FIELDS = ("decay", "gate_norm", "input_scale")
 
 
 def shape_fields(case) -> dict:
-    """The fields of a case that name its tuning: every field but the input distribution's. The g
-    dtype stays: it changes the compiled kernel."""
+    """The fields of a case that name its tuning: every field but the input distribution's, so
+    points that differ only there share what they tuned to (a config's speed is the kernel's work,
+    which the values do not change; a kernel whose work does depend on them is what the
+    data-dependence finding reports). The g dtype stays: it changes the compiled kernel."""
+    from lattnbench.spec import DISTRIBUTION_FIELDS
+
     fields = case.fields(gated=True)
-    return {k: v for k, v in fields.items() if k not in DISTRIBUTION_FIELDS}
+    return {k: v for k, v in fields.items() if k == "g_dtype" or k not in DISTRIBUTION_FIELDS}
 
 
 def _autotuners() -> list:

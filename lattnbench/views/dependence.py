@@ -19,8 +19,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from lattnbench.operators import is_decayed
-from lattnbench.views.rows import (DISTRIBUTION_FIELDS, SHAPE_FIELDS, TENSOR_ORDER, is_speed, kernel_sort_key,
-                                   timer_median)
+from lattnbench.spec import DISTRIBUTION_FIELDS
+from lattnbench.views.rows import SHAPE_FIELDS, TENSOR_ORDER, gates_label, is_speed, kernel_sort_key, timer_median
 
 #: slowest / fastest time across input distributions above which a kernel depends on the data
 DEPENDENCE_LIMIT = 1.25
@@ -37,8 +37,8 @@ def distribution_label(row: dict) -> str:
     parts = []
     if is_decayed(row.get("family")) and row.get("decay"):
         parts.append(f"decay={row['decay']}")
-    if row.get("gate_norm") is not None:
-        parts.append(f"gate/{row['gate_norm']:g} g:{row.get('g_dtype') or 'fp32'}")
+    if gates_label(row):
+        parts.append(gates_label(row).strip())
     if row.get("input_scale") not in (None, 1):
         parts.append(f"x{row['input_scale']:g}")
     return " ".join(parts) or "default"

@@ -206,9 +206,6 @@ REFERENCE_PREFERENCE = ("softmax/sdpa-flash", "softmax/flash-attn", "softmax/sdp
 #: fields that make a shape group (every field of a point but kernel, seqlen, mode, metric)
 SHAPE_FIELDS = ("device", "batch", "heads", "kv_heads", "dim_qk", "dim_v", "dtype", "decay",
                 "varlen", "initial_state", "reverse", "input_scale", "world_size", "gate_norm", "g_dtype")
-#: the fields that say how the input values were drawn (not the shape): a kernel whose time moves
-#: along them depends on the data (``data_dependence``)
-DISTRIBUTION_FIELDS = ("decay", "gate_norm", "g_dtype", "input_scale")
 DASH = "—"
 
 
