@@ -10,12 +10,15 @@ import inspect
 
 import typer
 
+
 def _flags_take_no_value() -> None:
     """Help shows no type beside a flag: Typer's rich help prints ``<bool>`` there, which reads as
     if ``--json true`` were the way to write it (click then refuses the ``true``)."""
     from typer.core import TyperOption
 
-    shown = TyperOption.display_type_rich
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None:  # a Typer before 0.15 renders its help otherwise and needs no patch
+        return
 
     def display_type_rich(self, ctx):
         if self.is_flag and not self.count:
