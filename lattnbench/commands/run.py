@@ -15,7 +15,24 @@ EXAMPLE = """Examples:
   lattnbench run cpu --out /tmp/results --resume     # 'cpu' means the project's suites/cpu.toml
 
   lattnbench run long --only check-rows              # one kind of measurement of a suite
+
+  lattnbench run gates --kernels 'gla/*'             # the suite's GLA kernels alone
 """
+
+
+def only_kernels(tasks: list, patterns: list[str], suite: str) -> list:
+    """The tasks whose kernel matches one of ``patterns`` (names or shell globs, comma lists
+    allowed); a pattern that matches none of the suite's kernels is a usage error."""
+    import fnmatch
+
+    from lattnbench.commands.common import die
+
+    pats = [p for raw in patterns for p in (x.strip() for x in raw.split(",")) if p]
+    names = sorted({t.kernel for t in tasks})
+    for pat in pats:
+        if not any(fnmatch.fnmatchcase(n, pat) for n in names):
+            die(f"--kernels {pat!r} matches no kernel of suite {suite!r} (kernels: {', '.join(names) or 'none'})")
+    return [t for t in tasks if any(fnmatch.fnmatchcase(t.kernel, p) for p in pats)]
 
 
 def register(app: typer.Typer) -> None:
@@ -34,6 +51,7 @@ def register(app: typer.Typer) -> None:
         json_: bool = typer.Option(False, "--json", help="Print the results document on stdout."),
         only: str | None = typer.Option(None, "--only", help="Run only these kinds of the suite's "
                                         "measurements: speed, memory, check-grad, check-rows (comma list)."),
+        kernels: axes.ONLY_KERNELS = None,
         repeat: axes.REPEAT = 1, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
         jobs: axes.CHECK_JOBS = 1, settle: axes.SETTLE = None,
     ) -> None:
@@ -90,6 +108,8 @@ def register(app: typer.Typer) -> None:
                                               settle_c=settle if settle is not None else m.settle_c))
         except SpecError as exc:
             die(str(exc))
+        if kernels:
+            tasks = only_kernels(tasks, kernels, spec.name)
         tasks = distinct(tasks, reg)
         env = collect()
         target = Path(out) if out else results_root() / machine_name(env)
@@ -101,6 +121,7 @@ def register(app: typer.Typer) -> None:
 
         again = shlex.join(["lattnbench", "run", suite, *(["--out", out] if out else []),
                             *(["--device", device] if device else []), *(["--only", only] if only else []),
+                            *(["--kernels", ",".join(kernels)] if kernels else []),
                             *(["--repeat", str(repeat)] if repeat != 1 else []), "--resume"])
         execute(spec.name, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s, repeat=repeat,
                 plugins=kernel, resume=resume, check_jobs=jobs, again=again)

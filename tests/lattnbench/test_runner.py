@@ -183,6 +183,22 @@ def test_only_runs_the_named_kinds_of_a_suite(tmp_path, only, metrics, code):
         assert "--only" in res.output and len(res.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("pattern, kernels, code", [("softmax/*", {"softmax/naive-torch"}, 0),
+                                                     ("lightning/naive-torch,softmax/naive-torch",
+                                                      {"lightning/naive-torch", "softmax/naive-torch"}, 0),
+                                                     ("gla/*", None, 2)])
+def test_kernels_runs_only_the_matching_kernels_of_a_suite(tmp_path, pattern, kernels, code):
+    suite = tmp_path / "s.toml"
+    suite.write_text('name = "some"\ndevice = "cpu"\nkernels = ["lightning/naive-torch", "softmax/naive-torch"]\n'
+                     '[axes]\nn = 16\nheads = 2\ndim = 8\n[speed]\nmodes = ["fwd"]\nbudget = 0.01\n')
+    res = invoke("run", suite, "--out", tmp_path / "o", "--kernels", pattern)
+    assert res.exit_code == code, res.output
+    if kernels:
+        assert {r["kernel"] for r in load(tmp_path / "o" / "some.json")["rows"]} == kernels
+    else:
+        assert "--kernels 'gla/*' matches no kernel" in res.output and len(res.output.strip().splitlines()) == 1
+
+
 def test_a_plugin_given_to_run_joins_the_suites_measurements_of_its_family(plugins, tmp_path):
     suite = tmp_path / "s.toml"
     suite.write_text('name = "plug"\ndevice = "cpu"\nkernels = ["lightning/naive-torch", "softmax/naive-torch"]\n'
