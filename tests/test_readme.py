@@ -33,13 +33,16 @@ def source_for(name: str) -> tuple[list[Path], list[str]]:
     """The results files of block NAME (``results/*/NAME.json``) and the report options it needs:
     a block ``STEM.MODE`` or ``STEM.MODE.TIMER`` without such a file is the speed tables of that
     mode (by that timer) of ``results/*/STEM.json`` (``report --mode MODE [--timer TIMER] --metric
-    speed``); ``STEM.findings`` is its agreement as findings (``report --findings --metric check``)."""
+    speed``); ``STEM.findings`` is its agreement as findings (``report --findings --metric check``),
+    ``STEM.memory`` its memory tables (``report --metric memory``)."""
     found = sorted(ROOT.glob(f"results/*/{name}.json"))
     parts = name.split(".")
     if found or len(parts) < 2:
         return found, []
     if parts == [parts[0], "findings"]:
         return sorted(ROOT.glob(f"results/*/{parts[0]}.json")), ["--findings", "--metric", "check"]
+    if parts == [parts[0], "memory"]:
+        return sorted(ROOT.glob(f"results/*/{parts[0]}.json")), ["--metric", "memory"]
     view = VIEWS[parts.pop()] if parts[-1] in VIEWS else []
     timer = parts.pop() if parts[-1] in TIMERS else None
     mode = parts.pop() if parts[-1] in MODES else None
