@@ -5,13 +5,20 @@ rows (see docs/methodology.md). A speed row measured in several runs (``--repeat
 run in ``runs`` and reports the median of the run medians. The writer rewrites the file atomically after every point,
 so a run killed at any moment (even SIGKILL) leaves a complete, readable file of what
 finished. No framework imports here: report, plot and gate read results without torch or jax.
+
+Large committed files are stored gzip-compressed as ``X.json.gz``: ``load`` reads gzip by its magic
+bytes under any name, and a ``X.json`` that does not exist is read from ``X.json.gz`` beside it.
+Views name a file by ``display_name`` (``X.json`` for both), so a table made of the compressed
+file is byte for byte the table made of the plain one.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
 import tempfile
+import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -193,14 +200,49 @@ def merge_runs(old: dict, new: dict) -> dict:
     return row
 
 
-def load(path: str | Path) -> dict:
-    """Read and validate a results file; ResultsError with one line on anything wrong."""
+#: the first bytes of a gzip stream
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def display_name(path: str | Path) -> str:
+    """The name of the JSON document a results file holds: ``X.json`` for ``X.json`` and ``X.json.gz``."""
+    name = Path(path).name
+    return name[:-3] if name.endswith(".json.gz") else name
+
+
+def results_stem(path: str | Path) -> str:
+    """``X`` of ``X.json`` and of ``X.json.gz`` (block names, plot names, the default suite)."""
+    return Path(display_name(path)).stem
+
+
+def resolve(path: str | Path) -> Path:
+    """``path``, or ``path.gz`` where ``path`` is a missing ``X.json`` stored gzip-compressed."""
     path = Path(path)
+    if path.suffix == ".json" and not path.exists():
+        packed = path.with_name(path.name + ".gz")
+        if packed.is_file():
+            return packed
+    return path
+
+
+def read_text(path: str | Path) -> str:
+    """The text of a JSON file, plain or gzip-compressed (told apart by the gzip magic bytes);
+    OSError, EOFError or zlib.error (as gzip raises them) on a corrupt stream, UnicodeDecodeError."""
+    data = Path(path).read_bytes()
+    if data[:2] == GZIP_MAGIC:
+        data = gzip.decompress(data)
+    return data.decode("utf-8")
+
+
+def load(path: str | Path) -> dict:
+    """Read and validate a results file (plain JSON or gzip-compressed JSON, see ``resolve``);
+    ResultsError with one line on anything wrong."""
+    path = resolve(path)
     try:
-        text = path.read_text()
+        text = read_text(path)
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such results file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
         raise ResultsError(f"{path}: cannot read ({exc})") from None
     try:
         doc = json.loads(text)
@@ -223,7 +265,7 @@ def load(path: str | Path) -> dict:
                 row[k] = _restore(row[k])
     doc.setdefault("env", {})
     doc.setdefault("ceilings", {})
-    doc.setdefault("suite", path.stem)
+    doc.setdefault("suite", results_stem(path))
     return doc
 
 

@@ -29,27 +29,33 @@ TIMERS = ("graph", "latency", "host")
 VIEWS = {"headline": ["--headline"]}
 
 
+def committed(stem: str) -> list[Path]:
+    """The committed results of STEM: ``results/*/STEM.json``, or ``STEM.json.gz`` (large files are
+    stored gzip-compressed; ``lattnbench report`` reads either and names both ``STEM.json``)."""
+    return sorted([*ROOT.glob(f"results/*/{stem}.json"), *ROOT.glob(f"results/*/{stem}.json.gz")])
+
+
 def source_for(name: str) -> tuple[list[Path], list[str]]:
-    """The results files of block NAME (``results/*/NAME.json``) and the report options it needs:
+    """The results files of block NAME (``results/*/NAME.json[.gz]``) and the report options it needs:
     a block ``STEM.MODE`` or ``STEM.MODE.TIMER`` without such a file is the speed tables of that
     mode (by that timer) of ``results/*/STEM.json`` (``report --mode MODE [--timer TIMER] --metric
     speed``); ``STEM.findings`` is its agreement as findings (``report --findings --metric check``),
     ``STEM.memory`` its memory tables (``report --metric memory``)."""
-    found = sorted(ROOT.glob(f"results/*/{name}.json"))
+    found = committed(name)
     parts = name.split(".")
     if found or len(parts) < 2:
         return found, []
     if parts == [parts[0], "findings"]:
-        return sorted(ROOT.glob(f"results/*/{parts[0]}.json")), ["--findings", "--metric", "check"]
+        return committed(parts[0]), ["--findings", "--metric", "check"]
     if parts == [parts[0], "memory"]:
-        return sorted(ROOT.glob(f"results/*/{parts[0]}.json")), ["--metric", "memory"]
+        return committed(parts[0]), ["--metric", "memory"]
     view = VIEWS[parts.pop()] if parts[-1] in VIEWS else []
     timer = parts.pop() if parts[-1] in TIMERS else None
     mode = parts.pop() if parts[-1] in MODES else None
     if mode is None:
         return found, []
     options = ["--mode", mode, "--metric", "speed", *(["--timer", timer] if timer else []), *view]
-    return sorted(ROOT.glob(f"results/*/{'.'.join(parts)}.json")), options
+    return committed(".".join(parts)), options
 
 
 def test_readme_has_a_generated_block():
@@ -63,7 +69,7 @@ def test_every_block_has_committed_results_and_stands_once():
             assert name not in seen, f"block {name!r} stands in both {seen[name]} and {rel(page)}"
             seen[name] = rel(page)
             assert len(source_for(name)[0]) == 1, \
-                f"{rel(page)}: block {name!r} needs exactly one results/*/{name}.json"
+                f"{rel(page)}: block {name!r} needs exactly one results/*/{name}.json (or .json.gz)"
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)], ids=rel)

@@ -56,6 +56,7 @@ def report(
     when they do not; markdown goes to --out, into --readme's block, or to stdout with --format
     md. Same input, same bytes.
     """
+    from lattnbench.results import results_stem
     from lattnbench.views.report import ReportError, ResultsError, load_docs, plot_links, render, replace_block
     from lattnbench.views.rows import UnknownTimer, filter_rows, parse_timer, select_rows
 
@@ -80,7 +81,7 @@ def report(
             # the plots named after the block (``NAME-speed.png``) where there are any, else those
             # named after the results files
             links = (plot_links(plots, base, [name]) if name else []) or \
-                plot_links(plots, base, [Path(p).stem for p in results])
+                plot_links(plots, base, [results_stem(p) for p in results])
             if not links:
                 err.print(f"warning: no PNG or SVG plots in {plots}", highlight=False)
         if headline:
@@ -88,7 +89,7 @@ def report(
         else:
             markdown = render(docs, reference=reference, plots=links, timer=timer, findings=findings)
         if readme is not None:
-            block = name or str(docs[0].get("suite") or Path(results[0]).stem)
+            block = name or str(docs[0].get("suite") or results_stem(results[0]))
             try:
                 with open(readme, encoding="utf-8", newline="") as f:
                     text = f.read()
@@ -134,6 +135,7 @@ def _print_tables(docs: list[dict], timer: str, findings: bool, reference: str |
     from rich.text import Text
 
     from lattnbench.commands.common import out as console
+    from lattnbench.results import display_name
     from lattnbench.commands.tables import check_tables, memory_tables, speed_tables, speedup_tables
     from lattnbench.views.dependence import DEPENDENCE_NOTE, data_dependence, dependence_mark
     from lattnbench.views.report import env_summary, timer_note
@@ -147,7 +149,7 @@ def _print_tables(docs: list[dict], timer: str, findings: bool, reference: str |
 
     for doc in docs:
         rows = doc["rows"]
-        console.print(Text(f"Results {Path(doc.get('path', 'results.json')).name} (suite {doc.get('suite')}): "
+        console.print(Text(f"Results {display_name(doc.get('path', 'results.json'))} (suite {doc.get('suite')}): "
                            f"{env_summary(doc)}.", style="dim"))
         interp = sum(1 for r in rows if r.get("metric") == "time_ms" and r.get("interpreted"))
         if interp:

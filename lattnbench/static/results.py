@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from pathlib import Path
+
+from lattnbench.results import read_text
 
 SCHEMA = "lattnbench.static/1"
 
@@ -43,13 +46,13 @@ def write(doc: dict, path: str | Path) -> None:
 
 
 def load(path: str | Path) -> dict:
-    """A static results document, or StaticError naming what is wrong."""
+    """A static results document (plain or gzip-compressed JSON), or StaticError naming what is wrong."""
     path = Path(path)
     if not path.is_file():
         raise StaticError(f"{path}: no such file")
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        doc = json.loads(read_text(path))  # plain or gzip-compressed JSON
+    except (OSError, EOFError, zlib.error, ValueError) as exc:
         raise StaticError(f"{path}: not JSON ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else None

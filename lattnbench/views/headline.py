@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 
+from lattnbench.results import display_name
 from lattnbench.views.rows import (DASH, ReportError, fmt, gpu_name, is_speed, shape_key, shape_label,
                                    timer_median)
 
@@ -66,7 +66,7 @@ def headline(doc: dict, mode: str = "fwdbwd", timer: str = "device",
         body.append(line)
     runs = max((len(r.get("runs") or []) for r in g), default=0)
     how = f"median of {runs} runs" if runs > 1 else "median"
-    source = f"`{Path(doc.get('path', 'results.json')).name}`, {gpu_name(doc.get('env') or {}, g)}"
+    source = f"`{display_name(doc.get('path', 'results.json'))}`, {gpu_name(doc.get('env') or {}, g)}"
     legend = [f"{MODE_WORDS.get(mode, mode)} time in ms, {shape_label(g[0])}, {timer} timer, {how}; from {source}."]
     if base:
         legend.append(f"(k×) = {_label(base, kernels)}'s time / the kernel's: above 1 is faster than "

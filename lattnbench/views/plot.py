@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lattnbench.results import results_stem
 from lattnbench.views.rows import (MODE_ORDER, doc_reference, is_speed, kernel_sort_key, shape_key,
                                shape_label, value)
 from lattnbench.views.rows import HOST_NOTE, THROTTLE_NOTE, timer_range
@@ -181,7 +182,7 @@ def save(fig: "Figure", path: Path) -> None:
 
 def outputs(results: Path, out: Path | None, kind: str) -> list[tuple[str, Path]]:
     """(kind, path) pairs: FILE for one kind, FILE-speed.png etc. for ``all``."""
-    out = out or results.with_suffix(".png")
+    out = out or results.with_name(results_stem(results) + ".png")
     if out.suffix.lower() not in SUFFIXES:
         raise PlotError(f"--out {out}: use a {', '.join(SUFFIXES)} file name")
     if kind == "all":

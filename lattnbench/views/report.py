@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lattnbench.results import ResultsError  # noqa: F401 - the report command's error type
+from lattnbench.results import display_name
 from lattnbench.views.dependence import (DEPENDENCE_LIMIT, DEPENDENCE_NOTE, ERROR_DEPENDENCE_LIMIT, data_dependence,
                                         dependence_mark, dependence_summary, moves_with_data, worst_distributions)
 from lattnbench.views.rows import (DASH, ReportError, MODE_ORDER, TENSOR_ORDER, agreement_passes,
@@ -252,7 +253,7 @@ def render(docs: Sequence[dict], reference: str | None = None,
     parts: list[str] = []
     for doc in docs:
         ref = reference if reference is not None else doc_reference(doc)
-        name = Path(doc.get("path", "results.json")).name
+        name = display_name(doc.get("path", "results.json"))
         parts.append(f"Results `{name}` (suite {doc.get('suite')}): {env_summary(doc)}.\n")
         interp = sum(1 for r in doc["rows"] if r.get("metric") == "time_ms" and r.get("interpreted"))
         if interp:

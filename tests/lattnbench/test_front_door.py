@@ -206,10 +206,12 @@ def test_cpu_speed_tables_name_the_host_clock_not_do_bench(tmp_path):
 
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = sorted(p for p in (ROOT / "results/h200").glob("*.json") if p.name != "doctor.json")
+#: every committed H200 results file, plain or gzip-compressed (``X.json.gz``)
+RESULTS = sorted(p for pattern in ("*.json", "*.json.gz") for p in (ROOT / "results/h200").glob(pattern)
+                 if p.name != "doctor.json")
 
 
-@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name.split(".")[0])
 def test_report_at_80_columns_prints_no_longer_line(path):
     res = CliRunner().invoke(app, ["report", str(path)], env={"COLUMNS": "80"})
     assert res.exit_code in (0,), res.output[-1500:]

@@ -449,3 +449,38 @@ def test_gla_tables_name_no_per_head_decay():
     row = dict(CASE, seqlen=8192, decay="random")
     assert shape_label(dict(row, family="gla")) == "B4 H32 D128 bf16"
     assert shape_label(dict(row, family="lightning"), seqlen=True) == "B4 T8192 H32 D128 bf16 decay=random"
+
+
+def test_every_view_reads_a_gzip_compressed_file_as_the_plain_one(tmp_path):
+    """report (tables, README block, headline), plot, gate and compare of ``X.json.gz`` give what they
+    give of ``X.json``: the tables name the document ``X.json`` and make the same bytes."""
+    import gzip
+
+    plain = write_results(tmp_path / "plain" / "seed-readme.json", seed=5)
+    packed = tmp_path / "packed" / "seed-readme.json.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    for args in ([], ["--metric", "check", "--findings"], ["--headline", "--mode", "fwd"]):
+        one, two = run(plain, *args), run(packed, *args)
+        assert one.exit_code == two.exit_code == 0, two.output
+        assert one.stdout == two.stdout and "seed-readme.json" in two.stdout and ".gz" not in two.stdout
+    terminal = [runner.invoke(app, ["report", str(p)], env={"COLUMNS": "100"}) for p in (plain, packed)]
+    assert terminal[0].exit_code == terminal[1].exit_code == 0, terminal[1].output
+    assert terminal[0].stdout == terminal[1].stdout and "seed-readme.json" in terminal[1].stdout
+    readmes = []
+    for res_path in (plain, packed):
+        readme = res_path.parent / "README.md"
+        readme.write_bytes(README.encode())
+        res = run(res_path, "--readme", readme)  # the block name defaults to the suite, seed-readme
+        assert res.exit_code == 0, res.output
+        readmes.append(readme.read_bytes())
+    assert readmes[0] == readmes[1] != README.encode()
+    res = runner.invoke(app, ["plot", str(packed), "--kind", "speed"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.strip() == str(packed.parent / "seed-readme.png")
+    res = runner.invoke(app, ["gate", str(packed), "--baseline", str(plain), "--reference", "softmax/sdpa-flash"])
+    assert "no such" not in res.output and "cannot read" not in res.output, res.output
+    assert res.exit_code == runner.invoke(app, ["gate", str(plain), "--baseline", str(plain), "--reference",
+                                               "softmax/sdpa-flash"]).exit_code
+    res = runner.invoke(app, ["compare", str(plain), str(packed)])
+    assert res.exit_code == 0, res.output

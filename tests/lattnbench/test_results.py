@@ -83,3 +83,40 @@ def test_missing_file_and_unwritable_path(tmp_path):
     blocker.write_text("x")
     with pytest.raises(ResultsError, match="cannot"):
         ResultsWriter(blocker / "sub" / "r.json", "s", {})
+
+
+def test_gzip_compressed_files_read_as_the_plain_ones(tmp_path):
+    """``X.json.gz`` (how large committed files are stored) loads as ``X.json``; ``X.json`` that is
+    missing is read from ``X.json.gz`` beside it; the default suite name is ``X`` either way."""
+    import gzip
+
+    from lattnbench.results import display_name, results_stem
+
+    rng = random.Random(1)
+    plain = tmp_path / "plain" / "r.json"
+    w = ResultsWriter(plain, "suite-x", {"gpu": "H200"})
+    w.add([make_row(rng), make_row(rng, metric="err_ratio", median=math.inf, tensor="dq")])
+    packed = tmp_path / "packed" / "r.json.gz"
+    packed.parent.mkdir()
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    want = json.dumps(load(plain), sort_keys=True)
+    assert json.dumps(load(packed), sort_keys=True) == want
+    assert json.dumps(load(tmp_path / "packed" / "r.json"), sort_keys=True) == want  # resolved to .gz
+    assert display_name(packed) == "r.json" and results_stem(packed) == "r" and display_name(plain) == "r.json"
+    # a document without a suite is named after the file, not after "r.json"
+    doc = json.loads(plain.read_text())
+    del doc["suite"]
+    packed.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert load(packed)["suite"] == "r"
+    # a plain file wins over a compressed one of the same name (no guessing when both exist)
+    (tmp_path / "packed" / "r.json").write_text(plain.read_text())
+    assert load(tmp_path / "packed" / "r.json")["suite"] == "suite-x"
+
+
+@pytest.mark.parametrize("content", [b"\x1f\x8b\x08\x00garbage", b"\x1f\x8b"])
+def test_corrupt_gzip_is_a_one_line_error(tmp_path, content):
+    path = tmp_path / "bad.json.gz"
+    path.write_bytes(content)
+    with pytest.raises(ResultsError, match="cannot read") as info:
+        load(path)
+    assert "\n" not in str(info.value) and "bad.json.gz" in str(info.value)

@@ -177,6 +177,18 @@ def test_cli_bad_input_exits_2(tmp_path):
     assert gate(tmp_path / "missing.json", base).exit_code == 2
 
 
+
+def test_cli_reads_gzip_compressed_files(tmp_path):
+    import gzip
+
+    base = write_doc(tmp_path / "base.json", [row("registers", 200), row("mma", 28)])
+    cur = write_doc(tmp_path / "cur.json", [row("registers", 232), row("mma", 28)])
+    for path in (base, cur):
+        path.with_name(path.name + ".gz").write_bytes(gzip.compress(path.read_bytes()))
+    assert gate(tmp_path / "base.json.gz", tmp_path / "base.json.gz").exit_code == 0
+    res = gate(tmp_path / "cur.json.gz", tmp_path / "base.json.gz")
+    assert res.exit_code == 1 and "registers: 200 -> 232" in res.output, res.output
+
 def test_cli_json_output(tmp_path):
     base = write_doc(tmp_path / "base.json", [row("mma", 28)])
     cur = write_doc(tmp_path / "cur.json", [row("mma", 24)])
