@@ -57,7 +57,7 @@ def test_three_files(tmp_path):
 @pytest.mark.parametrize("args, needle", [
     ([RUN1], "two or more"),
     ([RUN1, "/nonexistent.json"], "no such results file"),
-    ([RUN1, ROOT / "results/h200/seed-readme.json"], "share no timed point"),
+    ([RUN1, ROOT / "results/h200/seed-readme.json.gz"], "share no timed point"),
     ([RUN1, RUN2, "--timer", "wall"], "unknown timer"),
 ])
 def test_errors_are_one_line_exit_2(args, needle):

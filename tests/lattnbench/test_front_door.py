@@ -112,7 +112,7 @@ def test_find_resumable_picks_the_newest_matching_unfinished_file(tmp_path):
 
 
 def test_plot_to_an_unwritable_path_is_one_line_exit_2():
-    res = invoke("plot", "results/h200/seed-readme.json", "--out", "/proc/x.png")
+    res = invoke("plot", "results/h200/seed-readme.json.gz", "--out", "/proc/x.png")
     assert res.exit_code == 2, res.output
     assert "cannot write /proc/x.png" in res.output and len(res.output.strip().splitlines()) == 1
 
@@ -221,20 +221,20 @@ def test_report_at_80_columns_prints_no_longer_line(path):
 
 
 def test_report_filters_kernels_by_glob_and_n():
-    res = CliRunner().invoke(app, ["report", "results/h200/seed-readme.json", "--format", "md",
+    res = CliRunner().invoke(app, ["report", "results/h200/seed-readme.json.gz", "--format", "md",
                                    "-k", "lightning/tri*,softmax/sdpa-flash", "--n", "1024..4096",
                                    "--metric", "speed", "--mode", "fwd"])
     assert res.exit_code == 0, res.output
     table = [ln for ln in res.stdout.splitlines() if ln.startswith("|")]
     assert "lightning/triton" in table[0] and "softmax/sdpa-flash" in table[0] and "cudnn" not in table[0]
     assert [ln.split("|")[1].strip() for ln in table[2:]] == ["1024", "2048", "4096"]
-    bad = CliRunner().invoke(app, ["report", "results/h200/seed-readme.json", "-k", "nope/*"])
+    bad = CliRunner().invoke(app, ["report", "results/h200/seed-readme.json.gz", "-k", "nope/*"])
     assert bad.exit_code == 2 and "matches no kernel" in bad.output
 
 
 def test_plot_takes_the_same_filters(tmp_path):
     out = tmp_path / "p.svg"
-    res = CliRunner().invoke(app, ["plot", "results/h200/seed-readme.json", "--out", str(out), "-k", "lightning/triton",
+    res = CliRunner().invoke(app, ["plot", "results/h200/seed-readme.json.gz", "--out", str(out), "-k", "lightning/triton",
                                    "--n", "512..2048", "--mode", "fwd"])
     assert res.exit_code == 0, res.output
     svg = out.read_text()
@@ -245,7 +245,7 @@ def test_headline_tolerates_a_missing_kernel_and_names_it():
     from lattnbench.views.headline import headline
     from lattnbench.views.rows import load_docs
 
-    (doc,) = load_docs(["results/h200/seed-readme.json"])
+    (doc,) = load_docs(["results/h200/seed-readme.json.gz"])
     text = headline(doc)
     assert "Not in this run: `lightning/gluon`" in text
     first = text.splitlines()[0]
