@@ -82,7 +82,8 @@ def recurrent(query, key, value, g=None, g_gamma=None, gk=None, gv=None, softmax
         S_t = (exp(g_t + gk_t + γ) ⊗ exp(gv_t)) ⊙ S_{t−1} + k_t v_tᵀ,   o_t = softmax_scale · S_tᵀ q_t
 
     g, gk [B,T,H,D], gv [B,T,H,E], g_gamma [H] (log decays, ≤ 0); gradients for q, k, v, g, gk, gv
-    and initial_state. ``chunk``: block length of the chosen implementation (default 64).
+    and initial_state. ``chunk``: block length of the chosen implementation (default 64; 128 for
+    Lightning's chunked form).
     """
     _check_impl(impl)
     _seed_varlen_checks(query, initial_state, cu_seqlens)

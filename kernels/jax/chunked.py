@@ -1,24 +1,27 @@
-"""Block-parallel (Lightning Attention-2) chunked form in pure JAX: Lightning and GLA.
+"""Block-parallel (Lightning Attention-2) chunked form in pure JAX: GLA here, Lightning in
+``lightning_chunked``; ``chunked_attention`` is the entry point of both.
 
-Two passes, all big work in batched einsums:
+GLA (data-dependent ``g [B,T,H,D] ≤ 0``), two passes, all big work in batched einsums:
 
 1. per chunk ``n`` (size C): the state contribution ``U_n = Σ_s decay(s→end) k_s v_sᵀ`` and the
    chunk decay ``λ_n``, one batched einsum over all chunks; then the chunk recurrence
-   ``S_{n+1} = λ_n ⊙ S_n + U_n`` (a sequential ``lax.scan`` of elementwise work, or an
-   associative scan) giving the state entering every chunk;
+   ``S_{n+1} = λ_n ⊙ S_n + U_n`` (a sequential ``lax.scan`` of elementwise work, an associative
+   scan, or groups of chunks in one einsum) giving the state entering every chunk;
 2. outputs for all chunks at once: ``o = scale·[(q ⊙ decay(start→t)) S_n + ((Q Kᵀ) ⊙ M) V]``.
 
-Lightning (one log decay γ_h per head) uses the exact mask ``M[t,s] = exp(γ(t−s))``. GLA
-(data-dependent ``g [B,T,H,D] ≤ 0``) keeps every exponent ≤ 0: cumulative sums are relative to
-the chunk start; inside a chunk, blocks of ``sub`` tokens use the key block's last position as
-reference (both factors ``exp(G_t − G_ref)`` and ``exp(G_ref − G_s)`` are ≤ 1), and the diagonal
-blocks are computed exactly, elementwise (fla's scheme).
+Every exponent stays ≤ 0: cumulative sums are relative to the chunk start; inside a chunk, blocks
+of ``sub`` tokens use the key block's last position as reference (both factors
+``exp(G_t − G_ref)`` and ``exp(G_ref − G_s)`` are ≤ 1), and the diagonal blocks are computed
+exactly, elementwise (fla's scheme).
 
 Gradients by autodiff; residuals are the chunk states (T/C · D·E per head) and per-chunk
 intermediates (O(T·C)), so memory is O(T). bf16/fp16 inputs: einsums on that dtype with fp32
 accumulation; fp32 inputs: ``Precision.HIGHEST`` (the GPU default would be TF32).
 Packed varlen: sequences are laid out chunk-aligned (each starts a new chunk, padding tokens
 are identities), states restart per sequence. ``cu_seqlens`` must be concrete.
+
+Lightning (``g`` None: one log decay γ_h per head, or none) is ``lightning_chunked``: the same
+form with the exact decay mask, the entering states from one matmul and a hand-written backward.
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ from jax import lax
 
 from ._common import (HIGHEST, check_inputs, concrete_cu, default_scale, expand_kv, flip_cu,
                       gamma_array, varlen_layout)
-from .lightning_chunked import decay_bound, lightning_chunked
+from .lightning_chunked import CHUNK as LIGHTNING_CHUNK, decay_bound, lightning_chunked
 
 F32 = jnp.float32
 SCANS = ("sequential", "associative", "blocked")
@@ -62,8 +65,8 @@ def _chunks(x, c):
 # ----------------------------------------------------------------------------------------------
 
 def _state_scan(ll, u, h0, resets, scan, out_dtype, group=16):
-    """States entering each chunk, from log chunk decays ``ll`` (broadcastable to u [B,NC,H,D,E]
-    as [1|B, 1|NC, H, 1|D, 1]) and chunk contributions ``u``; h0 [N, H, D, E].
+    """States entering each chunk, from log chunk decays ``ll`` [B, NC, H, D, 1] and chunk
+    contributions ``u`` [B, NC, H, D, E]; h0 [N, H, D, E].
 
     Dense (resets None): S_0 = h0 (N = B); scan = "sequential" (lax.scan over chunks),
     "associative" (lax.associative_scan) or "blocked" (groups of ``group`` chunks in one
@@ -115,10 +118,7 @@ def _state_scan(ll, u, h0, resets, scan, out_dtype, group=16):
         diff = cl_ex[:, :, :, None] - cl[:, :, None, :]                       # [Bx, G, L(i), L(j), H, Dl]
         w = jnp.where(lower, jnp.exp(jnp.where(lower, diff, 0.0)), 0.0)
         w = jnp.broadcast_to(w, (b,) + w.shape[1:])
-        if w.shape[-1] == 1:
-            local = jnp.einsum("bgijh,bgjhde->bgihde", w[..., 0], ub, precision=HIGHEST)
-        else:
-            local = jnp.einsum("bgijhd,bgjhde->bgihde", w, ub, precision=HIGHEST)
+        local = jnp.einsum("bgijhd,bgjhde->bgihde", w, ub, precision=HIGHEST)
         p_ex = jnp.exp(cl_ex)[..., None]                                      # [Bx, G, L, H, Dl, 1]
         g_lam = jnp.exp(cl[:, :, -1])[..., None]                              # [Bx, G, H, Dl, 1]
         g_u = jnp.exp(llb[:, :, -1])[..., None] * local[:, :, -1] + ub[:, :, -1]  # group's own sum
@@ -140,37 +140,6 @@ def _state_scan(ll, u, h0, resets, scan, out_dtype, group=16):
 
     final, s_in = lax.scan(step, h0, (lam_t, jnp.moveaxis(u, 1, 0)))
     return jnp.moveaxis(s_in, 0, 1), final
-
-
-# ----------------------------------------------------------------------------------------------
-# Lightning: scalar log decay per head (per token when padding / varlen need identities)
-# ----------------------------------------------------------------------------------------------
-
-def _lightning_chunks(q, k, v, gamma, la, h0, scale, c, resets, scan, group=16):
-    """q [B, Tp, H, D] (Tp = NC·C), k/v expanded; gamma [H] (constant) or la [1|B, Tp, H]."""
-    b, tp, h, d = q.shape
-    cdt = q.dtype if q.dtype in (jnp.bfloat16, jnp.float16) else F32
-    qc, kc, vc = _chunks(q, c), _chunks(k, c), _chunks(v, c)  # [B, NC, C, H, *]
-    if la is None:
-        a = (gamma[None, None, None, :] * jnp.arange(1, c + 1, dtype=F32)[None, None, :, None])  # [1,1,C,H]
-    else:
-        a = jnp.cumsum(_chunks(la.astype(F32), c), axis=2)  # [Bx, NC, C, H]
-    a_last = a[:, :, -1:, :]                               # [Bx, NCx, 1, H]
-    k_w = jnp.exp(a_last - a)[..., None]                   # decay s -> chunk end, ≤ 1
-    u = _mm("bnchd,bnche->bnhde", kc * k_w, vc, cdt)       # [B, NC, H, D, E] fp32
-    ll = a_last[:, :, 0, :][..., None, None]               # [Bx, NCx, H, 1, 1]
-    s_in, final = _state_scan(ll, u, h0, resets, scan, cdt, group)
-    q_w = jnp.exp(a)[..., None]                            # decay chunk start -> t, ≤ 1
-    o = _mm("bnchd,bnhde->bnche", qc * q_w, s_in, cdt)
-    # intra-chunk: (Q Kᵀ ⊙ M) V, M[t, s] = exp(a_t − a_s) for s ≤ t
-    causal = jnp.tril(jnp.ones((c, c), bool))
-    diff = a[..., :, None, :] - a[..., None, :, :]         # [Bx, NCx, C(t), C(s), H]
-    mask = jnp.where(causal[..., None], jnp.exp(jnp.where(causal[..., None], diff, 0.0)), 0.0)
-    mask = jnp.moveaxis(mask, -1, 2)                       # [Bx, NCx, H, C, C]
-    scores = _mm("bnthd,bnshd->bnhts", qc, kc, cdt) * mask
-    o = o + _mm("bnhts,bnshe->bnthe", scores, vc, cdt)
-    o = (scale * o).reshape(b, tp, h, v.shape[-1])
-    return o, final
 
 
 # ----------------------------------------------------------------------------------------------
@@ -227,57 +196,33 @@ def _gla_chunks(q, k, v, lg, h0, scale, c, sub, resets, scan, group=16):
 
 
 # ----------------------------------------------------------------------------------------------
-# the entry point: padding, reverse, varlen layout, the choice of Lightning algorithm
+# the entry point: Lightning to lightning_chunked; GLA: padding, reverse, varlen layout
 # ----------------------------------------------------------------------------------------------
 
-#: Lightning algorithm used when ``chunked_attention(lightning=None)``: "vjp" (``lightning_chunked``:
-#: hand-written backward, matrix state pass; faster and without stored scores) or "autodiff"
-#: (``_lightning_chunks`` above: the same maths, gradients by autodiff).
-LIGHTNING_ALGO = "vjp"
-LIGHTNING_ALGOS = ("vjp", "autodiff")
-#: defaults of the "vjp" algorithm (chunk length, state pass, ...); keyword arguments override them
-VJP_DEFAULTS = dict(chunk=128, state="direct", group=None, save_states=True, scores="low",
-                    state_precision="auto", combine="low", layout="bhtd", intra="auto")
+#: GLA's defaults: chunk length, sub-block length, state scan and its group size ("blocked")
+GLA_CHUNK, GLA_SUB, GLA_SCAN, GLA_GROUP = 64, 16, "sequential", 16
 
 
 def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=None, reverse=False,
-                      cu_seqlens=None, chunk: int | None = None, sub: int = 16, scan: str | None = None,
-                      group: int | None = None, lightning: str | None = None, **vjp_opts):
+                      cu_seqlens=None, chunk: int | None = None, sub: int | None = None, scan: str | None = None,
+                      group: int | None = None):
     """Chunked linear attention: Lightning when ``g`` is None (decay ``g_gamma`` [H] or none), GLA
     when ``g [B,T,H,D]`` is given (``g_gamma`` adds to it). Returns (o in q's dtype, final state fp32).
 
-    chunk: block length C; sub: GLA sub-block length; scan / group: how the chunk states are
-    propagated by the autodiff path (see ``_state_scan``; varlen always uses the sequential scan).
-    Defaults: GLA chunk 64 / sub 16 with the sequential scan; Lightning "autodiff" chunk 256 with
-    the blocked scan, its fastest measured form (docs/design/jax-kernels.md).
-
-    lightning: "vjp" or "autodiff" (default ``LIGHTNING_ALGO``, or "autodiff" when ``scan`` is given);
-    only for Lightning (g None).
-    vjp_opts (Lightning "vjp" only): state ("twolevel" | "matrix" | "scan" | "direct"), save_states (bool),
-    scores ("f32" | "low"), state_precision ("auto" | "highest" | "default"), layout ("bhtd" | "bthd"), combine ("f32" | "low" |
-    "concat", see ``lightning_chunked``), intra ("auto" | "mask" | "fold": the forward's intra-chunk
-    decay as a mask, or folded into k and a row factor where the decay allows, see
-    ``lightning_chunked._forward_fold``); ``group`` is the two-level
-    group size there (default ≈ sqrt(number of chunks)). Defaults in ``VJP_DEFAULTS``.
+    chunk: block length C (Lightning 128, GLA 64). GLA only: sub, the sub-block length (16); scan and
+    group, how the chunk states are propagated (``_state_scan``: "sequential" by default,
+    "associative" or "blocked" in groups of ``group``; varlen always scans sequentially).
     """
-    if lightning is None:
-        # an explicit scan= names the autodiff path's state scan: keep callers that pass it there
-        lightning = "autodiff" if scan is not None else LIGHTNING_ALGO
-    if lightning not in LIGHTNING_ALGOS:
-        raise ValueError(f"lightning must be one of {LIGHTNING_ALGOS}, got {lightning!r}")
-    if g is None and lightning == "vjp":
-        if scan is not None:
-            raise ValueError("scan= belongs to lightning='autodiff'; the 'vjp' algorithm takes state=")
-        return _lightning_vjp(q, k, v, g_gamma, scale, initial_state, reverse, cu_seqlens, chunk, group,
-                              vjp_opts)
-    if vjp_opts:
-        raise TypeError(f"unexpected keyword arguments {sorted(vjp_opts)} (they belong to lightning='vjp')")
-    if group is None:
-        group = 16
-    if chunk is None:
-        chunk = 64 if g is not None else 256
-    if scan is None:
-        scan = "sequential" if g is not None else "blocked"
+    if g is None:
+        given = [name for name, val in (("sub", sub), ("scan", scan), ("group", group)) if val is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)}: GLA's options (g given); Lightning takes chunk only")
+        return _lightning(q, k, v, g_gamma, scale, initial_state, reverse, cu_seqlens,
+                          LIGHTNING_CHUNK if chunk is None else chunk)
+    chunk = GLA_CHUNK if chunk is None else chunk
+    sub = GLA_SUB if sub is None else sub
+    scan = GLA_SCAN if scan is None else scan
+    group = GLA_GROUP if group is None else group
     b, t, h, d = q.shape
     e = v.shape[3]
     n = check_inputs(q, k, v, initial_state, cu_seqlens, gates=(("g", g, d),))
@@ -286,20 +231,16 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
     scale = float(default_scale(scale, d))
     k, v = expand_kv(k, h), expand_kv(v, h)
     gamma = gamma_array(g_gamma, h)
-    gla = g is not None
     c = max(1, min(chunk, t))
-    if gla:
-        sub = max(1, min(sub, c))
-        c = -(-c // sub) * sub                              # a whole number of sub-blocks
+    sub = max(1, min(sub, c))
+    c = -(-c // sub) * sub                                  # a whole number of sub-blocks
     h0 = jnp.zeros((n, h, d, e), F32) if initial_state is None else initial_state.astype(F32)
     cdt = q.dtype
-    lg = None
-    if gla:
-        lg = g.astype(F32) if gamma is None else g.astype(F32) + gamma[None, None, :, None]
+    lg = g.astype(F32) if gamma is None else g.astype(F32) + gamma[None, None, :, None]
 
     toks = [q, k, v, lg]
     if reverse:
-        toks = [None if x is None else jnp.flip(x, axis=1) for x in toks]
+        toks = [jnp.flip(x, axis=1) for x in toks]
     varlen = cu_seqlens is not None
     if varlen:
         cu = concrete_cu(cu_seqlens, "impl='chunked'")
@@ -307,32 +248,18 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
             cu = flip_cu(cu, t)
             h0 = jnp.flip(h0, axis=0)
         src, dst, flag, seq, last = varlen_layout(cu, t, c)
-        take = lambda x: None if x is None else jnp.concatenate(  # noqa: E731
+        take = lambda x: jnp.concatenate(  # noqa: E731
             [x, jnp.zeros((1, 1) + x.shape[2:], x.dtype)], axis=1)[:, src]
         toks = [take(x) for x in toks]
-        real = np.zeros(len(src), np.float32)
-        real[dst] = 1.0
         is_last = np.zeros(len(flag), bool)
         is_last[last[last >= 0]] = True
         resets = (flag, seq, is_last)
     else:
         pad = -t % c
         if pad:
-            toks = [None if x is None else jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)) for x in toks]
-        real = np.concatenate([np.ones(t, np.float32), np.zeros(pad, np.float32)])
+            toks = [jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)) for x in toks]
         resets = None
-    q_, k_, v_, lg_ = toks
-    if gla:
-        o, final = _gla_chunks(q_, k_, v_, lg_, h0, scale, c, sub, resets, scan, group)
-    else:
-        la = None
-        if gamma is None:
-            gamma_c = jnp.zeros((h,), F32)
-        else:
-            gamma_c = gamma
-        if (varlen or not real.all()) and gamma is not None:
-            la = jnp.asarray(real)[None, :, None] * gamma[None, None, :]  # identities on padding
-        o, final = _lightning_chunks(q_, k_, v_, gamma_c, la, h0, scale, c, resets, scan, group)
+    o, final = _gla_chunks(*toks, h0, scale, c, sub, resets, scan, group)
     if varlen:
         o = o[:, dst]
         if reverse:
@@ -344,15 +271,7 @@ def chunked_attention(q, k, v, g=None, g_gamma=None, scale=None, initial_state=N
     return o.astype(cdt), final.astype(F32)
 
 
-def _lightning_vjp(q, k, v, g_gamma, scale, initial_state, reverse, cu_seqlens, chunk, group, opts):
-    unknown = set(opts) - set(VJP_DEFAULTS)
-    if unknown:
-        raise TypeError(f"unexpected keyword arguments {sorted(unknown)}")
-    kw = dict(VJP_DEFAULTS, **opts)
-    if chunk is not None:
-        kw["chunk"] = chunk
-    if group is not None:
-        kw["group"] = group
+def _lightning(q, k, v, g_gamma, scale, initial_state, reverse, cu_seqlens, chunk):
     b, t, h, d = q.shape
     e = v.shape[3]
     n = check_inputs(q, k, v, initial_state, cu_seqlens)
@@ -361,6 +280,6 @@ def _lightning_vjp(q, k, v, g_gamma, scale, initial_state, reverse, cu_seqlens, 
     gamma = gamma_array(g_gamma, h)
     h0 = jnp.zeros((n, h, d, e), F32) if initial_state is None else initial_state.astype(F32)
     cu = None if cu_seqlens is None else concrete_cu(cu_seqlens, "impl='chunked'")
-    o, final = lightning_chunked(q, k, v, gamma, h0, scale, reverse=reverse, cu=cu,
-                                 has_h0=initial_state is not None, gamma_max=decay_bound(g_gamma), **kw)
+    o, final = lightning_chunked(q, k, v, gamma, h0, scale, chunk=chunk, reverse=reverse, cu=cu,
+                                 has_h0=initial_state is not None, gamma_max=decay_bound(g_gamma))
     return o.astype(q.dtype), final.astype(F32)

@@ -1,43 +1,39 @@
 """Lightning (scalar per-head decay) chunked form with a hand-written backward, pure JAX/XLA.
 
-Same maths as ``chunked._lightning_chunks`` (Lightning Attention-2), organised for speed:
+The Lightning Attention-2 form behind ``chunked_attention`` (``lightning/jax-chunked``):
 
-- ``layout="bthd"``: no layout change at all (einsums on the [B, NC, C, H, D] view); ``"bhtd"``: one layout change at entry (``[B, T, H, D] → [B, H, NC, C, D]``, batch axes leading so the
+- one layout change at entry (``[B, T, H, D] → [B, H, NC, C, D]``, batch axes leading so the
   batched matmuls need no further transposes) and one at exit;
-- per chunk n (C tokens, ``L_n`` of them real): ``U_n = Σ_s λ^{L_n−1−s} k_s v_sᵀ`` (fp32), then
-  the states entering every chunk with no long sequential scan: the recurrence
-  ``S_{n+1} = λ^C S_n + U_n`` is linear with a per-head scalar decay, so
-  ``S_in = M U + m0 ⊙ h0`` with ``M[n, j] = λ^{C(n−1−j)}`` (j < n). ``state="matrix"`` does that
-  in one [NC, NC] matmul; ``state="twolevel"`` (default) in groups of ``group`` chunks ([G+1, G]
-  matrix inside a group, [NG+1, NG] across groups), ``state="scan"`` is the plain ``lax.scan``
-  (kept for comparison), ``state="direct"`` one [NC, NC] matmul in the compute dtype writing S_in once
-  (h0 folded into chunk 0; see ``_states_direct``). Every exponent is ≤ 0 (λ^{C·k} underflows to 0, harmlessly);
-- outputs ``o = scale·[λ^{i+1}·(q S_n) + ((Q Kᵀ) ⊙ M_C) V]`` in batched einsums;
+- per chunk n (C tokens, ``L_n`` of them real): ``U_n = Σ_s λ^{L_n−1−s} k_s v_sᵀ``, then the
+  states entering every chunk with no sequential scan: the recurrence ``S_{n+1} = λ^C S_n + U_n``
+  is linear with a per-head scalar decay, so ``S_in = M U + λ^{Cn}·h0`` with
+  ``M[n, j] = λ^{C(n−1−j)}`` (j < n). Dense inputs of several chunks: one [NC, NC] matmul in the
+  compute dtype writing S_in once, h0 a broadcast term (``_states_direct``). Packed varlen and a
+  single chunk: the fp32 form ``_state_pass`` (for varlen the decay matrix is zero across
+  sequences). Every exponent is ≤ 0 (λ^{C·k} underflows to 0, harmlessly);
+- outputs ``o = scale·[λ^{i+1}·(q S_n) + ((Q Kᵀ) ⊙ M_C) V]`` in batched einsums. An
+  undifferentiated call folds the intra-chunk decay into k and a row factor where the decay
+  allows (``_forward_fold``); otherwise the decay is a mask;
 - a ``jax.custom_vjp``: residuals are q, k, v (already in the chunked layout) and the entering
-  states in the compute dtype (``save_states=False`` recomputes them instead); the backward
-  recomputes the intra-chunk scores, gets dS_in per chunk from one einsum, dU and dh0 from the
-  transpose of the (linear) state pass, and dq, dk, dv from per-chunk einsums. Nothing of size
-  [·, C, C] is stored between the passes.
+  states in the compute dtype; the backward recomputes the intra-chunk scores, gets dS_in per
+  chunk from one einsum, dU and dh0 from the transpose of the (linear) state pass, written out
+  (``_state_pass_t``; no ``jax.linear_transpose``, whose cotangent types ``shard_map`` refuses),
+  and dq, dk, dv from per-chunk einsums. Nothing of size [·, C, C] is stored between the passes.
 
 Packed varlen: each sequence starts a new chunk (padding at the end of a sequence's last chunk,
-zero rows); states restart per sequence, which only the ``"matrix"`` state pass handles (the
-decay matrix is zero across sequences). T not a multiple of C: zero padding at the end; the last
+zero rows); states restart per sequence. T not a multiple of C: zero padding at the end; the last
 chunk's contribution and final state use its real length.
 
-Compute dtypes: bf16 / fp16 inputs run the matmuls on that dtype with fp32 accumulation
-(``scores="low"`` additionally writes the Q Kᵀ scores in bf16 before the mask — bf16 only);
-fp32 inputs use ``Precision.HIGHEST`` everywhere (no TF32). The state pass is fp32 at
-``state_precision`` (HIGHEST by default). ``combine`` (bf16 / fp16 inputs; fp32 always sums in
-fp32): "f32" adds the inter- and intra-chunk matmul results of o, dq, dk, dv in fp32; "low" has
-the matmuls write them in bf16 first (half the traffic, one more rounding; bf16 only); "concat" does
-each as ONE matmul over a concatenated contraction axis, e.g. ``o = [s·P | s·λ^{i+1}q] @ [V ; S_n]``,
-written once in the compute dtype (no fp32 intermediates; q, dO, λ-weighted k / v are rounded once
-more as operands).
+Compute dtypes: bf16 / fp16 inputs run the matmuls on that dtype with fp32 accumulation; bf16
+inputs also write the Q Kᵀ scores and the inter- and intra-chunk partial products of o, dq, dk,
+dv in bf16 before they are summed (half the traffic, one more rounding). fp32 inputs use
+``Precision.HIGHEST`` everywhere (no TF32). The fp32 state pass runs at HIGHEST for fp32 inputs
+and at the default precision (TF32 on a GPU) for bf16 / fp16, whose S_in is rounded to that dtype
+anyway.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from functools import partial
 
 import numpy as np
@@ -49,12 +45,8 @@ from jax import lax
 from ._common import HIGHEST, varlen_layout
 
 F32 = jnp.float32
-STATES = ("twolevel", "matrix", "scan", "direct")
-SCORES = ("f32", "low")
-COMBINES = ("f32", "low", "concat")
-LAYOUTS = ("bhtd", "bthd")
-STATE_PRECISIONS = ("auto", "highest", "default")
-INTRAS = ("auto", "mask", "fold")
+#: the block length C
+CHUNK = 128
 #: the folded forward scales k by λ^{C/2−1−s} and rows by λ^{i−C/2+1}: every factor stays within
 #: e^{±FOLD_MAX_EXP} (bf16 / fp32 range e^{±88}, margin for |q·k| up to ~e^{20})
 FOLD_MAX_EXP = 60.0
@@ -81,19 +73,13 @@ class Config:
     nc: int                    # number of chunks
     lens: tuple                # real tokens per chunk (L_n), C for every full chunk
     scale: float
-    state: str
-    group: int
-    save_states: bool
-    scores: str
-    state_precision: str       # "highest" | "default"
-    combine: str = "f32"       # how the inter- and intra-chunk parts of o, dq, dk, dv are added
-    layout: str = "bhtd"       # per-token tensors: [B, H, NC, C, D] ("bhtd") or [B, NC, C, H, D] ("bthd")
+    highest: bool              # the fp32 state pass (_state_pass) at Precision.HIGHEST, else DEFAULT
     # varlen (None when dense): per chunk the sequence id and the first chunk of its sequence;
     # per sequence the index of its last chunk (-1 when the sequence is empty)
     seq: tuple | None = None
     first: tuple | None = None
     last: tuple | None = None
-    has_h0: bool = True        # False: the initial state is zero (the state="direct" pass skips its terms)
+    has_h0: bool = True        # False: the initial state is zero (the direct state pass skips its terms)
     fold: bool = False         # forward: decay folded into k and a row factor (_forward_fold)
 
     @property
@@ -102,39 +88,12 @@ class Config:
 
 
 def _prec(cfg):
-    return HIGHEST if cfg.state_precision == "highest" else lax.Precision.DEFAULT
+    return HIGHEST if cfg.highest else lax.Precision.DEFAULT
 
 
-def _sp(spec, cfg):
-    """Einsum spec for cfg's layout. Specs are written for "bhtd" (per-token tensors ``bhn`` + token
-    letter c/i/j + feature letter d/e); "bthd" reorders those terms to ``bn`` + token + ``h`` + feature
-    (the [B, T, H, D] input viewed as [B, NC, C, H, D]: no transpose). Per-chunk tensors (scores
-    ``bhnij``, states ``bhnde``) keep their order."""
-    if cfg.layout == "bhtd":
-        return spec
-
-    def fix(t):
-        if len(t) == 5 and t[:3] == "bhn" and t[3] in "cij" and t[4] in "de":
-            return "bn" + t[3] + "h" + t[4]
-        return t
-
-    ins, out = spec.split("->")
-    return ",".join(fix(t) for t in ins.split(",")) + "->" + fix(out)
-
-
-def _tok(w, cfg):
-    """A per-token weight [H, 1|NC, C] broadcast against a per-token tensor of cfg's layout."""
-    if cfg.layout == "bhtd":
-        return w[None, :, :, :, None]
-    return jnp.transpose(w, (1, 2, 0))[None, :, :, :, None]
-
-
-def _shape(x, cfg):
-    """(B, H, NC, C, feature) of a per-token tensor."""
-    if cfg.layout == "bhtd":
-        return x.shape
-    b, nc, c, h, f = x.shape
-    return b, h, nc, c, f
+def _tok(w):
+    """A per-token weight [H, 1|NC, C] broadcast against a per-token tensor [B, H, NC, C, F]."""
+    return w[None, :, :, :, None]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -174,107 +133,80 @@ def _tri_decay(gamma, step, rows, cols, shift):
     return jnp.where(ok[None], jnp.exp(gamma[:, None, None] * (step * np.where(ok, e, 0.0))[None]), 0.0)
 
 
-def _auto_group(nc):
-    """≈ √NC, preferring a divisor of NC in [√NC / 2, 2√NC] (no padding of U, no slice of S_in)."""
-    r = math.sqrt(nc)
-    divs = [g for g in range(1, nc + 1) if nc % g == 0 and r / 2 <= g <= 2 * r]
-    if divs:
-        return min(divs, key=lambda g: (abs(math.log(g / r)), g))
-    return max(1, int(round(r)))
+def _varlen_mats(gamma, cfg):
+    """Packed varlen (B = 1): M [H, NC, NC] (λ^{C(n−1−j)} within a sequence, j < n; 0 across
+    sequences), M0 [H, NC, N] (λ^{C(n − first chunk)} for the chunk's own sequence), and per
+    sequence the index of its last chunk (0 when empty), whether it has one, and the decay
+    λ^{L_last} over that chunk [N, H, 1]."""
+    c, nc = cfg.c, cfg.nc
+    seq, first = np.asarray(cfg.seq), np.asarray(cfg.first)
+    n = np.arange(nc)
+    e = (n[:, None] - 1 - n[None, :]).astype(np.float32)
+    ok = (e >= 0) & (seq[:, None] == seq[None, :])
+    m = jnp.where(ok[None], jnp.exp(gamma[:, None, None] * (c * np.where(ok, e, 0.0))[None]), 0.0)
+    last = np.asarray(cfg.last)
+    nseq = len(last)
+    ok0 = seq[:, None] == np.arange(nseq)[None, :]                       # [NC, N]
+    e0 = (c * (n - first)).astype(np.float32)
+    m0 = jnp.where(ok0[None], jnp.exp(gamma[:, None] * e0[None])[:, :, None], 0.0)   # [H, NC, N]
+    has = last >= 0
+    li = np.where(has, last, 0)
+    lens = np.asarray(cfg.lens, np.float32)[li]                          # real length of each last chunk
+    lam = jnp.exp(gamma[None, :] * lens[:, None])[..., None]             # [N, H, 1]
+    return m, m0, li, has, lam
 
 
 def _state_pass(u, h0, gamma, cfg):
-    """States entering each chunk and the final states, fp32.
+    """States entering each chunk and the final states, fp32, for packed varlen and for a single
+    dense chunk (several dense chunks take ``_states_direct``).
 
     u [B, H, NC, X] (X = D·E), h0 [N, H, X]. Returns (S_in [B, H, NC, X], final [N, H, X]).
     """
-    b, h, nc, x = u.shape
-    c = cfg.c
+    if cfg.seq is None:                                                   # one chunk: S_in = h0
+        lam = jnp.exp(gamma * float(cfg.lens[-1]))[None, :, None]
+        return h0[:, :, None], lam * h0 + u[:, :, 0]
     prec = _prec(cfg)
-    lam_last = jnp.exp(gamma * float(cfg.lens[-1]))                       # [H]
-    if cfg.seq is not None:                                               # varlen, B = 1: matrix form
-        seq, first = np.asarray(cfg.seq), np.asarray(cfg.first)
-        n = np.arange(nc)
-        e = (n[:, None] - 1 - n[None, :]).astype(np.float32)
-        ok = (e >= 0) & (seq[:, None] == seq[None, :])
-        m = jnp.where(ok[None], jnp.exp(gamma[:, None, None] * (c * np.where(ok, e, 0.0))[None]), 0.0)
-        nseq = h0.shape[0]
-        ok0 = seq[:, None] == np.arange(nseq)[None, :]                    # [NC, N]
-        e0 = (c * (n - first)).astype(np.float32)
-        m0 = jnp.where(ok0[None], jnp.exp(gamma[:, None] * e0[None])[:, :, None], 0.0)  # [H, NC, N]
-        s_in = (jnp.einsum("hnj,hjx->hnx", m, u[0], precision=prec)
-                + jnp.einsum("hni,ihx->hnx", m0, h0, precision=prec))[None]
-        last = np.asarray(cfg.last)
-        has = last >= 0
-        li = np.where(has, last, 0)
-        lens = np.asarray(cfg.lens, np.float32)[li]                      # real length of each last chunk
-        lam = jnp.exp(gamma[None, :] * lens[:, None])[..., None]          # [N, H, 1]
-        fin = lam * jnp.moveaxis(s_in[0][:, li], 1, 0) + jnp.moveaxis(u[0][:, li], 1, 0)
-        final = jnp.where(has[:, None, None], fin, h0)
-        return s_in, final
-    if cfg.state == "scan":
-        lam = jnp.exp(gamma * float(c))[None, :, None]
-
-        def step(s, u_n):
-            return lam * s + u_n, s
-
-        _, s_in = lax.scan(step, h0, jnp.moveaxis(u, 2, 0))
-        s_in = jnp.moveaxis(s_in, 0, 2)
-    elif cfg.state == "matrix" or nc == 1:
-        # the (small) decay matrices are broadcast over the batch so that every einsum has its batch
-        # axes leading and contracts a contiguous axis: plain batched GEMMs, no transposes of U
-        m = jnp.broadcast_to(_tri_decay(gamma, c, nc, nc, 0)[None], (b, h, nc, nc))
-        m0 = jnp.exp(gamma[:, None] * (c * np.arange(nc, dtype=np.float32))[None])  # [H, NC]
-        s_in = jnp.einsum("bhnj,bhjx->bhnx", m, u, precision=prec) + m0[None, :, :, None] * h0[:, :, None]
-    else:                                                                 # two-level
-        g = max(1, min(cfg.group or _auto_group(nc), nc))
-        ng = -(-nc // g)
-        up = jnp.pad(u, [(0, 0), (0, 0), (0, ng * g - nc), (0, 0)]) if ng * g != nc else u
-        ug = up.reshape(b, h, ng, g, x)
-        a = _tri_decay(gamma, c, g + 1, g, 0)                            # [H, G+1, G]; row G: group total
-        a = jnp.broadcast_to(a[None, :, None], (b, h, ng, g + 1, g))      # batch axes leading (see above)
-        loc = jnp.einsum("bhgij,bhgjx->bhgix", a, ug, precision=prec)    # [B, H, NG, G+1, X]
-        tot = loc[:, :, :, g]                                             # [B, H, NG, X]
-        bm = jnp.broadcast_to(_tri_decay(gamma, c * g, ng, ng, 0)[None], (b, h, ng, ng))
-        b0 = jnp.exp(gamma[:, None] * (c * g * np.arange(ng, dtype=np.float32))[None])  # [H, NG]
-        sg = jnp.einsum("bhgk,bhkx->bhgx", bm, tot, precision=prec) + b0[None, :, :, None] * h0[:, :, None]
-        pin = jnp.exp(gamma[:, None] * (c * np.arange(g, dtype=np.float32))[None])       # [H, G]
-        s_in = loc[:, :, :, :g] + pin[None, :, None, :, None] * sg[:, :, :, None]
-        s_in = s_in.reshape(b, h, ng * g, x)[:, :, :nc]
-    final = lam_last[None, :, None] * s_in[:, :, -1] + u[:, :, -1]
+    m, m0, li, has, lam = _varlen_mats(gamma, cfg)
+    s_in = (jnp.einsum("hnj,hjx->hnx", m, u[0], precision=prec)
+            + jnp.einsum("hni,ihx->hnx", m0, h0, precision=prec))[None]
+    fin = lam * jnp.moveaxis(s_in[0][:, li], 1, 0) + jnp.moveaxis(u[0][:, li], 1, 0)
+    final = jnp.where(has[:, None, None], fin, h0)                       # an empty sequence keeps h0
     return s_in, final
 
 
-# ----------------------------------------------------------------------------------------------
-# the core: chunked layout in, custom VJP
-# ----------------------------------------------------------------------------------------------
+def _state_pass_t(ds_in, dfinal, gamma, cfg):
+    """The transpose of ``_state_pass``: (dS_in [B, H, NC, X], dfinal [N, H, X]) → (dU, dh0)."""
+    if cfg.seq is None:
+        lam = jnp.exp(gamma * float(cfg.lens[-1]))[None, :, None]
+        return dfinal[:, :, None], ds_in[:, :, 0] + lam * dfinal
+    prec = _prec(cfg)
+    m, m0, li, has, lam = _varlen_mats(gamma, cfg)
+    dfin = jnp.where(has[:, None, None], dfinal, 0.0)                    # [N, H, X]
+    # the final state reads S_in and U at each sequence's last chunk (distinct chunks)
+    at_last = jnp.zeros(ds_in.shape[1:], F32).at[:, li].add(jnp.moveaxis(dfin, 0, 1))      # [H, NC, X]
+    ds = ds_in[0] + jnp.zeros_like(at_last).at[:, li].add(jnp.moveaxis(lam * dfin, 0, 1))
+    du = jnp.einsum("hnj,hnx->hjx", m, ds, precision=prec) + at_last
+    dh0 = (jnp.einsum("hni,hnx->ihx", m0, ds, precision=prec)
+           + jnp.where(has[:, None, None], 0.0, dfinal))
+    return du[None], dh0
+
 
 def _cdt(x):
     return x.dtype if x.dtype in (jnp.bfloat16, jnp.float16) else F32
 
 
-def _score_dt(cfg, cdt):
-    return jnp.bfloat16 if (cfg.scores == "low" and cdt == jnp.bfloat16) else F32
-
-
-def _part_dt(cfg, cdt):
-    return jnp.bfloat16 if (cfg.combine == "low" and cdt == jnp.bfloat16) else F32
-
-
-def _cat_dot(spec, lhs, rhs, cdt):
-    """One einsum over a concatenated contraction axis (intra-chunk part | inter-chunk part): the two
-    partial products are summed inside one matmul and the result is written once, in cdt."""
-    a = jnp.concatenate([x.astype(cdt) for x in lhs], axis=-1)
-    b = jnp.concatenate([x.astype(cdt) for x in rhs], axis=-2)
-    return _dot(spec, a, b, cdt, out=cdt)
+def _low_dt(cdt):
+    """Where the Q Kᵀ scores and the partial products are written: bf16 for bf16 inputs, else fp32."""
+    return jnp.bfloat16 if cdt == jnp.bfloat16 else F32
 
 
 def _direct(cfg):
-    return cfg.state == "direct" and cfg.seq is None and cfg.nc > 1
+    """The direct state pass (``_states_direct``): dense inputs of several chunks."""
+    return cfg.seq is None and cfg.nc > 1
 
 
 def _direct_mats(gamma, cfg):
-    """state="direct": M [H, NC, NC] (λ^{C(n−1−j)}, j < n), the final-state row m_fin [H, NC]
+    """The direct state pass: M [H, NC, NC] (λ^{C(n−1−j)}, j < n), the final-state row m_fin [H, NC]
     (final = m_fin · Ũ, Ũ = U with λ^C h0 added to chunk 0), λ^C [H], λ^{L_last} [H]."""
     c, nc = cfg.c, cfg.nc
     m = _tri_decay(gamma, c, nc, nc, 0)
@@ -299,7 +231,7 @@ def _states_direct(kw, v, h0, gamma, cfg, u_scale=None):
 
     kw: k already weighted per token, so that Σ_s kw_s v_sᵀ = U_n / u_scale; u_scale = ([H] for the
     full chunks, [H] for the last one), None for 1 (k weighted by λ^{L_n−1−s} itself)."""
-    b, h, nc, c, d = _shape(kw, cfg)
+    b, h, nc, c, d = kw.shape
     e = v.shape[-1]
     cdt = _cdt(v)           # kw is fp32 after its weighting; v is still in the compute dtype
     n = h0.shape[0]
@@ -308,7 +240,7 @@ def _states_direct(kw, v, h0, gamma, cfg, u_scale=None):
         full, last = (x[:, None] for x in u_scale)
         m = m * full[:, :, None]                        # S_in only sums full chunks (j < n ≤ NC − 1)
         m_fin = jnp.concatenate([m_fin[:, :-1] * full, last], axis=1)
-    u = _dot(_sp("bhncd,bhnce->bhnde", cfg), kw, v, cdt, out=cdt).reshape(b, h, nc, d * e)
+    u = _dot("bhncd,bhnce->bhnde", kw, v, cdt, out=cdt).reshape(b, h, nc, d * e)
     mb = jnp.broadcast_to(m[None], (b, h, nc, nc))
     # fp32 weighted sum over the chunks (one reduction reading U once; not a matmul with an fp32 copy)
     final = jnp.sum(m_fin[None, :, :, None] * u.astype(F32), axis=2)
@@ -323,29 +255,33 @@ def _states_direct(kw, v, h0, gamma, cfg, u_scale=None):
 
 
 def _states(k, v, h0, gamma, wk, cfg):
-    """U (fp32) and the state pass; returns (S_in fp32 [B,H,NC,D,E], final [N,H,D,E]);
-    state="direct": S_in in the compute dtype."""
+    """U and the state pass; returns (S_in [B,H,NC,D,E], final [N,H,D,E] fp32): S_in in the compute
+    dtype from the direct pass, fp32 from ``_state_pass``."""
     if _direct(cfg):
-        return _states_direct(k * _tok(wk, cfg), v, h0, gamma, cfg)
-    b, h, nc, c, d = _shape(k, cfg)
+        return _states_direct(k * _tok(wk), v, h0, gamma, cfg)
+    b, h, nc, c, d = k.shape
     e = v.shape[-1]
     cdt = _cdt(k)
-    u = _dot(_sp("bhncd,bhnce->bhnde", cfg), k * _tok(wk, cfg), v, cdt)
+    u = _dot("bhncd,bhnce->bhnde", k * _tok(wk), v, cdt)
     s_in, final = _state_pass(u.reshape(b, h, nc, d * e), h0.reshape(h0.shape[0], h, d * e), gamma, cfg)
     return s_in.reshape(b, h, nc, d, e), final.reshape(h0.shape[0], h, d, e)
 
 
+# ----------------------------------------------------------------------------------------------
+# the core: chunked layout in, custom VJP
+# ----------------------------------------------------------------------------------------------
+
 def _forward_fold(q, k, v, h0, gamma, cfg):
-    """The forward with the intra-chunk decay folded into the operands (cfg.fold; dense, state
-    "direct", layout "bhtd"): with h = C/2, λ^{i−j} = λ^{i−h+1}·λ^{h−1−j}, so
+    """The forward with the intra-chunk decay folded into the operands (cfg.fold; dense, several
+    chunks): with h = C/2, λ^{i−j} = λ^{i−h+1}·λ^{h−1−j}, so
     k̃_s = λ^{h−1−s} k_s serves both products — scores q·k̃ᵀ (then only a causal select, the row
     factor λ^{i−h+1} applied in the final combine) and U'_n = Σ_s k̃_s v_sᵀ = λ^{−h}·U_n for full
     chunks (λ^{h} goes into the [NC, NC] state matrix; the last chunk, L_n real tokens, enters the
     final state with λ^{L_n−h}). Why: k is then read by ONE layout-change fusion that writes k̃,
-    instead of a plain transpose for the scores plus a scaled copy for U (2 of the forward's ~30 GB
-    at n = 32768). Exact up to rounding; the factors span e^{±|γ|·h}, so it is used only when
-    max|γ|·h ≤ FOLD_MAX_EXP and the dtype has bf16 / fp32 range (lightning_chunked checks). Only
-    the primal (undifferentiated) call uses it; see _core_fwd."""
+    instead of a plain transpose for the scores plus a scaled copy for U. Exact up to rounding;
+    the factors span e^{±|γ|·h}, so it is used only when max|γ|·h ≤ FOLD_MAX_EXP and the dtype has
+    bf16 / fp32 range (``_fold_blocker``). Only the primal (undifferentiated) call uses it; see
+    _core_fwd."""
     cdt = _cdt(q)
     c = cfg.c
     half = c // 2
@@ -356,9 +292,9 @@ def _forward_fold(q, k, v, h0, gamma, cfg):
     wq = jnp.exp(g * (i + 1.0))[None, :, None, :, None]                    # λ^{i+1}
     u_scale = (jnp.exp(gamma * float(half)), jnp.exp(gamma * float(cfg.lens[-1] - half)))  # U = scale · U'
     s_c, final = _states_direct(kf, v, h0, gamma, cfg, u_scale)
-    sp = _dot("bhnid,bhnjd->bhnij", q, kf, cdt, out=_score_dt(cfg, cdt))
+    sp = _dot("bhnid,bhnjd->bhnij", q, kf, cdt, out=_low_dt(cdt))
     p = jnp.where(np.tril(np.ones((c, c), bool)), sp, 0).astype(cdt)
-    pdt = _part_dt(cfg, cdt)
+    pdt = _low_dt(cdt)
     o_intra = _dot("bhnij,bhnje->bhnie", p, v, cdt, out=pdt)
     o_inter = _dot("bhncd,bhnde->bhnce", q, s_c, cdt, out=pdt)
     o = (cfg.scale * (row * o_intra.astype(F32) + wq * o_inter)).astype(cdt)
@@ -372,16 +308,11 @@ def _forward(q, k, v, h0, gamma, cfg):
     wq, wk, mask = _weights(gamma, cfg)
     s_in, final = _states(k, v, h0, gamma, wk, cfg)
     s_c = s_in.astype(cdt)
-    s = _dot(_sp("bhnid,bhnjd->bhnij", cfg), q, k, cdt, out=_score_dt(cfg, cdt))
-    if cfg.combine == "concat" and cdt != F32:
-        # o = [scale·P | scale·λ^{i+1} q] @ [V ; S_in]: one matmul, written once in cdt
-        p = (cfg.scale * s * mask[None, :, None]).astype(cdt)
-        qw = (cfg.scale * q * wq[None, :, :, :, None]).astype(cdt)
-        return _cat_dot("bhnij,bhnje->bhnie", (p, qw), (v, s_c), cdt), final, s_c
-    pdt = _part_dt(cfg, cdt)
-    o_inter = _dot(_sp("bhncd,bhnde->bhnce", cfg), q, s_c, cdt, out=pdt) * _tok(wq, cfg)
+    s = _dot("bhnid,bhnjd->bhnij", q, k, cdt, out=_low_dt(cdt))
+    pdt = _low_dt(cdt)
+    o_inter = _dot("bhncd,bhnde->bhnce", q, s_c, cdt, out=pdt) * _tok(wq)
     p = (s * mask[None, :, None]).astype(cdt)
-    o_intra = _dot(_sp("bhnij,bhnje->bhnie", cfg), p, v, cdt, out=pdt)
+    o_intra = _dot("bhnij,bhnje->bhnie", p, v, cdt, out=pdt)
     o = (cfg.scale * (o_inter.astype(F32) + o_intra)).astype(cdt)
     return o, final, s_c
 
@@ -399,69 +330,51 @@ def _core_fwd(q, k, v, h0, gamma, cfg):
     # too, and writing both k and the folded k makes fwd+grad slower than the mask form, so the
     # differentiated forward keeps the mask form
     o, final, s_c = _forward(q, k, v, h0, gamma, dataclasses.replace(cfg, fold=False))
-    return (o, final), (q, k, v, gamma, s_c if cfg.save_states else None, h0 if not cfg.save_states else None)
+    return (o, final), (q, k, v, gamma, s_c)
 
 
 def _core_bwd(cfg, res, cts):
-    q, k, v, gamma, s_c, h0 = res
+    q, k, v, gamma, s_c = res
     do, dfinal = cts
-    b, h, nc, c, d = _shape(q, cfg)
+    b, h, nc, c, d = q.shape
     e = v.shape[-1]
     n = dfinal.shape[0]
     cdt = _cdt(q)
     sc = cfg.scale
     wq, wk, mask = _weights(gamma, cfg)
-    if s_c is None:
-        s_c = _states(k, v, h0, gamma, wk, cfg)[0].astype(cdt)
     do = do.astype(cdt)
     mask_b = mask[None, :, None]
+    pdt = _low_dt(cdt)
     # intra-chunk, recomputed scores
-    concat = cfg.combine == "concat" and cdt != F32
-    pdt = _part_dt(cfg, cdt)
-    s = _dot(_sp("bhnid,bhnjd->bhnij", cfg), q, k, cdt, out=_score_dt(cfg, cdt))
-    dps = _dot(_sp("bhnie,bhnje->bhnij", cfg), do, v, cdt, out=_score_dt(cfg, cdt))
-    wq_b = _tok(wq, cfg)
-    if concat:                                   # scale folded into the (rounded once) score operands
-        p = (sc * s * mask_b).astype(cdt)
-        dp = (sc * dps * mask_b).astype(cdt)
-        dq = _cat_dot("bhnij,bhnjd->bhnid", (dp, sc * do * wq_b), (k, jnp.swapaxes(s_c, -1, -2)), cdt)
-    else:
-        p = (s * mask_b).astype(cdt)
-        dp = (dps * mask_b).astype(cdt)
-        # dq: intra + through the entering state
-        dq = sc * (_dot(_sp("bhnij,bhnjd->bhnid", cfg), dp, k, cdt, out=pdt).astype(F32)
-                   + wq_b * _dot(_sp("bhnie,bhnde->bhnid", cfg), do, s_c, cdt, out=pdt))
+    s = _dot("bhnid,bhnjd->bhnij", q, k, cdt, out=pdt)
+    dps = _dot("bhnie,bhnje->bhnij", do, v, cdt, out=pdt)
+    wq_b = _tok(wq)
+    p = (s * mask_b).astype(cdt)
+    dp = (dps * mask_b).astype(cdt)
+    # dq: intra + through the entering state
+    dq = sc * (_dot("bhnij,bhnjd->bhnid", dp, k, cdt, out=pdt).astype(F32)
+               + wq_b * _dot("bhnie,bhnde->bhnid", do, s_c, cdt, out=pdt))
     # dS_in per chunk, then dU and dh0 through the transpose of the linear state pass
     if _direct(cfg):
         # the transpose of _states_direct, in the compute dtype: dŨ = Mᵀ dS_in with dfinal entering
         # through S_in[NC−1] (× λ^L) and Ũ[NC−1]; dh0 = dS_in[0] + λ^C dŨ_0
         m, _, lam_c, lam_l = _direct_mats(gamma, cfg)
         dfr = dfinal.astype(F32).reshape(n, h, d * e)
-        ds_in = _dot(_sp("bhnid,bhnie->bhnde", cfg), q, do * (sc * wq_b), cdt, out=cdt).reshape(b, h, nc, d * e)
+        ds_in = _dot("bhnid,bhnie->bhnde", q, do * (sc * wq_b), cdt, out=cdt).reshape(b, h, nc, d * e)
         ds_in = _set_chunk(ds_in, ds_in[:, :, -1].astype(F32) + lam_l[None, :, None] * dfr, -1)
         du = _dot("bhnj,bhnx->bhjx", jnp.broadcast_to(m[None], (b, h, nc, nc)), ds_in, cdt, out=cdt)
         du = _set_chunk(du, du[:, :, -1].astype(F32) + dfr, -1)
         dh0 = ds_in[:, :, 0].astype(F32) + lam_c[None, :, None] * du[:, :, 0].astype(F32)
         du = du.reshape(b, h, nc, d, e)
     else:
-        ds_in = sc * _dot(_sp("bhnid,bhnie->bhnde", cfg), q, do * wq_b, cdt)
-
-        def spass(u, h0_):
-            return _state_pass(u, h0_, gamma, cfg)
-
-        tr = jax.linear_transpose(spass, jax.ShapeDtypeStruct((b, h, nc, d * e), F32),
-                                  jax.ShapeDtypeStruct((n, h, d * e), F32))
-        du, dh0 = tr((ds_in.reshape(b, h, nc, d * e), dfinal.astype(F32).reshape(n, h, d * e)))
+        ds_in = sc * _dot("bhnid,bhnie->bhnde", q, do * wq_b, cdt)
+        du, dh0 = _state_pass_t(ds_in.reshape(b, h, nc, d * e), dfinal.astype(F32).reshape(n, h, d * e), gamma, cfg)
         du = du.reshape(b, h, nc, d, e).astype(cdt)
-    wk_b = _tok(wk, cfg)
-    if concat:
-        dk = _cat_dot("bhnji,bhnid->bhnjd", (jnp.swapaxes(dp, -1, -2), v * wk_b), (q, jnp.swapaxes(du, -1, -2)), cdt)
-        dv = _cat_dot("bhnji,bhnie->bhnje", (jnp.swapaxes(p, -1, -2), k * wk_b), (do, du), cdt)
-    else:
-        dk = (sc * _dot(_sp("bhnij,bhnid->bhnjd", cfg), dp, q, cdt, out=pdt).astype(F32)
-              + wk_b * _dot(_sp("bhnje,bhnde->bhnjd", cfg), v, du, cdt, out=pdt))
-        dv = (sc * _dot(_sp("bhnij,bhnie->bhnje", cfg), p, do, cdt, out=pdt).astype(F32)
-              + wk_b * _dot(_sp("bhnjd,bhnde->bhnje", cfg), k, du, cdt, out=pdt))
+    wk_b = _tok(wk)
+    dk = (sc * _dot("bhnij,bhnid->bhnjd", dp, q, cdt, out=pdt).astype(F32)
+          + wk_b * _dot("bhnje,bhnde->bhnjd", v, du, cdt, out=pdt))
+    dv = (sc * _dot("bhnij,bhnie->bhnje", p, do, cdt, out=pdt).astype(F32)
+          + wk_b * _dot("bhnjd,bhnde->bhnje", k, du, cdt, out=pdt))
     return (dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), dh0.reshape(n, h, d, e),
             jnp.zeros_like(gamma))
 
@@ -485,15 +398,13 @@ def decay_bound(gamma) -> float | None:
     return float(np.max(np.abs(g))) if g.size else 0.0
 
 
-def _fold_blocker(gmax, c, nc, cdt, state, layout, combine, cu) -> str:
-    """Why the folded forward cannot run here ('' when it can): it needs a dense direct-state
-    "bhtd" call, a dtype with fp32's exponent range, and a decay known at trace time (``gmax`` =
-    decay_bound(γ), not None: lightning_attn and the harness pass concrete decays) with
-    max|γ|·C/2 ≤ FOLD_MAX_EXP."""
-    if cu is not None or state != "direct" or nc < 2:
-        return "it needs the dense state='direct' path with at least two chunks"
-    if layout != "bhtd" or combine == "concat":
-        return "it needs layout='bhtd' and combine 'f32' or 'low'"
+def _fold_blocker(gmax, c, nc, cdt, cu) -> str:
+    """Why the folded forward cannot run here ('' when it can): it needs dense inputs of at least
+    two chunks (the direct state pass), a dtype with fp32's exponent range, and a decay known at
+    trace time (``gmax`` = decay_bound(γ), not None: lightning_attn and the harness pass concrete
+    decays) with max|γ|·C/2 ≤ FOLD_MAX_EXP."""
+    if cu is not None or nc < 2:
+        return "it needs dense inputs of at least two chunks"
     if cdt == jnp.float16:
         return "fp16 has too small an exponent range for the folded factors"
     if gmax is None:
@@ -503,39 +414,22 @@ def _fold_blocker(gmax, c, nc, cdt, state, layout, combine, cu) -> str:
     return ""
 
 
-def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, state="twolevel",
-                      group=None, save_states=True, scores="f32", state_precision="auto", combine="f32",
-                      layout="bhtd", has_h0=True, intra="auto", gamma_max=None):
+def lightning_chunked(q, k, v, gamma, h0, scale, chunk=CHUNK, reverse=False, cu=None, has_h0=True,
+                      gamma_max=None):
     """q [B, T, H, D], k [B, T, H, D], v [B, T, H, E] (kv already expanded to H heads), gamma [H]
     fp32 or None, h0 [N, H, D, E] fp32 (has_h0=False: the caller vouches h0 is zero, which lets the
     direct state pass skip it), cu: concrete numpy cu_seqlens or None, gamma_max: decay_bound() of
     the caller's decay (None: unknown, no folded forward). Returns
     (o [B, T, H, E] in q's dtype, final state fp32). Inputs are checked by the caller."""
-    if state not in STATES:
-        raise ValueError(f"state must be one of {STATES}, got {state!r}")
-    if scores not in SCORES:
-        raise ValueError(f"scores must be one of {SCORES}, got {scores!r}")
-    if combine not in COMBINES:
-        raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
-    if state_precision not in STATE_PRECISIONS:
-        raise ValueError(f"state_precision must be one of {STATE_PRECISIONS}, got {state_precision!r}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if layout == "bthd" and combine == "concat":
-        raise ValueError("combine='concat' needs layout='bhtd'")
-    if intra not in INTRAS:
-        raise ValueError(f"intra must be one of {INTRAS}, got {intra!r}")
     b, t, h, d = q.shape
     e = v.shape[3]
     cdt = _cdt(q)
-    if state_precision == "auto":   # TF32 state pass for bf16 / fp16 inputs (S_in is rounded to cdt anyway)
-        state_precision = "highest" if cdt == F32 else "default"
     c = max(1, min(chunk, t))
     gamma = jnp.zeros((h,), F32) if gamma is None else jnp.asarray(gamma, F32)
-    bthd = layout == "bthd"
-    # [B, T, H, *] -> [B, H, T, *] ("bhtd"), or unchanged ("bthd")
-    to_chunks = (lambda x: x) if bthd else (lambda x: jnp.transpose(x, (0, 2, 1, 3)))  # noqa: E731
-    tax = 1 if bthd else 2                                            # the token axis after to_chunks
+
+    def to_chunks(x):                                                 # [B, T, H, *] -> [B, H, T, *]
+        return jnp.transpose(x, (0, 2, 1, 3))
+
     if reverse:
         q, k, v = (jnp.flip(x, axis=1) for x in (q, k, v))
     seq = first = last = None
@@ -564,35 +458,18 @@ def lightning_chunked(q, k, v, gamma, h0, scale, chunk, reverse=False, cu=None, 
 
         def lay(x):
             x = to_chunks(x)
-            if not pad:
-                return x
-            widths = [(0, 0)] * 4
-            widths[tax] = (0, pad)
-            return jnp.pad(x, widths)
+            return jnp.pad(x, [(0, 0), (0, 0), (0, pad), (0, 0)]) if pad else x
 
     def chunks(x):
-        f = x.shape[3]
-        return lay(x.astype(cdt)).reshape((b, nc, c, h, f) if bthd else (b, h, nc, c, f))
+        return lay(x.astype(cdt)).reshape((b, h, nc, c, x.shape[3]))
 
     qc, kc, vc = (chunks(x) for x in (q, k, v))
-    fold = False
-    if intra != "mask":
-        why = _fold_blocker(gamma_max, c, nc, cdt, state, layout, combine, cu)
-        if intra == "fold" and why:
-            raise ValueError(f"intra='fold' is not possible here: {why}")
-        fold = not why
-    cfg = Config(c=c, nc=nc, lens=lens, scale=float(scale), state=state if cu is None else "matrix",  # direct: dense
-                 group=int(group or 0), save_states=bool(save_states), scores=scores,
-                 state_precision=state_precision, combine=combine, layout=layout, seq=seq, first=first,
-                 last=last, has_h0=bool(has_h0), fold=fold)
+    cfg = Config(c=c, nc=nc, lens=lens, scale=float(scale), highest=cdt == F32, seq=seq, first=first,
+                 last=last, has_h0=bool(has_h0), fold=not _fold_blocker(gamma_max, c, nc, cdt, cu))
     o, final = lightning_core(qc, kc, vc, h0.astype(F32), gamma, cfg)
-    if bthd:
-        o = o.reshape(b, nc * c, h, e)
-        o = o[:, dst] if cu is not None else (o[:, :t] if nc * c != t else o)
-    else:
-        o = o.reshape(b, h, nc * c, e)
-        o = o[:, :, dst] if cu is not None else o[:, :, :t]
-        o = jnp.transpose(o, (0, 2, 1, 3))
+    o = o.reshape(b, h, nc * c, e)
+    o = o[:, :, dst] if cu is not None else o[:, :, :t]
+    o = jnp.transpose(o, (0, 2, 1, 3))
     if reverse:
         o = jnp.flip(o, axis=1)
         if cu is not None:

@@ -6,8 +6,9 @@ the shard's state ``L``; one ``all_gather`` of the ``[B, H, D, E]`` states (thei
 depend on T) lets every device combine the prefix it needs,
 ``carry(p) = λ^{p·T_r} h0 + Σ_{j<p} λ^{(p−1−j)·T_r} L_j`` in scan order, and the correction
 ``o_t += scale·λ^{t+1}·carryᵀ q_t`` finishes the output. Gradients come from JAX's autodiff
-through ``shard_map`` (the all-gather transposes to a reduce-scatter). Packed varlen is not
-taken here: its shards differ in structure per device, which one SPMD program cannot express.
+through ``shard_map`` (the all-gather transposes to a reduce-scatter) and the local kernel's
+custom VJP. Packed varlen is not taken here: its shards differ in structure per device, which
+one SPMD program cannot express.
 """
 from __future__ import annotations
 
@@ -42,10 +43,7 @@ def shardings(mesh: Mesh) -> tuple[NamedSharding, NamedSharding]:
 def _local_chunked(q, k, v, gamma, scale, zeros, reverse):
     from ..jax import chunked_attention
 
-    # the autodiff form: the custom-VJP form's backward transposes a function whose output type is
-    # replicated, which shard_map's type check refuses for per-device cotangents
-    return chunked_attention(q, k, v, g_gamma=gamma, scale=scale, initial_state=zeros, reverse=reverse,
-                             lightning="autodiff")
+    return chunked_attention(q, k, v, g_gamma=gamma, scale=scale, initial_state=zeros, reverse=reverse)
 
 
 def _shard_body(q, k, v, h0, gamma, scale, reverse, world, local):

@@ -1,4 +1,5 @@
-"""chunked_attention (Lightning-2 block-parallel form; Lightning and GLA) against the fp64 torch reference."""
+"""chunked_attention's GLA form (Lightning-2 block-parallel, data-dependent g) against the fp64 torch reference;
+its Lightning form is tested in test_lightning_chunked_jax.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -26,41 +27,6 @@ def _case(seed, dtype, varlen, gates, t=45, h0=True):
 
 def _gamma(seed=0):
     return -np.random.default_rng(seed).uniform(0.02, 0.5, H)
-
-
-# chunk 8 with T = 45: a partial last chunk; group 2 makes the blocked scan span several groups
-@pytest.mark.parametrize("dtype,reverse,scan", [
-    ("fp32", False, "sequential"), ("fp32", True, "blocked"), ("bf16", False, "associative"),
-    ("bf16", True, "sequential"),
-])
-def test_lightning_chunked_dense(dtype, reverse, scan):
-    inp, do, ds = _case(31, dtype, False, ())
-    gamma = _gamma(1)
-    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(gamma), reverse=reverse)
-    got = jax_run(chunked_attention, inp, do, ds, dtype, g_gamma=gamma, reverse=reverse,
-                  chunk=8, scan=scan, group=2, lightning="autodiff")
-    assert_close(got, ref, dtype)
-
-
-# the Lightning tests below run the "autodiff" algorithm; test_lightning_vjp_jax.py runs the "vjp" one
-# on these same options (test_vjp_varlen, test_vjp_no_decay_no_state_scale_chunk_over_t) and in depth
-@pytest.mark.parametrize("dtype,reverse", [("fp32", False), ("bf16", True)])
-def test_lightning_chunked_varlen(dtype, reverse):
-    inp, do, ds = _case(32, dtype, True, ())
-    gamma = _gamma(2)
-    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(gamma),
-                          reverse=reverse, cu_seqlens=CU)
-    got = jax_run(chunked_attention, inp, do, ds, dtype, g_gamma=gamma, reverse=reverse,
-                  cu_seqlens=CU, chunk=8, lightning="autodiff")
-    assert_close(got, ref, dtype)
-
-
-def test_lightning_chunked_no_decay_no_state_scale():
-    """Plain linear attention (γ absent), no initial state, explicit scale, chunk > T."""
-    inp, do, ds = _case(33, "fp32", False, (), t=21, h0=False)
-    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, scale=0.7)
-    got = jax_run(chunked_attention, inp, do, ds, "fp32", scale=0.7, chunk=64, lightning="autodiff")
-    assert_close(got, ref, "fp32")
 
 
 @pytest.mark.parametrize("dtype,reverse,varlen,scan", [
@@ -93,17 +59,15 @@ def test_gla_chunked_strong_gates_stay_finite():
     assert_close(got, ref, "fp32")
 
 
-def test_chunked_checks_can_fail():
-    """A wrong direction or a wrong decay is caught by the same comparison."""
-    inp, do, ds = _case(36, "bf16", False, ())
-    gamma = _gamma(4)
-    ref = torch_reference(torch_ref.lightning_naive, inp, do, ds, gamma=torch.tensor(gamma))
-    wrong_dir = jax_run(chunked_attention, inp, do, ds, "bf16", g_gamma=gamma, reverse=True, chunk=8,
-                        lightning="autodiff")
-    wrong_decay = jax_run(chunked_attention, inp, do, ds, "bf16", g_gamma=gamma * 1.1, chunk=8,
-                          lightning="autodiff")
-    for got in (wrong_dir, wrong_decay):
-        errs = {key: err_ratio(got[key], ref[key]) for key in ref}
+def test_gla_chunked_checks_can_fail():
+    """A wrong direction or wrong gates are caught by the same comparison."""
+    inp, do, ds = _case(36, "bf16", False, ("g",))
+    ref = torch_reference(torch_ref.recurrent_naive, inp, do, ds)
+    wrong_dir = jax_run(chunked_attention, inp, do, ds, "bf16", reverse=True, chunk=16, sub=4)
+    scaled = dict(inp, g=inp["g"] * 1.1)
+    wrong_gates = jax_run(chunked_attention, scaled, do, ds, "bf16", chunk=16, sub=4)
+    for got in (wrong_dir, wrong_gates):
+        errs = {key: err_ratio(got[key], ref[key]) for key in ("o", "final_state", "dq", "dk", "dv")}
         assert max(errs.values()) > TOLERANCE["bf16"], errs
 
 

@@ -1,6 +1,7 @@
 """Run in a fresh process (XLA reads the device count once): with 4 host devices, the shard_map
 kernel at 2 and 4 devices against the single-device naive reference, outputs and every gradient,
-with h0, GQA and reverse. Prints the failures; exit 1 when there are any."""
+with h0, GQA and reverse, on shards of one chunk and of several. Prints the failures; exit 1 when
+there are any."""
 from __future__ import annotations
 
 import os
@@ -51,7 +52,9 @@ def main() -> int:
     assert len(jax.devices()) == 4, jax.devices()
     rng = np.random.default_rng(3)
     failures = []
-    for world, reverse, (b, t, h, hk, d, e) in [(2, False, (2, 24, 4, 2, 8, 6)), (4, True, (1, 32, 2, 1, 8, 8))]:
+    # shards of one chunk (12 and 8 tokens) and of several (130 tokens: a full 128 and a partial one)
+    for world, reverse, (b, t, h, hk, d, e) in [(2, False, (2, 24, 4, 2, 8, 6)), (4, True, (1, 32, 2, 1, 8, 8)),
+                                                (2, True, (1, 260, 2, 1, 8, 4))]:
         draw = lambda *s: jnp.asarray(rng.standard_normal(s), jnp.float32)  # noqa: E731
         q, k, v, do = draw(b, t, h, d), draw(b, t, hk, d), draw(b, t, hk, e), draw(b, t, h, e)
         h0, ds = draw(b, h, d, e), draw(b, h, d, e)
