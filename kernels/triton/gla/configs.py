@@ -52,8 +52,11 @@ PREP_MAX_PROGRAMS = 64
 
 
 # The diagonal sub-chunk launches (gla_diag_scores_kernel, gla_bwd_diag_kernel): [BC, BD] tiles,
-# one key row at a time, few registers, so many programs share an SM and hide the row loads.
-DIAG_BD = 128
+# one key row at a time, few registers, so that many programs share an SM and hide the row loads.
+# ptxas for sm_90 at 4 warps: the scores 72 registers at BD = 64 (115 at 128), the backward's
+# (two exponentials and two accumulators a step) 93 at BD = 32 (164 at 64).
+DIAG_BD = 64
+BWD_DIAG_BD = 32
 DIAG_WARPS = 4
 DIAG_MAX_PROGRAMS = 1024
 
@@ -96,10 +99,10 @@ def diag_grid(t: int, rows: int, bt: int) -> tuple[int, int]:
     return (2 if INTERPRET else min(cdiv(t, sub_chunk(bt)), DIAG_MAX_PROGRAMS), rows)
 
 
-def diag_meta(d: int, bt: int) -> dict:
+def diag_meta(d: int, bt: int, bd: int = DIAG_BD) -> dict:
     """The launch keywords of the diagonal launches at chunk bt and head dim d (the backward's adds
-    BV, ``intra_bv``, and DOT_PREC)."""
-    return dict(BT=bt, BC=sub_chunk(bt), BD=min(DIAG_BD, pow2(d)), num_warps=DIAG_WARPS, num_stages=1)
+    BV, ``intra_bv``, DOT_PREC and its narrower BD, BWD_DIAG_BD)."""
+    return dict(BT=bt, BC=sub_chunk(bt), BD=min(bd, pow2(d)), num_warps=DIAG_WARPS, num_stages=1)
 
 
 def intra_bv(e: int) -> int:

@@ -100,7 +100,7 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
     bt = _cfg.CHUNK
     per_head = jax.ShapeDtypeStruct((b, t, h, d), q.dtype)
     per_head_f32 = jax.ShapeDtypeStruct((b, t, h, d), jnp.float32)
-    diag = _cfg.diag_meta(d, bt)
+    diag = _cfg.diag_meta(d, bt, _cfg.BWD_DIAG_BD)
     dw, ds = diag.pop("num_warps"), diag.pop("num_stages")
     dqd, dkd = jt.triton_call(
         q, k, v, g, do, g, t_, h_, hkv_, sc, kernel=_k.gla_bwd_diag_kernel, out_shape=[per_head_f32, per_head_f32],

@@ -153,7 +153,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     diag_grid = _cfg.diag_grid(t, n * h, bt)
     _BWD_DIAG(key, (q, k, v, g, do, cu_arg, t, h, hkv, float(scale), dgq, dga),
               lambda: (lambda meta: diag_grid,
-                       dict(flags, BV=_cfg.intra_bv(e), **_cfg.diag_meta(d, bt), DOT_PREC=flags["DOT_PREC"])),
+                       dict(flags, BV=_cfg.intra_bv(e), **_cfg.diag_meta(d, bt, _cfg.BWD_DIAG_BD))),
               stream)
     _BWD_INTRA(key, (q, k, v, g, do, cu_arg, dgq, dga, t, h, hkv, float(scale), dqi, dki, dga),
                lambda: (lambda meta: grid,
