@@ -53,9 +53,10 @@ PREP_MAX_PROGRAMS = 64
 
 # The diagonal sub-chunk launches (gla_diag_scores_kernel, gla_bwd_diag_kernel): [BC, BD] tiles,
 # one key row at a time, few registers, so that many programs share an SM and hide the row loads.
-# ptxas for sm_90 at 4 warps: the scores 72 registers at BD = 64 (115 at 128), the backward's
-# (two exponentials and two accumulators a step) 93 at BD = 32 (164 at 64).
-DIAG_BD = 64
+# ptxas for sm_90 at 4 warps, BD = 32: the scores 48 registers, the backward's (two exponentials
+# and two accumulators a step) 93 (Triton 3.9) / 80 (3.6), no spills. The scores at BD = 64 take
+# 72 (3.9) but Triton 3.6 spills 16 B there; at 128, 115 / 109.
+DIAG_BD = 32
 BWD_DIAG_BD = 32
 DIAG_WARPS = 4
 DIAG_MAX_PROGRAMS = 1024

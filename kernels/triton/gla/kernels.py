@@ -11,19 +11,22 @@ Every factor is e^{x} with x ≤ 0 at any gate: the carried-state factors by con
 intra-chunk pairs through sub-chunks of BC rows. A pair in two sub-chunks factorises at the
 boundary R between them, e^{B_t − B_s} = e^{B_t − R}·e^{R − B_s} (both ≤ 1, tensor-core products);
 a pair in one sub-chunk takes its exponent whole, b_t − b_s with b the cumulative gate from the
-sub-chunk start, one key row at a time. No exponent is positive, so nothing overflows and no
-launch depends on the gate values.
+sub-chunk start, one key row at a time, in launches of their own on [BC, BD] tiles. No exponent
+is positive, so nothing overflows and no launch depends on the gate values.
 
-Six kernels, one launch each; the two parallel ones (no carried state, programs over chunks)
-compute everything gate-dependent inside a chunk, the four sweeps carry the state:
-  gla_prep_kernel       forward: qd = q⊙e^B, kd = k⊙e^{Bl − B}, the totals Bl and the scores A
-  gla_fwd_kernel        o (and S_T); programs own an E-slice, state Sᵀ [BS, D]
-  gla_bwd_intra_kernel  backward: each chunk's own part of dq, dk (W = scale·do·vᵀ weighted) and
-                        of dg (pairs inside the chunk)
-  gla_bwd_q_kernel      dq and dg's pairs from the chunk's entry state, forward sweep over D-slices
-                        rebuilding S [BS, E]; also the entry states (hc) for the next pass
-  gla_bwd_k_kernel      dk, dg and dh0, backward sweep over D-slices, state dS [BS, E]
-  gla_bwd_v_kernel      dv, backward sweep; programs own an E-slice, state dSᵀ [BS, D]
+Eight kernels, one launch each; the four parallel ones (no carried state, programs over chunks or
+sub-chunks) compute everything gate-dependent inside a chunk, the four sweeps carry the state:
+  gla_prep_kernel         forward: qd = q⊙e^B, kd = k⊙e^{Bl − B}, the totals Bl and the scores A
+                          of the pairs across sub-chunks
+  gla_diag_scores_kernel  forward: A's diagonal [BC, BC] blocks (pairs inside one sub-chunk)
+  gla_fwd_kernel          o (and S_T); programs own an E-slice, state Sᵀ [BS, D]
+  gla_bwd_diag_kernel     backward: dq, dk of the strict pairs inside one sub-chunk, fp32 partials
+  gla_bwd_intra_kernel    backward: each chunk's own part of dq, dk (W = scale·do·vᵀ weighted), the
+                          diagonal launch's partials added, and of dg (pairs inside the chunk)
+  gla_bwd_q_kernel        dq and dg's pairs from the chunk's entry state, forward sweep over
+                          D-slices rebuilding S [BS, E]; also the entry states (hc) for the next pass
+  gla_bwd_k_kernel        dk, dg and dh0, backward sweep over D-slices, state dS [BS, E]
+  gla_bwd_v_kernel        dv, backward sweep; programs own an E-slice, state dSᵀ [BS, D]
 
 Tensors are contiguous ``[B, T, heads, dim]`` (q, g, do, o, dq, dg with H heads; k, v with HKV);
 kernels take inputs, then scalars, then outputs (jax-triton appends outputs last), so the same
@@ -205,8 +208,9 @@ def gla_prep_kernel(
     """Everything of a chunk the forward and the dv pass need that carries nothing from chunk to
     chunk: qd = q⊙e^B, kd = k⊙e^{Bl − B} [B, T, H, D] (per query head), the totals Bl into
     bl [slots, H, D] (``_slot``) and the intra-chunk scores A [B, T, H, BT] (row t, column the
-    offset of s in its chunk; zero unless s ≤ t), exact at any gate (sub-chunks of BC rows). Grid
-    (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices of BD."""
+    offset of s in its chunk; zero unless s ≤ t) of the pairs across sub-chunks of BC rows, exact at
+    any gate; A's diagonal [BC, BC] blocks are left to ``gla_diag_scores_kernel``. Grid (P, N·H):
+    program (j, row) takes the row's chunks j, j + P, …, each over D in slices of BD."""
     i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t, p = _order(BT, REVERSE)
