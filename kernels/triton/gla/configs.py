@@ -51,6 +51,17 @@ PREP_WARPS = 8
 PREP_MAX_PROGRAMS = 64
 
 
+# The diagonal sub-chunk launches (gla_diag_scores_kernel, gla_bwd_diag_kernel): [BC, BD] tiles,
+# one key row at a time, few registers, so that many programs share an SM and hide the row loads.
+# ptxas for sm_90 at 4 warps, BD = 32: the scores 48 registers, the backward's (two exponentials
+# and two accumulators a step) 93 (Triton 3.9) / 80 (3.6), no spills. The scores at BD = 64 take
+# 72 (3.9) but Triton 3.6 spills 16 B there; at 128, 115 / 109.
+DIAG_BD = 32
+BWD_DIAG_BD = 32
+DIAG_WARPS = 4
+DIAG_MAX_PROGRAMS = 1024
+
+
 def sub_chunk(bt: int) -> int:
     """The sub-chunk at chunk bt: SUB_CHUNK, or half the chunk when that is shorter (the
     interpreter's 16-row chunks), so that a chunk always has pairs across sub-chunks."""
@@ -81,6 +92,18 @@ def prep_meta(d: int, bt: int, dot_prec: str, bd: int = PREP_BD) -> dict:
     ``intra_bv``, and its narrower BD, INTRA_BD)."""
     return dict(BT=bt, BC=sub_chunk(bt), BD=min(bd, pow2(d)), DOT_PREC=dot_prec, num_warps=PREP_WARPS,
                 num_stages=1)
+
+
+def diag_grid(t: int, rows: int, bt: int) -> tuple[int, int]:
+    """Grid of the diagonal launches: up to DIAG_MAX_PROGRAMS programs a (sequence, head) row, each
+    striding its sub-chunks; under the interpreter two, as ``prep_grid``."""
+    return (2 if INTERPRET else min(cdiv(t, sub_chunk(bt)), DIAG_MAX_PROGRAMS), rows)
+
+
+def diag_meta(d: int, bt: int, bd: int = DIAG_BD) -> dict:
+    """The launch keywords of the diagonal launches at chunk bt and head dim d (the backward's adds
+    BV, ``intra_bv``, DOT_PREC and its narrower BD, BWD_DIAG_BD)."""
+    return dict(BT=bt, BC=sub_chunk(bt), BD=min(bd, pow2(d)), num_warps=DIAG_WARPS, num_stages=1)
 
 
 def intra_bv(e: int) -> int:

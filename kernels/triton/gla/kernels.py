@@ -11,19 +11,22 @@ Every factor is e^{x} with x ≤ 0 at any gate: the carried-state factors by con
 intra-chunk pairs through sub-chunks of BC rows. A pair in two sub-chunks factorises at the
 boundary R between them, e^{B_t − B_s} = e^{B_t − R}·e^{R − B_s} (both ≤ 1, tensor-core products);
 a pair in one sub-chunk takes its exponent whole, b_t − b_s with b the cumulative gate from the
-sub-chunk start, one key row at a time. No exponent is positive, so nothing overflows and no
-launch depends on the gate values.
+sub-chunk start, one key row at a time, in launches of their own on [BC, BD] tiles. No exponent
+is positive, so nothing overflows and no launch depends on the gate values.
 
-Six kernels, one launch each; the two parallel ones (no carried state, programs over chunks)
-compute everything gate-dependent inside a chunk, the four sweeps carry the state:
-  gla_prep_kernel       forward: qd = q⊙e^B, kd = k⊙e^{Bl − B}, the totals Bl and the scores A
-  gla_fwd_kernel        o (and S_T); programs own an E-slice, state Sᵀ [BS, D]
-  gla_bwd_intra_kernel  backward: each chunk's own part of dq, dk (W = scale·do·vᵀ weighted) and
-                        of dg (pairs inside the chunk)
-  gla_bwd_q_kernel      dq and dg's pairs from the chunk's entry state, forward sweep over D-slices
-                        rebuilding S [BS, E]; also the entry states (hc) for the next pass
-  gla_bwd_k_kernel      dk, dg and dh0, backward sweep over D-slices, state dS [BS, E]
-  gla_bwd_v_kernel      dv, backward sweep; programs own an E-slice, state dSᵀ [BS, D]
+Eight kernels, one launch each; the four parallel ones (no carried state, programs over chunks or
+sub-chunks) compute everything gate-dependent inside a chunk, the four sweeps carry the state:
+  gla_prep_kernel         forward: qd = q⊙e^B, kd = k⊙e^{Bl − B}, the totals Bl and the scores A
+                          of the pairs across sub-chunks
+  gla_diag_scores_kernel  forward: A's diagonal [BC, BC] blocks (pairs inside one sub-chunk)
+  gla_fwd_kernel          o (and S_T); programs own an E-slice, state Sᵀ [BS, D]
+  gla_bwd_diag_kernel     backward: dq, dk of the strict pairs inside one sub-chunk, fp32 partials
+  gla_bwd_intra_kernel    backward: each chunk's own part of dq, dk (W = scale·do·vᵀ weighted), the
+                          diagonal launch's partials added, and of dg (pairs inside the chunk)
+  gla_bwd_q_kernel        dq and dg's pairs from the chunk's entry state, forward sweep over
+                          D-slices rebuilding S [BS, E]; also the entry states (hc) for the next pass
+  gla_bwd_k_kernel        dk, dg and dh0, backward sweep over D-slices, state dS [BS, E]
+  gla_bwd_v_kernel        dv, backward sweep; programs own an E-slice, state dSᵀ [BS, D]
 
 Tensors are contiguous ``[B, T, heads, dim]`` (q, g, do, o, dq, dg with H heads; k, v with HKV);
 kernels take inputs, then scalars, then outputs (jax-triton appends outputs last), so the same
@@ -163,13 +166,6 @@ def _tri_product(x, tri, DOT_PREC: tl.constexpr, LEFT: tl.constexpr):
 
 
 @triton.jit
-def _sub_cumsum(g, BT: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr, BACK: tl.constexpr):
-    """b [BT, BD]: g's inclusive cumulative sum in processing order from each row's sub-chunk
-    start (sub-chunks of BC rows: BC consecutive addresses, as BT is a multiple of BC)."""
-    return tl.reshape(tl.cumsum(tl.reshape(g, [BT // BC, BC, BD]), 1, reverse=BACK), [BT, BD])
-
-
-@triton.jit
 def _boundary(g, p, i, BC: tl.constexpr, BACK: tl.constexpr):
     """(e^{B_t − R} on the rows t from sub-chunk i on, e^{R − B_s} on the rows s before it, 0
     elsewhere) for R the cumulative gate at the boundary before sub-chunk i. Each exponent is the
@@ -191,12 +187,6 @@ def _to_end(g, BACK: tl.constexpr):
 
 
 @triton.jit
-def _gather(base, start, pos, n_left, stride, o_k, m_k, BT: tl.constexpr, BACK: tl.constexpr):
-    """[BT, BD] fp32: row u holds the chunk's row at processing position pos[u] (0 past the end)."""
-    return _load(base, start + _offset(pos, BT, BACK), stride, o_k, pos < n_left, m_k).to(tl.float32)
-
-
-@triton.jit
 def _cross_scores(bq, bk, g, p, DOT_PREC: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BACK: tl.constexpr):
     """A's pairs in two sub-chunks: for each sub-chunk i, (q⊙e^{B − R_i})_i·((k⊙e^{R_i − B})_{<i})ᵀ."""
     A = tl.zeros([BT, BT], dtype=tl.float32)
@@ -204,23 +194,6 @@ def _cross_scores(bq, bk, g, p, DOT_PREC: tl.constexpr, BT: tl.constexpr, BC: tl
         e_after, e_before = _boundary(g, p, i, BC, BACK)
         qa = tl.where((p // BC == i)[:, None], bq * e_after, 0.0)
         A = tl.dot(qa, tl.trans(bk * e_before), A, input_precision=DOT_PREC)
-    return A
-
-
-@triton.jit
-def _diag_scores(bq, b, k_base, g_base, start, n_left, p, o_t, k_stride, g_stride, o_k, m_k, BT: tl.constexpr,
-                 BC: tl.constexpr, BD: tl.constexpr, BACK: tl.constexpr):
-    """A's pairs in one sub-chunk, one key position j at a time: A[t, s] += Σ_d q_td k_sd e^{b_td − b_sd}
-    for s at position j of t's sub-chunk, s ≤ t; b_s accumulates along j from the gathered gates."""
-    A = tl.zeros([BT, BT], dtype=tl.float32)
-    first = (p // BC) * BC
-    bs = tl.zeros([BT, BD], dtype=tl.float32)
-    for j in range(0, BC):
-        ps = first + j
-        bs += _gather(g_base, start, ps, n_left, g_stride, o_k, m_k, BT, BACK)
-        kj = _gather(k_base, start, ps, n_left, k_stride, o_k, m_k, BT, BACK)
-        col = tl.sum(bq * kj * tl.exp(tl.where((p >= ps)[:, None], b - bs, float("-inf"))), 1)
-        A += tl.where(o_t[None, :] == _offset(ps, BT, BACK)[:, None], col[:, None], 0.0)
     return A
 
 
@@ -235,8 +208,9 @@ def gla_prep_kernel(
     """Everything of a chunk the forward and the dv pass need that carries nothing from chunk to
     chunk: qd = q⊙e^B, kd = k⊙e^{Bl − B} [B, T, H, D] (per query head), the totals Bl into
     bl [slots, H, D] (``_slot``) and the intra-chunk scores A [B, T, H, BT] (row t, column the
-    offset of s in its chunk; zero unless s ≤ t), exact at any gate (sub-chunks of BC rows). Grid
-    (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices of BD."""
+    offset of s in its chunk; zero unless s ≤ t) of the pairs across sub-chunks of BC rows, exact at
+    any gate; A's diagonal [BC, BC] blocks are left to ``gla_diag_scores_kernel``. Grid (P, N·H):
+    program (j, row) takes the row's chunks j, j + P, …, each over D in slices of BD."""
     i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t, p = _order(BT, REVERSE)
@@ -263,9 +237,73 @@ def gla_prep_kernel(
             _store(kd_base, rows, H * KD, o_k, valid, m_k, bk * tl.exp(_to_end(bg, REVERSE)))
             tl.store(bl + (_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, Bl, mask=m_k)
             scores += _cross_scores(bq, bk, bg, p, DOT_PREC, BT, BC, REVERSE)
-            scores += _diag_scores(bq, _sub_cumsum(bg, BT, BC, BD, REVERSE), k_base, g_base, start, n_left, p, o_t,
-                                   HKV * KD, H * KD, o_k, m_k, BT, BC, BD, REVERSE)
-        _store(a_base, rows, H * BT, o_t, valid, o_t < BT, scores)
+        # the diagonal blocks (pairs inside one sub-chunk) are gla_diag_scores_kernel's
+        off_diag = (p[None, :] // BC) != (p[:, None] // BC)
+        tl.store(a_base + rows[:, None] * (H * BT) + o_t[None, :], scores.to(A.dtype.element_ty),
+                 mask=valid[:, None] & off_diag)
+
+
+@triton.jit
+def _sub_chunk(seq_len, i_g, BT: tl.constexpr, BC: tl.constexpr, BACK: tl.constexpr):
+    """Sub-chunk i_g of a sequence (BT // BC per chunk, in processing order): its chunk's first row,
+    the processing position of its first row in the chunk, the rows left from the chunk on, and its
+    BC rows in processing order with which are valid."""
+    i_c = i_g // (BT // BC)
+    start = _chunk_start(seq_len, i_c, BT, BACK)
+    first = (i_g % (BT // BC)) * BC
+    pos = first + tl.arange(0, BC)
+    n_left = seq_len - i_c * BT
+    return start, first, n_left, start + _offset(pos, BT, BACK), pos < n_left
+
+
+@triton.jit
+def _row(base, row, stride, lanes, mask):
+    """One row [lanes] in fp32, 0 where masked."""
+    return tl.load(base + row * stride + lanes, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def gla_diag_scores_kernel(
+    q, k, g, cu, A_in,
+    T, H, HKV,
+    A,
+    KD: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr,
+):
+    """The diagonal blocks of the scores A (pairs inside one sub-chunk of BC rows), after
+    ``gla_prep_kernel`` wrote the rest: A[t, s] = Σ_d q_td k_sd e^{b_td − b_sd} for s at or before t
+    in t's sub-chunk, b the cumulative gate from the sub-chunk start, into the columns of the
+    sub-chunk's own rows. One key row and its gate row at a time ([BD] vectors) against the
+    sub-chunk's [BC, BD] tiles; every exponent is ≤ 0, the others −inf. A_in is A itself (jax-triton
+    aliases it to the output), never read. Grid (P, N·H): program (j, row) takes the row's
+    sub-chunks j, j + P, …"""
+    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_hk = i_h // (H // HKV)
+    q_base = q + bos * (H * KD) + i_h * KD
+    g_base = g + bos * (H * KD) + i_h * KD
+    k_base = k + bos * (HKV * KD) + i_hk * KD
+    a_base = A + bos * (H * BT) + i_h * BT
+    o_j = tl.arange(0, BC)
+    for i_g in range(tl.program_id(0), tl.cdiv(seq_len, BC), tl.num_programs(0)):
+        start, first, n_left, rows, valid = _sub_chunk(seq_len, i_g, BT, BC, REVERSE)
+        scores = tl.zeros([BC, BC], dtype=tl.float32)
+        for i_d in range(0, tl.cdiv(KD, BD)):
+            o_k = i_d * BD + tl.arange(0, BD)
+            m_k = o_k < KD
+            bq = _load(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+            b = tl.cumsum(_load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32), 0)  # rows in processing order
+            bj = tl.zeros([BD], dtype=tl.float32)
+            for j in range(0, BC):
+                row_j = start + _offset(first + j, BT, REVERSE)
+                m_j = o_k < tl.where(first + j < n_left, KD, 0)  # key channels of row j, none past the end
+                bj += _row(g_base, row_j, H * KD, o_k, m_j)
+                kj = _row(k_base, row_j, HKV * KD, o_k, m_j)
+                e = tl.exp(tl.where((o_j >= j)[:, None], b - bj[None, :], float("-inf")))
+                col = tl.sum(bq * kj[None, :] * e, 1)
+                scores += tl.where(o_j[None, :] == j, col[:, None], 0.0)
+        # column of key j: its offset in the chunk; keys past the end score 0 in every valid row
+        cols = _offset(first + o_j, BT, REVERSE)
+        tl.store(a_base + rows[:, None] * (H * BT) + cols[None, :], scores.to(A.dtype.element_ty), mask=valid[:, None])
 
 
 @triton.jit
@@ -286,44 +324,64 @@ def _cross_grads(W, bq, bk, g, p, DOT_PREC: tl.constexpr, BT: tl.constexpr, BC: 
 
 
 @triton.jit
-def _diag_weights(W, p, DOT_PREC: tl.constexpr, BC: tl.constexpr):
-    """(Wq, Wk) [BT, BC]: Wq[t, j] = W[t, s] and Wk[s, j] = W[t, s] for the rows at position j of t's
-    (s's) sub-chunk, as products with a 0/1 selection once per chunk rather than a reduction over W
-    per position and key-channel slice. With tf32 dots W rounds to tf32 there, as in the products
-    of the pairs across sub-chunks; both sides of a pair take the same rounded weight."""
-    same = (p[None, :] // BC) == (p[:, None] // BC)
-    Wd = tl.where(same, W, 0.0)
-    sel = ((p[:, None] % BC) == tl.arange(0, BC)[None, :]).to(tl.float32)
-    return (tl.dot(Wd, sel, input_precision=DOT_PREC),
-            tl.dot(tl.trans(Wd), sel, input_precision=DOT_PREC))
-
-
-@triton.jit
-def _diag_grads(Wq, Wk, b, q_base, k_base, g_base, start, n_left, p, q_stride, k_stride, o_k, m_k, BT: tl.constexpr,
-                BC: tl.constexpr, BD: tl.constexpr, BACK: tl.constexpr):
-    """(dq, dk) of the pairs s < t inside one sub-chunk (the diagonal pairs s = t left out), one
-    position j at a time: row t takes key row s_j(t) at position j of its sub-chunk, row s takes
-    query row t_j(s); every exponent is b_t − b_s ≤ 0. Wq, Wk: ``_diag_weights``."""
-    first = (p // BC) * BC
+def gla_bwd_diag_kernel(
+    q, k, v, g, do, cu,
+    T, H, HKV, scale,
+    dqd, dkd,
+    KD: tl.constexpr, VD: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PREC: tl.constexpr,
+    BT: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
+):
+    """The backward's strict pairs inside one sub-chunk (s before t, both in it), fp32 into dqd and
+    dkd [B, T, H, D] (per query head): with W = scale·do·vᵀ,
+      dqd_t = Σ_s W_ts k_s⊙e^{b_t − b_s},  dkd_s = Σ_t W_ts q_t⊙e^{b_t − b_s},
+    b the cumulative gate from the sub-chunk start (every exponent ≤ 0). The diagonal pairs s = t
+    are left to ``gla_bwd_intra_kernel``, which adds these partials to its pairs across sub-chunks
+    before dg's in-chunk sum. Grid as ``gla_diag_scores_kernel``; W's diagonal block is one
+    [BC, BC] product over E, then one key / query row at a time as in the forward."""
+    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_hk = i_h // (H // HKV)
+    q_base = q + bos * (H * KD) + i_h * KD
+    g_base = g + bos * (H * KD) + i_h * KD
+    k_base = k + bos * (HKV * KD) + i_hk * KD
+    v_base = v + bos * (HKV * VD) + i_hk * VD
+    do_base = do + bos * (H * VD) + i_h * VD
+    dqd_base = dqd + bos * (H * KD) + i_h * KD
+    dkd_base = dkd + bos * (H * KD) + i_h * KD
     o_j = tl.arange(0, BC)
-    bs = tl.zeros([BT, BD], dtype=tl.float32)
-    dq = tl.zeros([BT, BD], dtype=tl.float32)
-    dk = tl.zeros([BT, BD], dtype=tl.float32)
-    for j in range(0, BC):
-        ps = first + j
-        bs += _gather(g_base, start, ps, n_left, q_stride, o_k, m_k, BT, BACK)
-        kj = _gather(k_base, start, ps, n_left, k_stride, o_k, m_k, BT, BACK)
-        qj = _gather(q_base, start, ps, n_left, q_stride, o_k, m_k, BT, BACK)
-        w_ts = tl.sum(tl.where(o_j[None, :] == j, Wq, 0.0), 1)  # W[t, s_j(t)]
-        w_st = tl.sum(tl.where(o_j[None, :] == j, Wk, 0.0), 1)  # W[t_j(s), s]
-        dq += w_ts[:, None] * kj * tl.exp(tl.where((p > ps)[:, None], b - bs, float("-inf")))
-        dk += w_st[:, None] * qj * tl.exp(tl.where((p < ps)[:, None], bs - b, float("-inf")))
-    return dq, dk
+    for i_g in range(tl.program_id(0), tl.cdiv(seq_len, BC), tl.num_programs(0)):
+        start, first, n_left, rows, valid = _sub_chunk(seq_len, i_g, BT, BC, REVERSE)
+        W = tl.zeros([BC, BC], dtype=tl.float32)
+        for i_v in range(0, tl.cdiv(VD, BV)):
+            o_e = i_v * BV + tl.arange(0, BV)
+            m_e = o_e < VD
+            bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
+            bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
+            W = tl.dot(bdo, tl.trans(bv), W, input_precision=DOT_PREC)
+        W = tl.where(o_j[None, :] < o_j[:, None], W * scale, 0.0)  # tile rows in processing order
+        for i_d in range(0, tl.cdiv(KD, BD)):
+            o_k = i_d * BD + tl.arange(0, BD)
+            m_k = o_k < KD
+            b = tl.cumsum(_load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32), 0)
+            bj = tl.zeros([BD], dtype=tl.float32)
+            dq = tl.zeros([BC, BD], dtype=tl.float32)
+            dk = tl.zeros([BC, BD], dtype=tl.float32)
+            for j in range(0, BC):
+                row_j = start + _offset(first + j, BT, REVERSE)
+                m_j = o_k < tl.where(first + j < n_left, KD, 0)  # key channels of row j, none past the end
+                bj += _row(g_base, row_j, H * KD, o_k, m_j)
+                kj = _row(k_base, row_j, HKV * KD, o_k, m_j)
+                qj = _row(q_base, row_j, H * KD, o_k, m_j)
+                w_tj = tl.sum(tl.where(o_j[None, :] == j, W, 0.0), 1)  # W[t, j]
+                w_js = tl.sum(tl.where(o_j[:, None] == j, W, 0.0), 0)  # W[j, s]
+                dq += w_tj[:, None] * kj[None, :] * tl.exp(tl.where((o_j > j)[:, None], b - bj[None, :], float("-inf")))
+                dk += w_js[:, None] * qj[None, :] * tl.exp(tl.where((o_j < j)[:, None], bj[None, :] - b, float("-inf")))
+            _store(dqd_base, rows, H * KD, o_k, valid, m_k, dq)
+            _store(dkd_base, rows, H * KD, o_k, valid, m_k, dk)
 
 
 @triton.jit
 def gla_bwd_intra_kernel(
-    q, k, v, g, do, cu,
+    q, k, v, g, do, cu, dqd, dkd,
     T, H, HKV, scale,
     dqi, dki, dga,
     KD: tl.constexpr, VD: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PREC: tl.constexpr,
@@ -334,7 +392,10 @@ def gla_bwd_intra_kernel(
     dqi_t = Σ_{s≤t} W_ts k_s⊙e^{B_t − B_s}, dki_s = Σ_{t≥s} W_ts q_t⊙e^{B_t − B_s} (per query head),
     and dg's in-chunk part dga_t = Σ_{t'≥t, s<t} W_t's q_t'⊙k_s⊙e^{B_t' − B_s}, summed in fp32 as
     the suffix sum of q⊙dqi − k⊙dki over the strict pairs s < t only: the diagonal pairs, the
-    largest terms at strong gates, cancel exactly there and are added to dqi, dki afterwards."""
+    largest terms at strong gates, cancel exactly there and are added to dqi, dki afterwards.
+    The strict pairs inside one sub-chunk come from ``gla_bwd_diag_kernel`` in fp32 (dqd, dkd);
+    this launch adds the pairs across sub-chunks. dkd may be dga itself: each element is read
+    before the suffix sum that includes it is stored."""
     i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t, p = _order(BT, REVERSE)
@@ -343,9 +404,7 @@ def gla_bwd_intra_kernel(
     k_base = k + bos * (HKV * KD) + i_hk * KD
     v_base = v + bos * (HKV * VD) + i_hk * VD
     do_base = do + bos * (H * VD) + i_h * VD
-    dqi_base = dqi + bos * (H * KD) + i_h * KD
-    dki_base = dki + bos * (H * KD) + i_h * KD
-    dga_base = dga + bos * (H * KD) + i_h * KD
+    row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
     for i_c in range(tl.program_id(0), tl.cdiv(seq_len, BT), tl.num_programs(0)):
         start = _chunk_start(seq_len, i_c, BT, REVERSE)
         n_left = seq_len - i_c * BT
@@ -359,7 +418,6 @@ def gla_bwd_intra_kernel(
             W = tl.dot(bdo, tl.trans(bv), W, input_precision=DOT_PREC)
         W = tl.where(p[None, :] <= p[:, None], W * scale, 0.0)
         w_diag = tl.sum(tl.where(o_t[:, None] == o_t[None, :], W, 0.0), 1)
-        Wq, Wk = _diag_weights(W, p, DOT_PREC, BC)
         for i_d in range(0, tl.cdiv(KD, BD)):
             o_k = i_d * BD + tl.arange(0, BD)
             m_k = o_k < KD
@@ -367,13 +425,11 @@ def gla_bwd_intra_kernel(
             bq = _load(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
             bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
             dq, dk = _cross_grads(W, bq, bk, bg, p, DOT_PREC, BT, BC, BD, REVERSE)
-            dq2, dk2 = _diag_grads(Wq, Wk, _sub_cumsum(bg, BT, BC, BD, REVERSE), q_base, k_base, g_base, start, n_left, p,
-                                   H * KD, HKV * KD, o_k, m_k, BT, BC, BD, REVERSE)
-            dq += dq2
-            dk += dk2
-            _store(dga_base, rows, H * KD, o_k, valid, m_k, tl.cumsum(bq * dq - bk * dk, 0, reverse=not REVERSE))
-            _store(dqi_base, rows, H * KD, o_k, valid, m_k, dq + w_diag[:, None] * bk)
-            _store(dki_base, rows, H * KD, o_k, valid, m_k, dk + w_diag[:, None] * bq)
+            dq += _load(dqd + row_off, rows, H * KD, o_k, valid, m_k)
+            dk += _load(dkd + row_off, rows, H * KD, o_k, valid, m_k)
+            _store(dga + row_off, rows, H * KD, o_k, valid, m_k, tl.cumsum(bq * dq - bk * dk, 0, reverse=not REVERSE))
+            _store(dqi + row_off, rows, H * KD, o_k, valid, m_k, dq + w_diag[:, None] * bk)
+            _store(dki + row_off, rows, H * KD, o_k, valid, m_k, dk + w_diag[:, None] * bq)
 
 
 # --- the sweeps: what carries from chunk to chunk, every factor ≤ 1 -----------------------------

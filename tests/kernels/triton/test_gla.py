@@ -36,10 +36,28 @@ def _gates(gen, shape, normaliser):
     return torch.nn.functional.logsigmoid(torch.randn(shape, generator=gen)) / normaliser
 
 
+def _walls(g, wall, reverse, cu_seqlens):
+    """g with every channel's gate set to ``wall`` at the first row (in processing order) of each
+    sub-chunk of the launches' chunk: at a wall of −30 every pair across two sub-chunks and every
+    state carried into one weighs under e^{−30}, so o and every gradient are the pairs inside
+    the sub-chunks, to 1e-13."""
+    from lattnbench.kernels.triton.gla import configs as C
+
+    bc = C.sub_chunk(gla_ops._chunk())
+    g = g.clone()
+    bounds = [(i, 0, g.shape[1]) for i in range(g.shape[0])] if cu_seqlens is None else \
+        [(0, a, z) for a, z in zip(cu_seqlens[:-1], cu_seqlens[1:])]
+    for i, bos, eos in bounds:
+        order = torch.arange(bos, eos).flip(0) if reverse else torch.arange(bos, eos)
+        g[i, order[::bc]] = wall
+    return g
+
+
 def check(seed=0, b=1, t=37, h=2, hkv=None, d=24, e=40, dtype=torch.float32, h0=True, reverse=False,
-          cu_seqlens=None, scale=None, normaliser=16.0, dst=True, skip=()):
+          cu_seqlens=None, scale=None, normaliser=16.0, dst=True, skip=(), wall=None):
     """Kernel and fp64 reference on the same dtype-rounded inputs; assert o, S_T, dq, dk, dv, dg,
-    dh0 within the dtype's tolerance (names in ``skip`` only finite). Returns the errors."""
+    dh0 within the dtype's tolerance (names in ``skip`` only finite). ``wall``: the gate of every
+    channel at each sub-chunk's first row (``_walls``). Returns the errors."""
     hkv = hkv or h
     n = b if cu_seqlens is None else len(cu_seqlens) - 1
     gen = torch.Generator().manual_seed(seed)
@@ -47,6 +65,8 @@ def check(seed=0, b=1, t=37, h=2, hkv=None, d=24, e=40, dtype=torch.float32, h0=
     k = torch.randn(b, t, hkv, d, generator=gen).to(dtype)
     v = torch.randn(b, t, hkv, e, generator=gen).to(dtype)
     g = _gates(gen, (b, t, h, d), normaliser)
+    if wall is not None:
+        g = _walls(g, wall, reverse, cu_seqlens)
     s0 = torch.randn(n, h, d, e, generator=gen) if h0 else None
     do = torch.randn(b, t, h, e, generator=gen).to(dtype)
     ds = torch.randn(n, h, d, e, generator=gen)
@@ -145,8 +165,8 @@ def _record_launches(monkeypatch) -> list:
                 return self.kernel[grid](*args, **kw)
             return run
 
-    for name in ("gla_prep_kernel", "gla_fwd_kernel", "gla_bwd_intra_kernel", "gla_bwd_q_kernel", "gla_bwd_k_kernel",
-                 "gla_bwd_v_kernel"):
+    for name in ("gla_prep_kernel", "gla_diag_scores_kernel", "gla_fwd_kernel", "gla_bwd_diag_kernel",
+                 "gla_bwd_intra_kernel", "gla_bwd_q_kernel", "gla_bwd_k_kernel", "gla_bwd_v_kernel"):
         monkeypatch.setattr(gla_kernels, name, Spy(name, getattr(gla_kernels, name)))
     forget_tuning()
     return log
@@ -161,9 +181,31 @@ def test_the_launches_do_not_depend_on_the_gates(monkeypatch):
         del log[:]
         check(seed=16, t=37, h=2, hkv=1, d=24, e=40, normaliser=normaliser)
         runs.append(list(log))
-    assert [name for name, _, _ in runs[0]] == ["gla_prep_kernel", "gla_fwd_kernel", "gla_bwd_intra_kernel",
-                                               "gla_bwd_q_kernel", "gla_bwd_k_kernel", "gla_bwd_v_kernel"]
+    assert [name for name, _, _ in runs[0]] == ["gla_prep_kernel", "gla_diag_scores_kernel", "gla_fwd_kernel",
+                                               "gla_bwd_diag_kernel", "gla_bwd_intra_kernel", "gla_bwd_q_kernel",
+                                               "gla_bwd_k_kernel", "gla_bwd_v_kernel"]
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_only_the_pairs_inside_sub_chunks(dtype, reverse):
+    # walls of −30 at every sub-chunk start leave only the diagonal blocks (the diagonal launches'
+    # pairs and the in-chunk launch's self terms) in o, dq, dk, dv, dg: a wrong block, column or
+    # partial shows in full. Varlen with sequences ending inside a sub-chunk, GQA, an initial state.
+    # dh0, about e^{−30}, rounds to nothing in the fp16 sweeps' products: finite only there
+    skip = ("dh0",) if dtype == torch.float16 else ()
+    check(seed=21, t=45, h=2, hkv=1, d=24, e=40, dtype=dtype, reverse=reverse, cu_seqlens=[0, 13, 14, 45],
+          normaliser=1.0, wall=-30.0, skip=skip)
+
+
+def test_only_the_pairs_inside_sub_chunks_at_the_gpu_chunk(monkeypatch):
+    # the GPU's chunk and sub-chunk (64, 16): four diagonal blocks a chunk, a partial last one
+    monkeypatch.setitem(gla_ops._INTERP_META, "BT", 64)
+    monkeypatch.setitem(gla_ops._INTERP_META, "BS", 32)
+    check(seed=22, t=91, h=1, d=16, e=16, normaliser=4.0, wall=-30.0)
+    check(seed=23, t=91, h=1, d=16, e=16, normaliser=4.0, wall=-30.0, reverse=True, dtype=torch.float16,
+          skip=("dh0",))
 
 
 def test_no_state_gradient_and_no_initial_state():
@@ -189,7 +231,7 @@ def test_no_final_state_returned():
 ])
 def test_bad_input_is_a_value_error_before_any_launch(monkeypatch, change, needle):
     launched = []
-    for name in ("_PREP", "_FWD", "_BWD_INTRA", "_BWD_Q", "_BWD_K", "_BWD_V"):
+    for name in ("_PREP", "_DIAG", "_FWD", "_BWD_DIAG", "_BWD_INTRA", "_BWD_Q", "_BWD_K", "_BWD_V"):
         monkeypatch.setattr(gla_ops, name, lambda *a, **kw: launched.append(a))
     args = dict(q=torch.zeros(1, 5, 1, 16), k=torch.zeros(1, 5, 1, 16), v=torch.zeros(1, 5, 1, 16),
                 g=torch.zeros(1, 5, 1, 16))
