@@ -105,7 +105,7 @@ def compile_end_terms(d: int = 128, e: int = 128, dtype: str = "bf16", has_dht: 
     (from the TTIR, where the arguments keep their names)."""
     from lattnbench.kernels.gluon.lightning import configs as C
     from lattnbench.kernels.gluon.lightning import end_terms as ET
-    from lattnbench.kernels.triton.lightning.configs import pow2
+    from lattnbench.kernels.common.arith import pow2
     from lattnbench.static.triton_aot import compile_sm90, source
 
     os.environ.pop("TRITON_INTERPRET", None)

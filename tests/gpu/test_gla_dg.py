@@ -93,10 +93,10 @@ def test_gla_jax_triton_every_tensor_within_tolerance(problem):
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
 
-    from lattnbench.kernels.triton.lightning.jax_bridge import _jax_triton
+    from lattnbench.kernels.common.jax_triton import jax_triton
 
     try:  # through the bridge: a bare import of jax_triton breaks every later torch-Triton compile
-        _jax_triton()
+        jax_triton()
     except ImportError:
         pytest.skip("jax-triton is not installed")
 

@@ -14,7 +14,7 @@ import torch
 
 from lattnbench.kernels.triton.lightning import kernels as K
 from lattnbench.kernels.triton.lightning import lightning_attn_triton
-from lattnbench.kernels.triton.lightning.launch import forget_tuning
+from lattnbench.kernels.common.launch import forget_tuning
 from lattnbench.kernels.triton.lightning.scratch import scratch
 
 pytestmark = pytest.mark.gpu

@@ -89,7 +89,7 @@ def test_isolated_workers_turn_off_fla_autotune_results_on_disk(tmp_path):
 def test_reset_autotuning_clears_triton_autotuners_and_launch_caches(plugins):
     import stateful_kernels
 
-    from lattnbench.kernels.triton.lightning import launch
+    from lattnbench.kernels.common import launch
 
     stateful_kernels.TUNER.cache[8] = 16
     launcher = launch.Launcher(stateful_kernels, "TUNER", "_never_launched", {})

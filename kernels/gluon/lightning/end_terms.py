@@ -19,9 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ...triton.lightning.configs import pow2
-from ...triton.lightning.launch import PlainLauncher
-from ...triton.lightning.ops import _alignment
+from ...common.arith import pow2
+from ...common.launch import PlainLauncher, alignment
 
 Tensor = torch.Tensor
 
@@ -110,7 +109,7 @@ def end_terms(dht: Tensor | None, k: Tensor, v: Tensor, dk: Tensor, dv: Tensor, 
     args = (ph, k, v, dk, dv, s_end if s_end is not None else ph, dh0 if dh0 is not None else ph, g, t, h,
             float(scale), int(last))
     key = (k.shape, v.shape, k.dtype, dk.dtype, k.get_device(), int(last), dht is not None, s_end is not None,
-           _alignment(dht, k, v, dk, dv, s_end, g))
+           alignment(dht, k, v, dk, dv, s_end, g))
 
     def spec():
         return (lambda meta: (b * h,)), dict(D=d, E=e, BD=_BD, BE=pow2(e), FLOOR=float(floor),

@@ -16,9 +16,9 @@ import math
 
 import torch
 
-from ...triton.lightning import checks
+from ...common import checks
+from ...common.launch import PlainLauncher, alignment, raw_stream
 from ...triton.lightning import ops as triton_ops
-from ...triton.lightning.launch import PlainLauncher
 from . import compat
 from . import configs as _cfg
 from .backward import backward_by_forwards
@@ -126,7 +126,7 @@ def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tens
             _descriptor(o, cfg.bv, _cfg.BT), h0 if h0 is not None else g, ht if ht is not None else g, g,
             t, h, hkv, scale)
     mode = _cfg.H0_NONE if h0 is None else h0_mode
-    key = (q.shape, hkv, e, q.dtype, q.get_device(), bool(reverse), mode, bool(store_ht), triton_ops._alignment(h0, g))
+    key = (q.shape, hkv, e, q.dtype, q.get_device(), bool(reverse), mode, bool(store_ht), alignment(h0, g))
 
     def spec():
         grid = lambda meta: (e // cfg.bv, b * h)  # noqa: E731
@@ -136,7 +136,7 @@ def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tens
             LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1], LOAD_REGS=cfg.worker_regs[0],
             STATE_REGS=cfg.worker_regs[1], num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
 
-    _fwd_launcher()(key, args, spec, triton_ops._raw_stream(q))
+    _fwd_launcher()(key, args, spec, raw_stream(q))
     return o, ht
 
 
@@ -157,7 +157,7 @@ class GluonForwardFunction(triton_ops.LightningAttnFunction):
         g, scale, reverse, cu, store_ht, n = rest
         o, ht = gluon_fwd(q, k, v, g, scale, h0, reverse, store_ht)
         ctx.save_for_backward(q, k, v, h0)
-        ctx.rest, ctx.align = rest, triton_ops._alignment(q, k, v, g, h0, cu)
+        ctx.rest, ctx.align = rest, alignment(q, k, v, g, h0, cu)
         ctx.on_gluon = gluon_backward_path(q, k) is None
         ctx.set_materialize_grads(False)
         return o, ht
@@ -170,7 +170,7 @@ class GluonForwardFunction(triton_ops.LightningAttnFunction):
         g, scale, reverse, _, _, _ = ctx.rest
         do, dht = triton_ops.grad_outputs(q, v, do, dht)
         dq, dk, dv, dh0 = backward_by_forwards(gluon_fwd, q, k, v, do, dht, g, scale, h0, reverse,
-                                               want_dh0=h0 is not None, stream=triton_ops._raw_stream(q))
+                                               want_dh0=h0 is not None, stream=raw_stream(q))
         return dq, dk, dv, dh0, None
 
 

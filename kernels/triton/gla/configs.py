@@ -11,7 +11,7 @@ import os
 
 import triton
 
-from ..lightning.configs import AUTOTUNE, cdiv, pow2, shape_bucket  # noqa: F401 — the same host arithmetic
+from ...common.arith import AUTOTUNE, cdiv, pow2, shape_bucket  # noqa: F401 — ops and jax_bridge take them from here
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 

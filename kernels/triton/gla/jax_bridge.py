@@ -2,8 +2,8 @@
 with a ``jax.custom_vjp``. GPU only; cu_seqlens is not supported here.
 
 jax-triton is imported lazily and the Triton cache-dir knob its import clobbers is restored
-(``lightning.jax_bridge._jax_triton``). jax-triton refuses autotuned kernels whose key lacks a
-scalar argument, so the plain kernels launch with one fixed config per sweep
+(``common.jax_triton``). jax-triton refuses autotuned kernels whose key lacks a scalar argument,
+so the plain kernels launch with one fixed config per sweep
 (``configs.JAX_*_CONFIG``). The launches are the torch path's, one each: the prep launch, the
 diagonal scores and the forward; then the backward's diagonal launch, its in-chunk launch, the dq
 pass, the dk / dg pass and the dv pass. No launch depends on the gate values. The launches that
@@ -17,7 +17,7 @@ import functools
 
 import numpy as np
 
-from ..lightning.jax_bridge import _jax_triton, check_qkv
+from ...common.jax_triton import check_qkv, jax_triton
 from . import configs as _cfg
 from . import kernels as _k
 
@@ -50,7 +50,7 @@ def prep_call(q, k, g, reverse):
     outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), gdt),
             jax.ShapeDtypeStruct((b * t // bt + b, h, d), jnp.float32), jax.ShapeDtypeStruct((b, t, h, bt), q.dtype)]
     meta = _cfg.prep_meta(d, bt, _dot_prec(q.dtype))
-    jt = _jax_triton()
+    jt = jax_triton()
     qd, kd, bl, scores = jt.triton_call(
         q, k, g, g, t, h, k.shape[2], kernel=_k.gla_prep_kernel, out_shape=outs, grid=_cfg.prep_grid(t, b * h),
         KD=d, REVERSE=bool(reverse), IS_VARLEN=False, **meta)
@@ -73,7 +73,7 @@ def fwd_call(q, k, v, g, h0, scale, reverse):
     pre = prep_call(q, k, g, reverse)
     bt, bs, w, s = _cfg.jax_config(_cfg.JAX_FWD_CONFIG, d, e, _dtype_name(q.dtype))
     outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
-    o, ht = _jax_triton().triton_call(
+    o, ht = jax_triton().triton_call(
         *pre, v, h0 if h0 is not None else g, g, *_scalars(t, h, hkv, scale, b * h),
         kernel=_k.gla_fwd_kernel, out_shape=outs, grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s,
         KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=True,
@@ -86,7 +86,7 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
     import jax
     import jax.numpy as jnp
 
-    jt = _jax_triton()
+    jt = jax_triton()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     qd, kd, bl, scores = pre

@@ -5,9 +5,8 @@ import math
 
 import torch
 
-from ..lightning import checks
-from ..lightning.launch import Launcher, PlainLauncher
-from ..lightning.ops import _alignment, _raw_stream
+from ...common import checks
+from ...common.launch import Launcher, PlainLauncher, alignment, raw_stream
 from . import configs as _cfg
 from . import kernels as _k
 
@@ -89,12 +88,12 @@ def gla_prep(q, k, g, reverse, cu, n):
                     dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=cu is not None,
                          **_cfg.prep_meta(d, bt, _dot_prec(q.dtype))))
     key = ("prep", q.shape, k.shape, q.dtype, g.dtype, q.device, n, cu is not None, bool(reverse), bt,
-           _alignment(q, k, g, cu))
-    _PREP(key, (q, k, g, cu if cu is not None else g, t, h, k.shape[2], qd, kd, bl, scores), spec, _raw_stream(q))
+           alignment(q, k, g, cu))
+    _PREP(key, (q, k, g, cu if cu is not None else g, t, h, k.shape[2], qd, kd, bl, scores), spec, raw_stream(q))
     diag_grid = _cfg.diag_grid(t, n * h, bt)
     diag = lambda: (lambda meta: diag_grid,  # noqa: E731
                     dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=cu is not None, **_cfg.diag_meta(d, bt)))
-    _DIAG(key, (q, k, g, cu if cu is not None else g, scores, t, h, k.shape[2], scores), diag, _raw_stream(q))
+    _DIAG(key, (q, k, g, cu if cu is not None else g, scores, t, h, k.shape[2], scores), diag, raw_stream(q))
     return qd, kd, bl, scores
 
 
@@ -112,8 +111,8 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
                     dict(KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None,
                          STORE_HT=store_ht, IS_VARLEN=cu is not None, **_flags(q)))
     key = ("fwd", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, store_ht, h0 is not None, cu is not None,
-           bool(reverse), _alignment(q, k, v, g, h0, cu))
-    _FWD(key, args, spec, _raw_stream(q))
+           bool(reverse), alignment(q, k, v, g, h0, cu))
+    _FWD(key, args, spec, raw_stream(q))
     return o, ht, pre
 
 
@@ -144,8 +143,8 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     cu_arg = cu if cu is not None else ph
     dht_arg = dht if dht is not None else ph
     key = ("bwd", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, h0 is not None, dht is not None,
-           cu is not None, bool(reverse), _alignment(q, k, v, g, do, h0, dht, cu))
-    stream = _raw_stream(q)
+           cu is not None, bool(reverse), alignment(q, k, v, g, do, h0, dht, cu))
+    stream = raw_stream(q)
     bt = _chunk()
     grid = _cfg.prep_grid(t, n * h)
     # the strict pairs inside each sub-chunk first, fp32, into dgq (the dq pass writes it later)

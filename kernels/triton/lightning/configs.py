@@ -1,5 +1,5 @@
 """Launch configs of the Lightning Triton kernels: the autotune lists, their key and pruner, the
-interpreter's and jax-triton's fixed configs, and the host arithmetic the launchers share.
+interpreter's and jax-triton's fixed configs.
 
 A config is (BT, BV, num_warps, num_stages) for the row-wise chunk pass (TR 0) and
 (BT, BV, num_warps, num_stages, TR) for the transposed ones. BT is the chunk length, BV the
@@ -13,6 +13,8 @@ import os
 
 import triton
 import triton.language as tl
+
+from ...common.arith import AUTOTUNE, long_sequence, pow2
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -50,39 +52,6 @@ FP32_CONFIG = (32, 32, 4, 1, 0)
 # registers).
 JAX_CONFIG = (64, 128, 8, 3, 1)
 JAX_WIDE_CONFIG = (64, 64, 4, 2, 0)
-
-
-def cdiv(a: int, b: int) -> int:
-    """ceil(a / b). Plain Python: triton.cdiv is a ConstexprFunction, several µs a call on the
-    host, and a small fwd+bwd is host-bound."""
-    return -(-a // b)
-
-
-def pow2(x: int) -> int:
-    """max(16, next power of two >= x): the padded width of a head dim."""
-    return max(16, 1 << (int(x) - 1).bit_length())
-
-
-FEW_ROWS = 64  # fewer (sequence, head) rows than this: a grid that leaves most SMs idle
-
-
-def shape_bucket(t: int, rows: int = 128) -> int:
-    """Autotune key bucket of a launch: the sequence length (0 short ≤ 1024, 1 medium ≤ 4096,
-    2 long), plus 3 when the grid has few (sequence, head) rows (N·H < FEW_ROWS). Why both: a tuned
-    config is reused for every launch with the same key, and one tuned on a small grid (a gradient
-    check at B2 H8) is up to 2x slower on a full one (B4 H32) of the same length."""
-    return (0 if t <= 1024 else (1 if t <= 4096 else 2)) + (3 if rows < FEW_ROWS else 0)
-
-
-def long_sequence(bucket: int) -> bool:
-    """Whether a shape bucket is of the long sequences (> 4096 tokens)."""
-    return bucket % 3 == 2
-
-
-# LIGHTNING_TRITON_AUTOTUNE=0 (read at import): each launch compiles the first config of its list
-# instead of tuning them all, for correctness sweeps over many shapes and flags, where every new
-# combination would otherwise compile and time the whole list. Timings made so are not tuned.
-AUTOTUNE = os.environ.get("LIGHTNING_TRITON_AUTOTUNE", "1").strip() != "0"
 
 
 def autotune_configs(table, table_t=()) -> list[triton.Config]:

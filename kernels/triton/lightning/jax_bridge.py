@@ -1,11 +1,10 @@
 """The Triton Lightning Attention kernels called from JAX through jax-triton (registry name
 ``lightning/jax-triton``), with a ``jax.custom_vjp``. GPU only; cu_seqlens is not supported here.
 
-jax-triton is imported lazily: importing it (0.3.1) sets ``triton.knobs.cache.dir`` to ``''``,
-which breaks every later torch-Triton compile, so the knob is restored right after the import.
-jax-triton refuses autotuned kernels whose key lacks a scalar argument, so the plain kernels are
-launched with one fixed config (``configs.JAX_CONFIG``, ``configs.JAX_WIDE_CONFIG`` for wide
-head dims, ``configs.FP32_CONFIG`` for fp32); the backward is the three passes, one ``triton_call`` each.
+jax-triton is imported lazily (``common.jax_triton``). It refuses autotuned kernels whose key
+lacks a scalar argument, so the plain kernels are launched with one fixed config
+(``configs.JAX_CONFIG``, ``configs.JAX_WIDE_CONFIG`` for wide head dims, ``configs.FP32_CONFIG``
+for fp32); the backward is the three passes, one ``triton_call`` each.
 """
 from __future__ import annotations
 
@@ -13,26 +12,10 @@ import functools
 
 import numpy as np
 
+from ...common.arith import cdiv, pow2, shape_bucket
+from ...common.jax_triton import check_qkv, jax_triton
 from . import configs as _cfg
 from . import kernels as _k
-
-_JT = None
-
-
-def _jax_triton():
-    """Import jax_triton once, restoring Triton's cache-dir knob that the import clobbers."""
-    global _JT
-    if _JT is None:
-        import triton
-
-        knobs = getattr(triton, "knobs", None)
-        saved = knobs.cache.dir if knobs is not None else None
-        import jax_triton as jt
-
-        if knobs is not None:
-            knobs.cache.dir = saved
-        _JT = jt
-    return _JT
 
 
 def _config(d: int, e: int, dtype) -> tuple:
@@ -45,7 +28,7 @@ def _config(d: int, e: int, dtype) -> tuple:
     if dtype == jnp.float32:
         return _cfg.FP32_CONFIG
     cfg = _cfg.JAX_CONFIG
-    if cfg[4] and max(_cfg.pow2(d), _cfg.pow2(e)) > 128:
+    if cfg[4] and max(pow2(d), pow2(e)) > 128:
         return _cfg.JAX_WIDE_CONFIG
     return cfg
 
@@ -60,16 +43,16 @@ def _fwd_call(q, k, v, g, h0, scale, reverse, store_ht=True):
     import jax
     import jax.numpy as jnp
 
-    jt = _jax_triton()
+    jt = jax_triton()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     bt, bv, w, s, tr = _config(d, e, q.dtype)
     outs = [jax.ShapeDtypeStruct((b, t, h, e), q.dtype), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
     o, ht = jt.triton_call(
-        q, k, v, h0 if h0 is not None else g, g, g, t, h, hkv, np.float32(scale), _cfg.shape_bucket(t, b * h),
-        kernel=_k.lightning_fwd_kernel, out_shape=outs, grid=(_cfg.cdiv(e, bv), b * h),
+        q, k, v, h0 if h0 is not None else g, g, g, t, h, hkv, np.float32(scale), shape_bucket(t, b * h),
+        kernel=_k.lightning_fwd_kernel, out_shape=outs, grid=(cdiv(e, bv), b * h),
         num_warps=w, num_stages=s,
-        KD=d, VD=e, BK=_cfg.pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=store_ht,
+        KD=d, VD=e, BK=pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=store_ht,
         IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv, TR=tr)
     return o, ht
 
@@ -78,22 +61,22 @@ def _bwd_call(q, k, v, do, g, h0, dht, scale, reverse):
     import jax
     import jax.numpy as jnp
 
-    jt = _jax_triton()
+    jt = jax_triton()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
     bt, bv, w, s, tr = _config(d, e, q.dtype)
     gdt = q.dtype if grp == 1 else jnp.float32
-    kw = dict(num_warps=w, num_stages=s, KD=d, VD=e, BKD=_cfg.pow2(d), BVD=_cfg.pow2(e), REVERSE=bool(reverse),
+    kw = dict(num_warps=w, num_stages=s, KD=d, VD=e, BKD=pow2(d), BVD=pow2(e), REVERSE=bool(reverse),
               HAS_H0=h0 is not None, HAS_DHT=True, IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv,
               TR=tr)
     args = (q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, np.float32(scale),
-            _cfg.shape_bucket(t, b * h))
+            shape_bucket(t, b * h))
     res = []
     for role, dim, odt in ((0, d, q.dtype), (1, d, gdt), (2, e, gdt)):
         outs = [jax.ShapeDtypeStruct((b, t, h, dim), odt), jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
         dx, dh0 = jt.triton_call(*args, kernel=_k.lightning_bwd_kernel, out_shape=outs,
-                                 grid=(_cfg.cdiv(dim, bv), b * h), ROLE=role, **kw)
+                                 grid=(cdiv(dim, bv), b * h), ROLE=role, **kw)
         res.append((dx, dh0))
     return (res[0][0],) + _gqa_sum(res[1][0], res[2][0], grp, q.dtype) + (res[2][1],)
 
@@ -132,32 +115,6 @@ def _make_fn():
 
 
 _FN = None
-
-
-def check_qkv(q, k, v, initial_state, cu_seqlens):
-    """The bridge's host-side checks of q, k, v, the initial state and cu_seqlens (no GPU
-    needed), shared with the GLA bridge; raises ValueError / NotImplementedError. Returns
-    (q, k, v, initial_state fp32 or None) as JAX arrays."""
-    import jax.numpy as jnp
-
-    if cu_seqlens is not None:
-        raise NotImplementedError("cu_seqlens is not supported by the jax-triton bridge")
-    q, k, v = (jnp.asarray(x) for x in (q, k, v))
-    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(f"q, k, v must be [B, T, H, D]; got ranks {q.ndim}, {k.ndim}, {v.ndim}")
-    b, t, h, d = q.shape
-    if k.shape[:2] != (b, t) or v.shape[:2] != (b, t) or k.shape[3] != d or k.shape[2] != v.shape[2]:
-        raise ValueError(f"shape mismatch: q {q.shape}, k {k.shape}, v {v.shape}")
-    if h % k.shape[2]:
-        raise ValueError(f"query heads ({h}) must be a multiple of kv heads ({k.shape[2]})")
-    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (jnp.float32, jnp.float16, jnp.bfloat16):
-        raise ValueError(f"q, k, v must share one of fp32/fp16/bf16, got {q.dtype}, {k.dtype}, {v.dtype}")
-    e = v.shape[3]
-    if initial_state is not None:
-        initial_state = jnp.asarray(initial_state, jnp.float32)
-        if initial_state.shape != (b, h, d, e):
-            raise ValueError(f"initial_state must be {(b, h, d, e)}, got {initial_state.shape}")
-    return q, k, v, initial_state
 
 
 def lightning_attn_jax_triton(q, k, v, gamma=None, scale=None, initial_state=None, reverse=False,

@@ -1,9 +1,10 @@
 """torch entry points of the Triton Lightning Attention kernels (autograd included).
 
 An eager call is host-bound at short sequences, so its path does little: checks on shapes and
-dtypes only (``checks``), no device sync, one launch-key lookup per kernel launch (``launch``),
-no autograd node when no gradient is wanted. Under torch.compile the entry point calls the same
-launches through the custom ops of ``library`` instead, so the graph has no break.
+dtypes only (``common.checks``), no device sync, one launch-key lookup per kernel launch
+(``common.launch``), no autograd node when no gradient is wanted. Under torch.compile the entry
+point calls the same launches through the custom ops of ``library`` instead, so the graph has no
+break.
 Why and what it costs: docs/design/lightning-host-path.md.
 """
 from __future__ import annotations
@@ -14,10 +15,11 @@ from collections.abc import Callable
 
 import torch
 
-from . import checks
+from ...common import checks
+from ...common.arith import cdiv, pow2, shape_bucket
+from ...common.launch import Launcher, alignment, raw_stream
 from . import configs as _cfg
 from . import kernels as _k
-from .launch import Launcher
 from .scratch import scratch
 
 Tensor = torch.Tensor
@@ -47,49 +49,32 @@ def _dot_prec(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def _alignment(*xs) -> bool | tuple[bool, ...]:
-    """True when every given tensor (None skipped) starts on a 16-byte boundary, else the flag of
-    each: part of the launch key, as Triton specializes on it."""
-    for x in xs:
-        if x is not None and x.data_ptr() % 16:
-            return tuple(y is None or y.data_ptr() % 16 == 0 for y in xs)
-    return True
-
-
-def _raw_stream(x: Tensor) -> int | None:
-    """The current device's current CUDA stream as a raw handle, the one Triton's own launch would
-    take (None off the GPU / unknown torch)."""
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    dev = getattr(torch._C, "_cuda_getDevice", None)
-    return get(dev()) if get is not None and dev is not None and x.is_cuda else None
-
-
 _FWD_LAUNCH = Launcher(_k, "lightning_fwd", "lightning_fwd_kernel", _INTERP_META)
 _BWD_LAUNCH = Launcher(_k, "lightning_bwd", "lightning_bwd_kernel", _INTERP_META)
 
 
 def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, align=None, stream=None):
     """Forward launch on contiguous inputs; returns (o, final state or None). ``align``: the
-    inputs' _alignment, if the caller has it (outputs are fresh, hence aligned)."""
+    inputs' alignment, if the caller has it (outputs are fresh, hence aligned)."""
     ensure_allocator()
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     dev, dtype = q.device, q.dtype
     if align is None:
-        align = _alignment(q, k, v, g, h0, cu)
+        align = alignment(q, k, v, g, h0, cu)
     o = _empty(b, t, h, e, dtype=dtype, device=dev)
     ht = _empty(n, h, d, e, dtype=torch.float32, device=dev) if store_ht else None
     args = (q, k, v, h0 if h0 is not None else g, g, cu if cu is not None else g,
-            t, h, hkv, scale, _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o)
+            t, h, hkv, scale, shape_bucket(t, n * h), o, ht if ht is not None else o)
     key = (q.shape, hkv, e, n, dtype, q.get_device(), h0 is not None, None if cu is None else cu.dtype,
            reverse, store_ht, align)
 
     def spec():
-        grid = lambda meta: (_cfg.cdiv(e, meta["BV"]), n * h)  # noqa: E731
-        return grid, dict(KD=d, VD=e, BK=_cfg.pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None,
+        grid = lambda meta: (cdiv(e, meta["BV"]), n * h)  # noqa: E731
+        return grid, dict(KD=d, VD=e, BK=pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None,
                           STORE_HT=bool(store_ht), IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(dtype))
 
-    _FWD_LAUNCH(key, args, spec, stream if stream is not None else _raw_stream(q))
+    _FWD_LAUNCH(key, args, spec, stream if stream is not None else raw_stream(q))
     return o, ht
 
 
@@ -102,23 +87,23 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, align=None, st
     grp = h // hkv
     dev, dtype = q.device, q.dtype
     if align is None:
-        align = _alignment(q, k, v, g, h0, cu, do, dht)
+        align = alignment(q, k, v, g, h0, cu, do, dht)
     dq = _empty(b, t, h, d, dtype=dtype, device=dev)
     gdt = dtype if grp == 1 else torch.float32  # GQA: per query head in fp32, summed below
     dk = _empty(b, t, h, d, dtype=gdt, device=dev)
     dv = _empty(b, t, h, e, dtype=gdt, device=dev)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=dev) if h0 is not None else None
     inputs = (q, k, v, do, h0 if h0 is not None else g, dht if dht is not None else g, g,
-              cu if cu is not None else g, t, h, hkv, scale, _cfg.shape_bucket(t, n * h))
+              cu if cu is not None else g, t, h, hkv, scale, shape_bucket(t, n * h))
     key = (q.shape, hkv, e, n, dtype, q.get_device(), h0 is not None, dht is not None,
            None if cu is None else cu.dtype, reverse, align)
     if stream is None:
-        stream = _raw_stream(q)
+        stream = raw_stream(q)
     tail = dh0 if dh0 is not None else g
     for role, out, split in ((0, dq, d), (1, dk, d), (2, dv, e)):
         def spec(role=role, split=split):
-            grid = lambda meta: (_cfg.cdiv(split, meta["BV"]), n * h)  # noqa: E731
-            return grid, dict(KD=d, VD=e, BKD=_cfg.pow2(d), BVD=_cfg.pow2(e), ROLE=role, REVERSE=bool(reverse),
+            grid = lambda meta: (cdiv(split, meta["BV"]), n * h)  # noqa: E731
+            return grid, dict(KD=d, VD=e, BKD=pow2(d), BVD=pow2(e), ROLE=role, REVERSE=bool(reverse),
                               HAS_H0=h0 is not None, HAS_DHT=dht is not None, IS_VARLEN=cu is not None,
                               DOT_PREC=_dot_prec(dtype))
 
@@ -158,7 +143,7 @@ class LightningAttnFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, h0, rest):
         g, scale, reverse, cu, store_ht, n = rest
-        align = _alignment(q, k, v, g, h0, cu)
+        align = alignment(q, k, v, g, h0, cu)
         o, ht = lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, align)
         ctx.save_for_backward(q, k, v, h0)
         ctx.rest, ctx.align = rest, align
@@ -171,7 +156,7 @@ class LightningAttnFunction(torch.autograd.Function):
         q, k, v, h0 = ctx.saved_tensors
         g, scale, reverse, cu, _, n = ctx.rest
         do, dht = grad_outputs(q, v, do, dht)
-        align = (ctx.align, _alignment(do, dht))
+        align = (ctx.align, alignment(do, dht))
         dq, dk, dv, dh0 = lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, align)
         return dq, dk, dv, dh0, None
 
@@ -191,8 +176,8 @@ def lightning_attn_triton(
     ``S_t = exp(γ_h)·S_{t−1} + k_t v_tᵀ``, ``o_t = scale·S_tᵀ q_t``; returns ``(o, S_T)`` with o in
     the input dtype and S_T fp32 ``[N, H, D, E]`` (None unless ``output_final_state``).
     Differentiable in q, k, v, initial_state and through S_T. ``cu_seqlens`` on the GPU is taken
-    as it is (int32 or int64; its values are not read on the host, see ``checks``); as a list,
-    array or CPU tensor its values are checked and copied to the device once per distinct value.
+    as it is (int32 or int64; its values are not read on the host, see ``common.checks``); as a
+    list, array or CPU tensor its values are checked and copied to the device once per distinct value.
     """
     n, _, _ = checks.validate(q, k, v, initial_state, cu_seqlens)
     b, t, h, d = q.shape

@@ -151,7 +151,7 @@ def test_g_in_bf16_and_fp16_is_cumulated_in_fp32():
 def _record_launches(monkeypatch) -> list:
     """Replace every GLA kernel with a spy that logs (kernel, grid, keyword arguments) and runs it."""
     from lattnbench.kernels.triton.gla import kernels as gla_kernels
-    from lattnbench.kernels.triton.lightning.launch import forget_tuning
+    from lattnbench.kernels.common.launch import forget_tuning
 
     log = []
 
@@ -267,7 +267,7 @@ def test_every_launch_runs_at_one_chunk():
 def test_prep_writes_every_chunks_operands_and_scores(reverse, normaliser):
     # varlen with a one-row sequence and partial chunks, GQA, two programs a row striding the
     # chunks; the scores A exact at gates whose chunk depth is far past fp32's exponent range
-    from lattnbench.kernels.triton.lightning import checks
+    from lattnbench.kernels.common import checks
 
     gen = torch.Generator().manual_seed(11)
     cu, h, hkv, d = [0, 21, 22, 50], 2, 1, 24

@@ -48,7 +48,7 @@ def test_checks_accept_gqa_and_keep_g_in_its_dtype():
     (dict(h0=np.zeros((1, 2, 16, 8), np.float32)), ValueError, "initial_state"),
 ])
 def test_bad_calls_fail_before_any_launch(monkeypatch, args, exc, needle):
-    monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: pytest.fail("jax-triton imported"))
+    monkeypatch.setattr(jax_bridge, "jax_triton", lambda: pytest.fail("jax-triton imported"))
     q, k, v, g = _arrays(args.get("g_heads", 2))
     with pytest.raises(exc, match=needle):
         jax_bridge.gla_jax_triton(q, k, v, g, initial_state=args.get("h0"), cu_seqlens=args.get("cu"))
@@ -68,7 +68,7 @@ def test_every_launch_matches_its_kernel_and_each_pass_launches_once(monkeypatch
     import jax.numpy as jnp
 
     fake = AliasingJaxTriton()
-    monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: fake)
+    monkeypatch.setattr(jax_bridge, "jax_triton", lambda: fake)
     monkeypatch.setattr(jax_bridge, "_FN", None)
     q, k, v, g = (jnp.asarray(x) for x in _arrays(d=24))
     args = (q, k, v, g) + ((jnp.zeros((1, 2, 24, 24), jnp.float32),) if h0 else ())

@@ -17,6 +17,7 @@ import torch
 
 from lattnbench.kernels.decay import lightning_decay
 from lattnbench.kernels.naive.torch_ref import lightning_naive
+from lattnbench.kernels.common.arith import cdiv
 from lattnbench.kernels.triton.lightning import configs as C
 from lattnbench.kernels.triton.lightning import lightning_attn, lightning_attn_triton
 from lattnbench.kernels.triton.lightning import ops as tl_ops
@@ -300,7 +301,7 @@ def test_backward_launches_the_three_passes(monkeypatch):
     o.backward(torch.randn(o.shape, generator=g))
     bv = tl_ops._INTERP_META["BV"]
     assert roles == [0, 1, 2]
-    assert spy.grids == [(C.cdiv(32, bv), 2), (C.cdiv(32, bv), 2), (C.cdiv(48, bv), 2)]
+    assert spy.grids == [(cdiv(32, bv), 2), (cdiv(32, bv), 2), (cdiv(48, bv), 2)]
     assert all(torch.isfinite(x.grad).all() for x in leaves)
 
 

@@ -8,6 +8,7 @@ import contextvars
 import pytest
 import torch
 
+from lattnbench.kernels.common import arith as A
 from lattnbench.kernels.triton.lightning import configs as C
 from lattnbench.kernels.triton.lightning import ops as tl_ops
 
@@ -59,7 +60,7 @@ def test_prune_keeps_bv_within_the_split_dimension(gpu_lists, monkeypatch):
     cfgs = C.autotune_configs(C.BWD_CONFIGS, C.BWD_CONFIGS_T)
     for role, split in ((0, 48), (1, 48), (2, 40)):
         kept = C.prune_configs(cfgs, {"KD": 48, "VD": 40, "ROLE": role, "SHAPE_BUCKET": 2})
-        assert kept and all(c.kwargs["BV"] <= C.pow2(split) for c in kept)
+        assert kept and all(c.kwargs["BV"] <= A.pow2(split) for c in kept)
     dq = C.prune_configs(cfgs, {"KD": 128, "VD": 16, "ROLE": 0})
     assert any(c.kwargs["TR"] and c.kwargs["BV"] == 128 for c in dq)
     fwd = C.autotune_configs(C.FWD_CONFIGS, C.FWD_CONFIGS_T)
@@ -89,20 +90,20 @@ def test_prune_drops_descriptor_configs_when_short_unaligned_or_unavailable(gpu_
 def test_shape_bucket_separates_sequence_lengths_and_small_grids():
     """The autotune key: a config tuned on a small grid (a gradient check at B2 H8) must not be
     reused for a full one (B4 H32) of the same length, nor one tuned at 4096 tokens for 8192."""
-    buckets = {(t, rows): C.shape_bucket(t, rows) for t in (1, 1024, 1025, 4096, 4097, 32768)
-               for rows in (1, 16, C.FEW_ROWS - 1, C.FEW_ROWS, 128, 4096)}
+    buckets = {(t, rows): A.shape_bucket(t, rows) for t in (1, 1024, 1025, 4096, 4097, 32768)
+               for rows in (1, 16, A.FEW_ROWS - 1, A.FEW_ROWS, 128, 4096)}
     for (t, rows), b in buckets.items():
         same = [key for key, other in buckets.items() if other == b]
         assert all((key[0] <= 1024) == (t <= 1024) and (key[0] <= 4096) == (t <= 4096) for key in same)
-        assert all((key[1] < C.FEW_ROWS) == (rows < C.FEW_ROWS) for key in same)
-        assert C.long_sequence(b) == (t > 4096)
+        assert all((key[1] < A.FEW_ROWS) == (rows < A.FEW_ROWS) for key in same)
+        assert A.long_sequence(b) == (t > 4096)
     assert len(set(buckets.values())) == 6
 
 
 @pytest.mark.parametrize("x,want", [(1, 16), (16, 16), (17, 32), (48, 64), (128, 128), (129, 256)])
 def test_pow2_and_cdiv(x, want):
-    assert C.pow2(x) == want
-    assert C.cdiv(x, 16) == -(-x // 16)
+    assert A.pow2(x) == want
+    assert A.cdiv(x, 16) == -(-x // 16)
 
 
 def test_ensure_allocator_sets_only_a_missing_one():

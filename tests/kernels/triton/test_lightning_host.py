@@ -15,8 +15,9 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
+from lattnbench.kernels.common import checks
 from lattnbench.kernels.naive.torch_ref import lightning_naive
-from lattnbench.kernels.triton.lightning import checks, lightning_attn_triton
+from lattnbench.kernels.triton.lightning import lightning_attn_triton
 from lattnbench.kernels.triton.lightning import ops as tl_ops
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 

@@ -46,7 +46,7 @@ def test_scalars_reach_jax_triton_as_fp32_not_fp64(monkeypatch):
     from lattnbench.kernels.triton.lightning import jax_bridge
 
     fake = SignatureCheckingJaxTriton()
-    monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: fake)
+    monkeypatch.setattr(jax_bridge, "jax_triton", lambda: fake)
     q, k, v = (jnp.asarray(_x(1, 8, 2, 16)) for _ in range(3))
     jax_bridge._fwd_call(q, k, v, jnp.zeros(2, jnp.float32), None, 0.25, False)
     jax_bridge._bwd_call(q, k, v, q, jnp.zeros(2, jnp.float32), None, jnp.zeros((1, 2, 16, 16), jnp.float32),
@@ -72,7 +72,7 @@ def test_launch_config_orientation(monkeypatch, d, e, dtype, want):
     from lattnbench.kernels.triton.lightning import jax_bridge
 
     fake = SignatureCheckingJaxTriton()
-    monkeypatch.setattr(jax_bridge, "_jax_triton", lambda: fake)
+    monkeypatch.setattr(jax_bridge, "jax_triton", lambda: fake)
     dt = getattr(jnp, dtype)
     q, k = jnp.asarray(_x(1, 8, 2, d), dt), jnp.asarray(_x(1, 8, 2, d), dt)
     v = jnp.asarray(_x(1, 8, 2, e), dt)

@@ -1,4 +1,4 @@
-"""The lean launch path (kernels/triton/lightning/launch.py), with stand-ins for Triton's autotuned
+"""The lean launch path (kernels/common/launch.py), with stand-ins for Triton's autotuned
 kernel and compiled kernel: the compiled kernel must get exactly the arguments Triton's binder
 would, a new launch key must go through the autotuner, and ops' launch keys must change with
 everything Triton specializes on."""
@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from lattnbench.kernels.triton.lightning.launch import Launcher, PlainLauncher
+from lattnbench.kernels.common.launch import Launcher, PlainLauncher
 
 
 def kernel_fn(q, k, g, T, H, scale, T_BUCKET, o, KD, FLAG, BT, BV, EXTRA=0):

@@ -1,4 +1,5 @@
-"""Lean launches of the autotuned kernels: after the first call of a launch key, reuse its compiled
+"""Lean launches of the autotuned kernels, and the launch-key parts every family's ``ops`` takes
+(``alignment``, ``raw_stream``): after the first call of a launch key, reuse its compiled
 kernel, tuned config and bound runner instead of going through Triton's autotuner and argument
 binder.
 
@@ -8,7 +9,7 @@ so the launch path is what decides its time there.
 
 The launch key is the caller's: it must fix everything Triton specializes on (tensor dtypes and
 16-byte alignment, integers equal to 1 / divisible by 16 / beyond int32, the constexprs, the
-autotune key, the device) and the grid. ``ops`` keys a launch by its full shape, dtype, flags,
+autotune key, the device) and the grid. Each ``ops`` keys a launch by its full shape, dtype, flags,
 alignment and device, a superset of that: a key can miss more often than Triton's own cache,
 never hit wrongly. LIGHTNING_TRITON_FAST_LAUNCH=0 (read when a launcher is made, i.e. at import)
 always takes Triton's own path: both give bit-identical results (the same compiled kernel), so
@@ -22,6 +23,8 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
+import torch
+
 _LAUNCHERS: "weakref.WeakSet[Launcher]" = weakref.WeakSet()
 
 # what a launch needs beyond its arguments, asked for only on a key's first call: (grid of the
@@ -34,6 +37,23 @@ def forget_tuning() -> None:
     caches cleared, the next call tunes again at its own shape)."""
     for launcher in list(_LAUNCHERS):
         launcher.cache.clear()
+
+
+def alignment(*xs) -> bool | tuple[bool, ...]:
+    """True when every given tensor (None skipped) starts on a 16-byte boundary, else the flag of
+    each: part of the launch key, as Triton specializes on it."""
+    for x in xs:
+        if x is not None and x.data_ptr() % 16:
+            return tuple(y is None or y.data_ptr() % 16 == 0 for y in xs)
+    return True
+
+
+def raw_stream(x: torch.Tensor) -> int | None:
+    """The current device's current CUDA stream as a raw handle, the one Triton's own launch would
+    take (None off the GPU / unknown torch)."""
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    dev = getattr(torch._C, "_cuda_getDevice", None)
+    return get(dev()) if get is not None and dev is not None and x.is_cuda else None
 
 
 def fast_launch_enabled() -> bool:
