@@ -58,8 +58,7 @@ MIN_SAMPLES = 5
 MIN_RUNS = 2
 FAILING = ("REGRESSION", "FAIL", "LOST")
 #: default thresholds when the baseline records none: GPU runs, and CPU runs, whose ratios to the
-#: reference move by up to 2.3x between re-runs of unchanged code on 2 shared cores
-#: (results/cpu/ci-spread, results/cpu/gate-unchanged)
+#: reference move by up to 2.3x between re-runs of unchanged code on 2 shared cores (docs/methodology.md)
 GPU_THRESHOLD = 0.10
 CPU_THRESHOLD = 1.00
 METHOD = (f"a change counts when its interval lies wholly beyond the threshold: per-run kernel/reference "
