@@ -2,7 +2,7 @@
 (forward and each backward role) and the interpreter's fixed config, compiled ahead of time for
 sm_90 (no GPU needed), at D = E = 128 bf16 with the launch flags of the common calls.
 
-What it is for: a change to ``kernels/triton/lightning/`` that should not change the generated
+What it is for: a change to ``kernels/lightning/triton/`` that should not change the generated
 code (a refactor, a comment, a renamed helper) proves it with two runs whose outputs are equal:
 
     python bench/ptx_fingerprint.py > after.txt                    # this checkout
@@ -48,7 +48,7 @@ VARIANTS = {
 
 
 def load_kernels(root: Path):
-    """lattnbench.kernels.triton.lightning.kernels of the checkout at ``root``, compiled for a GPU."""
+    """lattnbench.kernels.lightning.triton.kernels of the checkout at ``root``, compiled for a GPU."""
     os.environ.pop("TRITON_INTERPRET", None)
     for name in [m for m in sys.modules if m == "lattnbench" or m.startswith("lattnbench.")]:
         del sys.modules[name]
@@ -60,14 +60,14 @@ def load_kernels(root: Path):
     pkg = importlib.util.module_from_spec(spec)
     sys.modules["lattnbench.kernels"] = pkg
     spec.loader.exec_module(pkg)
-    return importlib.import_module("lattnbench.kernels.triton.lightning.kernels")
+    return importlib.import_module("lattnbench.kernels.lightning.triton.kernels")
 
 
 def interp_config(K):
     """(BT, BV, num_warps, num_stages) of the interpreter's fixed launch (TR 0)."""
     mod = K
     if not hasattr(K, "INTERP_CONFIG"):
-        mod = importlib.import_module("lattnbench.kernels.triton.lightning.configs")
+        mod = importlib.import_module("lattnbench.kernels.lightning.triton.configs")
     return tuple(mod.INTERP_CONFIG)
 
 

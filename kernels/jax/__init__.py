@@ -1,9 +1,11 @@
 """Pure JAX/XLA kernels (recurrent, chunked) with their naive references, and the jax-triton bridge.
 
 Public API (the seeds'): ``recurrent``, ``lightning_attn``, ``recurrent_gla``, each with ``impl=``.
-The gated delta rule lives in its own modules, imported from there (a package attribute of the
-same name would shadow the module): ``gdn_chunked.gdn_chunked`` (WY form) and
-``gdn_recurrent.gdn_recurrent`` (token scan).
+
+Shared by the Lightning and GLA families rather than split between them: ``api``, ``chunked`` (one
+entry point dispatching to Lightning's ``lightning_chunked`` or the GLA form), ``recurrent`` and
+``naive`` each serve the general recurrence, of which Lightning and GLA are cases. The gated
+delta rule has its own package, ``lattnbench.kernels.gdn.jax``.
 """
 from .api import IMPLS, lightning_attn, recurrent, recurrent_gla
 from .chunked import chunked_attention

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from ..decay import lightning_decay
 from . import naive as _naive
-from ._common import check_inputs
+from ..common.jax_helpers import check_inputs
 from .chunked import chunked_attention
 from .recurrent import recurrent_attention
 
@@ -63,11 +63,11 @@ def _run_triton(query, key, value, gamma, scale, initial_state, reverse, cu_seql
         import jax
         if jax.default_backend() != "gpu":
             raise RuntimeError(f"the JAX backend is {jax.default_backend()!r}")
-        from ..triton.lightning.jax_bridge import lightning_attn_jax_triton
+        from ..lightning.triton.jax_bridge import lightning_attn_jax_triton
     except (ImportError, RuntimeError) as exc:
         raise RuntimeError(
             "impl='triton' is unavailable: it needs a CUDA GPU, jax-triton and "
-            f"lattnbench.kernels.triton.lightning.jax_bridge ({exc}); use impl='chunked'") from exc
+            f"lattnbench.kernels.lightning.triton.jax_bridge ({exc}); use impl='chunked'") from exc
     try:
         return lightning_attn_jax_triton(query, key, value, gamma=gamma, scale=scale,
                                          initial_state=initial_state, reverse=reverse)

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._common import (HIGHEST, check_inputs, concrete_cu, default_scale, expand_kv, flip_cu,
+from ..common.jax_helpers import (HIGHEST, check_inputs, concrete_cu, default_scale, expand_kv, flip_cu,
                       gamma_array, varlen_layout)
 from .lightning_chunked import CHUNK as LIGHTNING_CHUNK, decay_bound, lightning_chunked
 

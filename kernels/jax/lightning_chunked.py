@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._common import HIGHEST, varlen_layout
+from ..common.jax_helpers import HIGHEST, varlen_layout
 
 F32 = jnp.float32
 #: the block length C

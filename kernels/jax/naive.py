@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from ._common import HIGHEST, check_inputs, concrete_cu, default_scale, expand_kv
+from ..common.jax_helpers import HIGHEST, check_inputs, concrete_cu, default_scale, expand_kv
 
 
 def _einsum(spec, *ops):

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._common import (HIGHEST, check_inputs, default_scale, expand_kv, flip_cu, gamma_array,
+from ..common.jax_helpers import (HIGHEST, check_inputs, default_scale, expand_kv, flip_cu, gamma_array,
                       is_concrete, varlen_maps)
 
 F32 = jnp.float32

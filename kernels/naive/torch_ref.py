@@ -50,7 +50,7 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor, initial_state: Tensor | None, 
     return n
 
 
-def _per_sequence(
+def per_sequence(
     fn: Callable[..., tuple[Tensor, Tensor]],
     q: Tensor, k: Tensor, v: Tensor, gates: dict[str, Tensor | None],
     initial_state: Tensor | None, cu_seqlens, **kw,
@@ -87,7 +87,7 @@ def lightning_naive(
     """Quadratic form: o = scale·((Q Kᵀ) ⊙ M) V + decayed S_0 term, M[t,s] = exp(γ(t−s)), s ≤ t."""
     n = check_inputs(q, k, v, initial_state, cu_seqlens)
     if cu_seqlens is not None:
-        return _per_sequence(lightning_naive, q, k, v, {}, initial_state, cu_seqlens,
+        return per_sequence(lightning_naive, q, k, v, {}, initial_state, cu_seqlens,
                              gamma=gamma, scale=scale, reverse=reverse)
     b, t, h, d = q.shape
     e = v.shape[3]
@@ -123,7 +123,7 @@ def recurrent_naive(
     """Token-by-token general recurrence S_t = (exp(g+gk+γ) ⊗ exp(gv)) ⊙ S_{t−1} + k_t v_tᵀ."""
     check_inputs(q, k, v, initial_state, cu_seqlens)
     if cu_seqlens is not None:
-        return _per_sequence(recurrent_naive, q, k, v, {"g": g, "gk": gk, "gv": gv}, initial_state, cu_seqlens,
+        return per_sequence(recurrent_naive, q, k, v, {"g": g, "gk": gk, "gv": gv}, initial_state, cu_seqlens,
                              g_gamma=g_gamma, scale=scale, reverse=reverse)
     b, t, h, d = q.shape
     e = v.shape[3]
@@ -160,7 +160,7 @@ def lightning_chunked(
     """
     check_inputs(q, k, v, initial_state, cu_seqlens)
     if cu_seqlens is not None:
-        return _per_sequence(lightning_chunked, q, k, v, {}, initial_state, cu_seqlens,
+        return per_sequence(lightning_chunked, q, k, v, {}, initial_state, cu_seqlens,
                              gamma=gamma, scale=scale, reverse=reverse, chunk=chunk)
     if reverse:
         flip = lambda x: x.flip(1)  # noqa: E731 - reverse = forward on the flipped sequence

@@ -143,7 +143,7 @@ class JaxProblem(Problem):
 def _split_over_devices(arrays: dict, case: Case) -> dict:
     """A sequence-parallel kernel's inputs, placed once where its shard_map wants them: [B, T, ...]
     tensors split along T over the mesh axis, the states replicated."""
-    from lattnbench.kernels.parallel.jax_sp import sequence_mesh, shardings
+    from lattnbench.kernels.lightning.parallel.jax_sp import sequence_mesh, shardings
 
     found = len(jax.devices())
     if found != case.world_size:

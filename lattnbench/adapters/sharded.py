@@ -149,7 +149,7 @@ class ShardedTorchProblem(TorchProblem):
                  arrays: dict[str, np.ndarray] | None = None, tensors=None, leader: bool = True) -> None:
         if case.world_size != world_size():
             raise Unsupported(f"world size {case.world_size} asked for, but {world_size()} ranks run")
-        from lattnbench.kernels.parallel import shard_bounds
+        from lattnbench.kernels.lightning.parallel import shard_bounds
 
         self.leader = leader and world_size() > 1
         if self.leader:
@@ -228,7 +228,7 @@ class ShardedTorchProblem(TorchProblem):
     @_announced
     def measure_comm(self, mode: str) -> None:
         """One call of ``mode`` with the collectives timed: time in them and bytes sent, per rank."""
-        from lattnbench.kernels.parallel.comm import STATS
+        from lattnbench.kernels.lightning.parallel.comm import STATS
 
         calls = {"fwd": super().fwd, "fwdbwd": super().fwdbwd}
         call = calls.get(mode) or self._bwd or TorchProblem.bwd_callable(self)

@@ -25,7 +25,7 @@ def _lightning_naive_torch() -> Callable:
 
 
 def _lightning_triton() -> Callable:
-    from lattnbench.kernels.triton.lightning import lightning_attn_triton
+    from lattnbench.kernels.lightning.triton import lightning_attn_triton
 
     def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
         return lightning_attn_triton(q, k, v, gamma=gamma, scale=scale, initial_state=initial_state,
@@ -34,7 +34,7 @@ def _lightning_triton() -> Callable:
 
 
 def _lightning_gluon() -> Callable:
-    from lattnbench.kernels.gluon.lightning import lightning_attn_gluon
+    from lattnbench.kernels.lightning.gluon import lightning_attn_gluon
 
     def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
         return lightning_attn_gluon(q, k, v, gamma=gamma, scale=scale, initial_state=initial_state,
@@ -46,7 +46,7 @@ def _gluon_device(device: str) -> str | None:
     """Why ``lightning/gluon`` cannot run on ``device`` (no Gluon, not an sm_90 GPU), or None."""
     import torch
 
-    from lattnbench.kernels.gluon.lightning import device_reason
+    from lattnbench.kernels.lightning.gluon import device_reason
 
     if device == "cuda" and not torch.cuda.is_available():
         return "no CUDA device visible"
@@ -109,7 +109,7 @@ def compiled_step(run: Callable, mode: str | None = "reduce-overhead", backend: 
 def _lightning_sp(comm: str) -> Callable[[], Callable]:
     """This rank's shard through the sequence-parallel step over the default process group."""
     def loader() -> Callable:
-        from lattnbench.kernels.parallel.lightning_sp import lightning_attn_sp
+        from lattnbench.kernels.lightning.parallel.lightning_sp import lightning_attn_sp
 
         def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
             return lightning_attn_sp(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens, comm=comm)
@@ -118,7 +118,7 @@ def _lightning_sp(comm: str) -> Callable[[], Callable]:
 
 
 def _lightning_jax_sp() -> Callable:
-    from lattnbench.kernels.parallel.jax_sp import lightning_attn_shard_map
+    from lattnbench.kernels.lightning.parallel.jax_sp import lightning_attn_shard_map
 
     def fn(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
         if cu_seqlens is not None:
@@ -161,7 +161,7 @@ def _jax_gla(impl: str) -> Callable[[], Callable]:
 
 
 def _gla_triton() -> Callable:
-    from lattnbench.kernels.triton.gla import gla_triton
+    from lattnbench.kernels.gla.triton import gla_triton
 
     def fn(q, k, v, g, scale, initial_state, reverse, cu_seqlens):
         return gla_triton(q, k, v, g, scale=scale, initial_state=initial_state, output_final_state=True,
@@ -170,7 +170,7 @@ def _gla_triton() -> Callable:
 
 
 def _gla_jax_triton() -> Callable:
-    from lattnbench.kernels.triton.gla.jax_bridge import gla_jax_triton
+    from lattnbench.kernels.gla.triton.jax_bridge import gla_jax_triton
 
     def fn(q, k, v, g, scale, initial_state, reverse, cu_seqlens):
         return gla_jax_triton(q, k, v, g, scale=scale, initial_state=initial_state, reverse=reverse,
@@ -192,7 +192,7 @@ def _no_reverse(name: str, reverse) -> None:
 
 
 def _gdn_naive_torch() -> Callable:
-    from lattnbench.kernels.naive.gdn import gdn_naive
+    from lattnbench.kernels.gdn.naive import gdn_naive
 
     def fn(q, k, v, g, beta, scale, initial_state, reverse, cu_seqlens):
         _no_reverse("gdn_naive", reverse)
@@ -209,9 +209,9 @@ def _jax_gdn(impl: str) -> Callable[[], Callable]:
         import numpy as np
 
         if impl == "chunked":
-            from lattnbench.kernels.jax.gdn_chunked import gdn_chunked as kernel
+            from lattnbench.kernels.gdn.jax.gdn_chunked import gdn_chunked as kernel
         else:
-            from lattnbench.kernels.jax.gdn_recurrent import gdn_recurrent as kernel
+            from lattnbench.kernels.gdn.jax.gdn_recurrent import gdn_recurrent as kernel
 
         def fn(q, k, v, g, beta, scale, initial_state, reverse, cu_seqlens):
             _no_reverse(f"gdn_{impl}", reverse)

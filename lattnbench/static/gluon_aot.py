@@ -22,7 +22,7 @@ import re
 from lattnbench.static import ptx as ptxmod
 from lattnbench.static.triton_aot import _compile, _parse_ptxas_log
 
-MODULE = "lattnbench.kernels.gluon.lightning.kernels"
+MODULE = "lattnbench.kernels.lightning.gluon.kernels"
 
 # a scalar pointer plus an offset in TTIR / TTGIR: ``%res = tt.addptr %base, %off : !tt.ptr<T>, iN``
 # (a tile's offsets are tensors, typed ``tensor<...>``, and do not match)
@@ -37,7 +37,7 @@ def scalar_offsets(ir: str) -> list[tuple[str, str, str]]:
 
 
 def _desc_type(block: list[int], dtype: str):
-    from lattnbench.kernels.gluon.lightning.compat import gl
+    from lattnbench.kernels.lightning.gluon.compat import gl
 
     elem = gl.bfloat16 if dtype == "bf16" else gl.float16
     layout = gl.NVMMASharedLayout.get_default_for(block, elem)
@@ -51,9 +51,9 @@ def forward_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: boo
     ``has_h0``."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from lattnbench.kernels.gluon.lightning import configs as C
-    from lattnbench.kernels.gluon.lightning import kernels as K
-    from lattnbench.kernels.gluon.lightning.compat import gl
+    from lattnbench.kernels.lightning.gluon import configs as C
+    from lattnbench.kernels.lightning.gluon import kernels as K
+    from lattnbench.kernels.lightning.gluon.compat import gl
 
     cfg = C.config_for(e)
     elem = gl.bfloat16 if dtype == "bf16" else gl.float16
@@ -103,8 +103,8 @@ def compile_end_terms(d: int = 128, e: int = 128, dtype: str = "bf16", has_dht: 
     """Compile the backward's end-term launch for sm_90 as ``end_terms.end_terms`` launches it (fp32
     states, k, v, dk, dv in ``dtype``) and return registers, spills and its ``scalar_offsets``
     (from the TTIR, where the arguments keep their names)."""
-    from lattnbench.kernels.gluon.lightning import configs as C
-    from lattnbench.kernels.gluon.lightning import end_terms as ET
+    from lattnbench.kernels.lightning.gluon import configs as C
+    from lattnbench.kernels.lightning.gluon import end_terms as ET
     from lattnbench.kernels.common.arith import pow2
     from lattnbench.static.triton_aot import compile_sm90, source
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 def lightning(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):
     """lightning/triton under the probe's name (the unchanged kernel)."""
-    from lattnbench.kernels.triton.lightning import lightning_attn_triton
+    from lattnbench.kernels.lightning.triton import lightning_attn_triton
 
     return lightning_attn_triton(q, k, v, gamma=gamma, scale=scale, initial_state=initial_state,
                                  output_final_state=True, reverse=reverse, cu_seqlens=cu_seqlens)

@@ -17,8 +17,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from lattnbench.kernels.triton.gla import gla_triton  # noqa: E402
-from lattnbench.kernels.triton.gla.naive import gla_naive  # noqa: E402
+from lattnbench.kernels.gla.triton import gla_triton  # noqa: E402
+from lattnbench.kernels.gla.triton.naive import gla_naive  # noqa: E402
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -100,7 +100,7 @@ def test_gla_jax_triton_every_tensor_within_tolerance(problem):
     except ImportError:
         pytest.skip("jax-triton is not installed")
 
-    from lattnbench.kernels.triton.gla.jax_bridge import gla_jax_triton
+    from lattnbench.kernels.gla.triton.jax_bridge import gla_jax_triton
 
     name, x, ref = problem
     jdt = jnp.float16 if name == "fp16" else jnp.bfloat16

@@ -19,11 +19,11 @@ import torch
 
 from lattnbench.kernels.decay import alibi_decay
 from lattnbench.kernels.naive.torch_ref import lightning_naive
-from lattnbench.kernels.triton.lightning import kernels as K
-from lattnbench.kernels.triton.lightning import lightning_attn_triton
+from lattnbench.kernels.lightning.triton import kernels as K
+from lattnbench.kernels.lightning.triton import lightning_attn_triton
 from lattnbench.kernels.common.arith import long_sequence, shape_bucket
 from lattnbench.kernels.common.launch import forget_tuning
-from lattnbench.kernels.triton.lightning.configs import FP32_CONFIG
+from lattnbench.kernels.lightning.triton.configs import FP32_CONFIG
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 
 pytestmark = pytest.mark.gpu

@@ -12,12 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lattnbench.kernels.gluon.lightning import gluon_backward_path, gluon_path, lightning_attn_gluon
-from lattnbench.kernels.gluon.lightning import configs as gcfg
-from lattnbench.kernels.gluon.lightning import ops as gops
+from lattnbench.kernels.lightning.gluon import gluon_backward_path, gluon_path, lightning_attn_gluon
+from lattnbench.kernels.lightning.gluon import configs as gcfg
+from lattnbench.kernels.lightning.gluon import ops as gops
 from lattnbench.kernels.naive.torch_ref import lightning_naive
-from lattnbench.kernels.triton.lightning import lightning_attn_triton
-from lattnbench.kernels.triton.lightning import ops as tops
+from lattnbench.kernels.lightning.triton import lightning_attn_triton
+from lattnbench.kernels.lightning.triton import ops as tops
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 
 pytestmark = pytest.mark.gpu
@@ -135,8 +135,8 @@ def test_end_terms_past_2_31_elements_match_the_last_sequence_alone(monkeypatch,
     """The end-term launch at B5: the last sequence's corrected row of dk and dv, and its dS_0, as
     when that sequence is launched alone; its other rows untouched. Half the heads decay past the
     floor, so the correction moves their row."""
-    from lattnbench.kernels.gluon.lightning import end_terms
-    from lattnbench.kernels.gluon.lightning.backward import LOG_DECAY_FLOOR
+    from lattnbench.kernels.lightning.gluon import end_terms
+    from lattnbench.kernels.lightning.gluon.backward import LOG_DECAY_FLOOR
 
     monkeypatch.setattr(end_terms, "_empty", lambda *s, dtype, device: torch.full(s, float("nan"), dtype=dtype,
                                                                                   device=device))

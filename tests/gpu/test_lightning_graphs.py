@@ -12,10 +12,10 @@ import functools
 import pytest
 import torch
 
-from lattnbench.kernels.triton.lightning import kernels as K
-from lattnbench.kernels.triton.lightning import lightning_attn_triton
+from lattnbench.kernels.lightning.triton import kernels as K
+from lattnbench.kernels.lightning.triton import lightning_attn_triton
 from lattnbench.kernels.common.launch import forget_tuning
-from lattnbench.kernels.triton.lightning.scratch import scratch
+from lattnbench.kernels.lightning.triton.scratch import scratch
 
 pytestmark = pytest.mark.gpu
 

@@ -14,7 +14,7 @@ import torch
 
 from lattnbench.kernels.decay import lightning_decay
 from lattnbench.kernels.naive.torch_ref import lightning_naive
-from lattnbench.kernels.triton.lightning import lightning_attn_triton
+from lattnbench.kernels.lightning.triton import lightning_attn_triton
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 
 pytestmark = pytest.mark.gpu

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 def gdn_torch(q, k, v, g, beta, scale, initial_state, reverse, cu_seqlens):
     """The reference recurrence in fp32: must pass check-grad."""
-    from lattnbench.kernels.naive.gdn import gdn_naive
+    from lattnbench.kernels.gdn.naive import gdn_naive
 
     cu = None if cu_seqlens is None else [int(c) for c in cu_seqlens]
     return gdn_naive(q, k, v, g, beta, scale=scale, initial_state=initial_state, cu_seqlens=cu)

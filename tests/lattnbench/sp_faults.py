@@ -3,7 +3,7 @@ import os
 import time
 
 from lattnbench.kernels.naive.torch_ref import lightning_naive
-from lattnbench.kernels.parallel import lightning_attn_sp
+from lattnbench.kernels.lightning.parallel import lightning_attn_sp
 
 
 def _sp(q, k, v, gamma, scale, initial_state, reverse, cu_seqlens):

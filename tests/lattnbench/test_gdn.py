@@ -168,7 +168,7 @@ def test_list_shows_the_family_with_fla_unavailable(fresh):
 FAKE_FLA = '''
 import torch
 
-from lattnbench.kernels.naive.gdn import gdn_naive
+from lattnbench.kernels.gdn.naive import gdn_naive
 
 
 def _run(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens):

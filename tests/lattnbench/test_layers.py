@@ -60,48 +60,57 @@ def test_the_check_sees_function_level_and_relative_imports(source, expected):
 
 
 # ---- between the kernel families ------------------------------------------------------------------
-#: kernels/ packages every family may import: the shared host helpers, the decay schedule and the
-#: naive references
+#: kernels/ packages every family may import: the shared host and JAX helpers, the decay schedule
+#: and the naive torch references of the general recurrence
 SHARED_KERNELS = ("kernels.common", "kernels.decay", "kernels.naive")
 #: the only imports of another family's package: (importing family, imported module), each of an
 #: entry point, never of a helper module
 CROSS_FAMILY = {
-    # the Triton path the Gluon forward falls back on, and whose backward it reuses
-    ("kernels.gluon.lightning", "kernels.triton.lightning.ops"),
-    # the registry's lightning/jax-triton through the JAX api
-    ("kernels.jax", "kernels.triton.lightning.jax_bridge"),
-    # the local pass of the sequence-parallel kernels
-    ("kernels.parallel", "kernels.triton.lightning.ops"),
-    ("kernels.parallel", "kernels.jax"),
+    # the registry's lightning/jax-triton through the JAX api (kernels/jax serves several families)
+    ("kernels.jax", "kernels.lightning.triton.jax_bridge"),
+    # the local pass of the JAX sequence-parallel kernel
+    ("kernels.lightning", "kernels.jax"),
 }
 
 
 def family(module: str) -> str:
-    """The kernel family a module of kernels/ belongs to: ``kernels.triton.gla``,
-    ``kernels.gluon.lightning`` (two levels under triton/ and gluon/), ``kernels.jax``,
-    ``kernels.common``, ..."""
-    parts = module.removeprefix("lattnbench.").split(".")
-    return ".".join(parts[:3] if parts[1:2] in (["triton"], ["gluon"]) else parts[:2])
+    """The kernel family a module of kernels/ belongs to, one level under kernels/:
+    ``kernels.lightning``, ``kernels.gla``, ``kernels.gdn``, the shared ``kernels.jax``,
+    ``kernels.naive``, ``kernels.common``, ``kernels.decay``."""
+    return ".".join(module.removeprefix("lattnbench.").split(".")[:2])
+
+
+def backend(module: str) -> str:
+    """The backend inside a family (``kernels.lightning.triton``, ``kernels.gdn.jax``), or the
+    family's module itself (``kernels.gdn.naive``)."""
+    return ".".join(module.removeprefix("lattnbench.").split(".")[:3])
 
 
 def cross_family_offenders(paths, source: str | None = None) -> list[str]:
     """Imports of another family's modules outside CROSS_FAMILY, any private name (a component
-    with a leading underscore) of another family, and any import of a family by kernels.common."""
+    with a leading underscore) of another family or of another backend of the same family, and
+    any import of a family by kernels.common."""
     bad = []
     for path in paths:
-        own = family(".".join(path.relative_to(ROOT).with_suffix("").parts))
+        mod = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        own = family(mod)
         for line, name in imports(path, source):
             name = name.removeprefix("lattnbench.")
             if not name.startswith("kernels."):
                 continue
             other = family(name)
-            # a namespace, or the package a ``from`` import names (what it imports is checked)
-            if other == own or name in ("kernels.triton", "kernels.gluon", other):
+            private = any(p.startswith("_") for p in name.split(".")[1:])
+            if backend(name) == backend(mod) or name in ("kernels", f"{other}.__init__"):
                 continue
-            if own != "kernels.common" and name.startswith(SHARED_KERNELS):
+            if other == own:  # another backend of the same family: its public names only
+                if private:
+                    bad.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+                continue
+            if name == other:  # a namespace, or the package a ``from`` import names (what it imports is checked)
+                continue
+            if own != "kernels.common" and name.startswith(SHARED_KERNELS) and not private:
                 continue
             allowed = any(own == a and (name == m or name.startswith(m + ".")) for a, m in CROSS_FAMILY)
-            private = any(p.startswith("_") for p in name.split("."))
             if not allowed or private:
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
     return sorted(set(bad))
@@ -112,26 +121,43 @@ def test_kernel_families_share_helpers_only_through_kernels_common():
     assert files and cross_family_offenders(files) == []
 
 
-def test_gla_and_gluon_import_nothing_of_lightnings_helpers():
-    """Nothing of kernels/triton/lightning in kernels/triton/gla; in kernels/gluon only the public
-    names of its ops (the fallback and the backward)."""
-    for line, name in ((ln, n) for p in sorted((ROOT / "kernels" / "triton" / "gla").rglob("*.py"))
-                       for ln, n in imports(p)):
-        assert not name.startswith("kernels.triton.lightning"), (line, name)
-    for p in sorted((ROOT / "kernels" / "gluon").rglob("*.py")):
+def test_gla_and_gdn_import_nothing_of_lightning_and_gluon_only_the_triton_ops():
+    """Nothing of kernels/lightning in kernels/gla or kernels/gdn; in kernels/lightning/gluon, of
+    the Triton backend only the public names of its ops (the fallback and the backward)."""
+    for fam in ("gla", "gdn"):
+        for p in sorted((ROOT / "kernels" / fam).rglob("*.py")):
+            for line, name in imports(p):
+                assert not name.removeprefix("lattnbench.").startswith("kernels.lightning"), (p, line, name)
+    for p in sorted((ROOT / "kernels" / "lightning" / "gluon").rglob("*.py")):
         for line, name in imports(p):
-            if name.startswith("kernels.triton.lightning"):
-                assert name in ("kernels.triton.lightning", "kernels.triton.lightning.ops"), (p, line, name)
+            if name.startswith("kernels.lightning.triton"):
+                assert name in ("kernels.lightning.triton", "kernels.lightning.triton.ops"), (p, line, name)
 
 
 @pytest.mark.parametrize("where, source", [
-    ("triton/gla", "from ..lightning.ops import _alignment\n"),
-    ("triton/gla", "from ..lightning import checks\n"),
-    ("gluon/lightning", "from ...triton.lightning.launch import PlainLauncher\n"),
-    ("gluon/lightning", "from ...triton.lightning.ops import _raw_stream\n"),
-    ("gluon/lightning", "def f():\n    from lattnbench.kernels.triton.gla import ops\n"),
-    ("common", "from ..triton.lightning import ops\n"),
+    ("gla/triton", "from ...lightning.triton.ops import _alignment\n"),  # private, other family
+    ("gla/triton", "from ...lightning.triton import configs\n"),  # other family, not allowed
+    ("gdn/jax", "from ...jax.chunked import chunked_attention\n"),  # the shared JAX layer: not for GDN
+    ("gdn/jax", "from ...naive.torch_ref import _gamma\n"),  # a private name of a shared package
+    ("lightning/gluon", "from ..triton.ops import _raw_stream\n"),  # private, same family
+    ("lightning/gluon", "def f():\n    from lattnbench.kernels.gla.triton import ops\n"),
+    ("lightning/parallel", "from ...jax.api import _impl\n"),  # allowed family, private name
+    ("jax", "from ..lightning.triton.ops import lightning_fwd\n"),  # past its allow-list entry
+    ("common", "from ..lightning.triton import ops\n"),
+    ("common", "from ..naive import torch_ref\n"),  # common imports no other kernels/ package
 ])
 def test_the_family_check_sees_helpers_of_another_family(where, source):
     probe = ROOT / "kernels" / where / "probe.py"  # where the source would sit; never written
     assert cross_family_offenders([probe], source)
+
+
+@pytest.mark.parametrize("where, source", [
+    ("lightning/gluon", "from ..triton import ops as triton_ops\n"),  # public, same family
+    ("lightning/parallel", "from ..triton.ops import lightning_fwd\n"),
+    ("lightning/parallel", "from ...jax import chunked_attention\n"),  # CROSS_FAMILY
+    ("gdn", "from ..naive.torch_ref import per_sequence\n"),  # a shared package's public name
+    ("gdn/jax", "from ...common.jax_helpers import HIGHEST\n"),
+])
+def test_the_family_check_lets_public_names_within_a_family_and_the_shared_packages(where, source):
+    probe = ROOT / "kernels" / where / "probe.py"
+    assert cross_family_offenders([probe], source) == []

@@ -56,7 +56,7 @@ class GDN(Family):
         """``gdn_naive``, the token recurrence, in fp64 on fp64 inputs (k as drawn: unit rows)."""
         if case.reverse:
             raise Unsupported("the gated delta rule has no reverse form here (no GDN kernel takes one)")
-        from lattnbench.kernels.naive.gdn import gdn_naive
+        from lattnbench.kernels.gdn.naive import gdn_naive
 
         return gdn_naive(t["q"], t["k"], t["v"], t["g"], t["beta"], scale=scale, initial_state=t.get("h0"),
                          output_final_state=True, cu_seqlens=cu_seqlens)

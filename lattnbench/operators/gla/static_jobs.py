@@ -11,7 +11,7 @@ from lattnbench.static.triton_aot import Job
 
 D = E = 128
 SEED_SHAPE = f"D=E={D} bf16"
-MODULE = "lattnbench.kernels.triton.gla.kernels"
+MODULE = "lattnbench.kernels.gla.triton.kernels"
 _BF, _F32 = "*bf16", "*fp32"
 _SCALARS = dict(T="i32", H="i32", HKV="i32", scale="fp32", SHAPE_BUCKET="i32")
 
@@ -31,7 +31,7 @@ def _job(kernel: str, function: str, types: dict, constexprs: dict, bt: int, bs:
 
 
 def _parallel_job(kernel: str, function: str, types: dict, constexprs: dict, bd: int) -> Job:
-    from lattnbench.kernels.triton.gla import configs as C
+    from lattnbench.kernels.gla.triton import configs as C
 
     meta = C.prep_meta(D, C.CHUNK, "tf32", bd)
     w = meta.pop("num_warps")
@@ -46,7 +46,7 @@ def _parallel_job(kernel: str, function: str, types: dict, constexprs: dict, bd:
 def prep_job() -> Job:
     """The one launch config of the decayed operands and scores (``ops.gla_prep``)."""
     types = dict(q=_BF, k=_BF, g=_F32, cu=_F32, T="i32", H="i32", HKV="i32", qd=_BF, kd=_BF, bl=_F32, A=_BF)
-    from lattnbench.kernels.triton.gla import configs as C
+    from lattnbench.kernels.gla.triton import configs as C
 
     return _parallel_job("gla/triton:prep", "gla_prep_kernel", types, dict(KD=D, REVERSE=False, IS_VARLEN=False),
                          C.PREP_BD)
@@ -54,7 +54,7 @@ def prep_job() -> Job:
 
 def intra_job() -> Job:
     """The one launch config of the backward's in-chunk parts (``ops.gla_bwd``)."""
-    from lattnbench.kernels.triton.gla import configs as C
+    from lattnbench.kernels.gla.triton import configs as C
 
     types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, cu=_F32, dqd=_F32, dkd=_F32, T="i32", H="i32", HKV="i32",
                  scale="fp32", dqi=_BF, dki=_BF, dga=_F32)
@@ -64,7 +64,7 @@ def intra_job() -> Job:
 
 
 def _diag_job(kernel: str, function: str, types: dict, constexprs: dict, bd: int) -> Job:
-    from lattnbench.kernels.triton.gla import configs as C
+    from lattnbench.kernels.gla.triton import configs as C
 
     meta = C.diag_meta(D, C.CHUNK, bd)
     w = meta.pop("num_warps")
@@ -78,7 +78,7 @@ def _diag_job(kernel: str, function: str, types: dict, constexprs: dict, bd: int
 
 def diag_scores_job() -> Job:
     """The one launch config of the scores' diagonal sub-chunk blocks (``ops.gla_prep``)."""
-    from lattnbench.kernels.triton.gla import configs as C
+    from lattnbench.kernels.gla.triton import configs as C
 
     types = dict(q=_BF, k=_BF, g=_F32, cu=_F32, A_in=_BF, T="i32", H="i32", HKV="i32", A=_BF)
     return _diag_job("gla/triton:diag-scores", "gla_diag_scores_kernel", types,
@@ -87,7 +87,7 @@ def diag_scores_job() -> Job:
 
 def bwd_diag_job() -> Job:
     """The one launch config of the backward's pairs inside a sub-chunk (``ops.gla_bwd``)."""
-    from lattnbench.kernels.triton.gla import configs as C
+    from lattnbench.kernels.gla.triton import configs as C
 
     types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, cu=_F32, T="i32", H="i32", HKV="i32", scale="fp32",
                  dqd=_F32, dkd=_F32)
@@ -128,7 +128,7 @@ def default_jobs() -> list[Job]:
     """The parallel launches (prep, diagonal scores, the backward's diagonal and in-chunk ones),
     every default autotune config of the four sweeps, and each sweep at
     the JAX bridge's fixed config (bf16)."""
-    from lattnbench.kernels.triton.gla import configs as C
+    from lattnbench.kernels.gla.triton import configs as C
 
     bridge = [make(*C.jax_config(c, D, E, "bf16")) for make, c in
               ((fwd_job, C.JAX_FWD_CONFIG), (bwd_q_job, C.JAX_BWD_Q_CONFIG), (bwd_k_job, C.JAX_BWD_K_CONFIG),

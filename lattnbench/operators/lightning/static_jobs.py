@@ -7,7 +7,7 @@ from lattnbench.static.triton_aot import Job
 
 D = E = 128
 SEED_SHAPE = f"D=E={D} bf16"
-MODULE = "lattnbench.kernels.triton.lightning.kernels"
+MODULE = "lattnbench.kernels.lightning.triton.kernels"
 _BF, _F32 = "*bf16", "*fp32"
 _FLAGS = dict(REVERSE=False, HAS_H0=False, IS_VARLEN=False, DOT_PREC="tf32", KD=D, VD=E)
 _SCALARS = dict(T="i32", H="i32", HKV="i32", scale="fp32", SHAPE_BUCKET="i32")
@@ -44,7 +44,7 @@ def bwd_job(role: int, bt: int, bv: int, tr: int, warps: int, stages: int) -> Jo
 
 def default_jobs() -> list[Job]:
     """Every default autotune config of the forward and the three backward roles."""
-    from lattnbench.kernels.triton.lightning import configs as C
+    from lattnbench.kernels.lightning.triton import configs as C
 
     jobs = [fwd_job(*r) for r in _rows(C.FWD_CONFIGS, C.FWD_CONFIGS_T)]
     for role in range(3):

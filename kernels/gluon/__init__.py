@@ -1,2 +1,0 @@
-"""Gluon kernels (Triton's lower-level dialect: explicit layouts, TMA, async wgmma, warp
-specialization), torch autograd."""

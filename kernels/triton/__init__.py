@@ -1,1 +1,0 @@
-"""Triton kernels (torch autograd)."""

@@ -1,0 +1,90 @@
+"""The host side of the jax-triton GLA bridge (its kernels need a GPU and jax-triton): input
+checks before any launch, the registry entry's reason where it cannot run, and every launch of a
+fwd+bwd against its kernel's signature, with a stand-in for jax-triton."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lattnbench.kernels.gla.triton import jax_bridge
+from lattnbench.registry import default_registry
+from triton_testutil import SignatureCheckingJaxTriton
+
+
+class AliasingJaxTriton(SignatureCheckingJaxTriton):
+    """The signature-checking stand-in, also taking ``input_output_aliases`` (input position among
+    the arguments: an array of the output's shape and dtype, before any scalar), recorded per
+    launch as ``aliases``."""
+
+    def triton_call(self, *args, input_output_aliases=None, **kw):
+        aliases = dict(input_output_aliases or {})
+        outs = super().triton_call(*args, **kw)
+        for i, o in aliases.items():
+            assert all(hasattr(a, "shape") for a in args[: i + 1]), (i, "an alias after a scalar")
+            assert (args[i].shape, args[i].dtype) == (outs[o].shape, outs[o].dtype), (i, o)
+        self.launches[-1]["aliases"] = aliases
+        return outs
+
+
+def _arrays(g_heads=2, d=16):
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((1, 5, 2, d), dtype=np.float32)
+    kv = rng.standard_normal((1, 5, 1, d), dtype=np.float32)
+    g = -rng.random((1, 5, g_heads, d), dtype=np.float32)
+    return q, kv, kv, g
+
+
+def test_checks_accept_gqa_and_keep_g_in_its_dtype():
+    # the kernels cumulate g in fp32 on load, so a bf16 / fp16 g costs no fp32 copy
+    q, k, v, g = _arrays()
+    *_, gh, h0 = jax_bridge.check_call(q, k, v, g.astype(np.float16), None, None)
+    assert str(gh.dtype) == "float16" and h0 is None
+    np.testing.assert_allclose(np.asarray(gh), g, rtol=1e-3)
+
+
+@pytest.mark.parametrize("args, exc, needle", [
+    (dict(g_heads=1), ValueError, "per query head"),
+    (dict(cu=[0, 5]), NotImplementedError, "cu_seqlens"),
+    (dict(h0=np.zeros((1, 2, 16, 8), np.float32)), ValueError, "initial_state"),
+])
+def test_bad_calls_fail_before_any_launch(monkeypatch, args, exc, needle):
+    monkeypatch.setattr(jax_bridge, "jax_triton", lambda: pytest.fail("jax-triton imported"))
+    q, k, v, g = _arrays(args.get("g_heads", 2))
+    with pytest.raises(exc, match=needle):
+        jax_bridge.gla_jax_triton(q, k, v, g, initial_state=args.get("h0"), cu_seqlens=args.get("cu"))
+
+
+def test_registry_entry_says_why_it_cannot_run_on_the_cpu():
+    reason = default_registry()["gla/jax-triton"].available("cpu")
+    assert reason is not None and ("jax_triton" in reason or "cuda" in reason)
+    assert "varlen" not in default_registry()["gla/jax-triton"].features
+
+
+@pytest.mark.parametrize("h0, reverse", [(False, False), (True, True)])
+def test_every_launch_matches_its_kernel_and_each_pass_launches_once(monkeypatch, h0, reverse):
+    # the torch path's launches, one per pass, none depending on the gate values, all at one chunk
+    # (the per-chunk operands and entry states one launch hands the next)
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    fake = AliasingJaxTriton()
+    monkeypatch.setattr(jax_bridge, "jax_triton", lambda: fake)
+    monkeypatch.setattr(jax_bridge, "_FN", None)
+    q, k, v, g = (jnp.asarray(x) for x in _arrays(d=24))
+    args = (q, k, v, g) + ((jnp.zeros((1, 2, 24, 24), jnp.float32),) if h0 else ())
+
+    def attn(*xs):
+        return jax_bridge.gla_jax_triton(*xs[:4], initial_state=xs[4] if h0 else None, reverse=reverse)
+
+    out, vjp = jax.vjp(attn, *args)
+    vjp(tuple(jnp.ones_like(x) for x in out))
+    names = [launch["name"] for launch in fake.launches]
+    assert names == ["gla_prep_kernel", "gla_diag_scores_kernel", "gla_fwd_kernel", "gla_bwd_diag_kernel",
+                     "gla_bwd_intra_kernel", "gla_bwd_q_kernel", "gla_bwd_k_kernel", "gla_bwd_v_kernel"]
+    metas = {launch["name"]: launch["meta"] for launch in fake.launches}
+    # the diagonal blocks go into the prep launch's A, dg's in-chunk part over the diagonal dk partials
+    aliases = {launch["name"]: launch["aliases"] for launch in fake.launches if launch["aliases"]}
+    assert aliases == {"gla_diag_scores_kernel": {4: 0}, "gla_bwd_intra_kernel": {7: 2}}
+    assert all(m["REVERSE"] == reverse for m in metas.values())
+    assert {m["BT"] for m in metas.values()} == {64}
+    assert metas["gla_bwd_q_kernel"]["HAS_H0"] == h0
