@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         from lattnbench.commands.sweep import (distinct, execute, family_applies, family_case, finish, guarded,
                                                open_writer, pick_kernels, resolve_isolation, runs_at, setup)
         from lattnbench.measure.tolerance import TOLERANCE_TABLES
-        from lattnbench.commands.tables import check_tables
+        from lattnbench.views.tables import check_tables
         from lattnbench.env import collect
         from lattnbench.runner.plan import Task
 

@@ -18,7 +18,7 @@ def _label(i: int) -> str:
 def compare_tables(lines, count: int, width: int | None = None) -> list:
     """One table per mode and shape: kernel, n, each run's ms, and each later run's ratio to the
     first with its verdict; fitted to the width like every other table."""
-    from lattnbench.commands.tables import _kernel_header, _table, fit, terminal_width
+    from lattnbench.views.tables import fit, kernel_header, table as make_table, terminal_width
     from lattnbench.views.rows import sig3
 
     width = terminal_width(width)
@@ -29,7 +29,7 @@ def compare_tables(lines, count: int, width: int | None = None) -> list:
     for (mode, shape), mine in groups.items():
         def layout(split: bool, gap: int, mine=mine, mode=mode, shape=shape):
             def make():
-                table = _table(f"compare · {mode} · {shape} · ms", gap)
+                table = make_table(f"compare · {mode} · {shape} · ms", gap)
                 table.add_column("kernel", no_wrap=True)
                 table.add_column("n", justify="right", no_wrap=True)
                 for i in range(count):
@@ -46,7 +46,7 @@ def compare_tables(lines, count: int, width: int | None = None) -> list:
                             style = _STYLE.get(v or "")
                             word = f"{r:.2f}× {v}" if r is not None and v else "—"
                             cells.append(f"[{style}]{word}[/]" if style else word)
-                    table.add_row(_kernel_header(x.kernel) if split else x.kernel, str(x.n), *cells)
+                    table.add_row(kernel_header(x.kernel) if split else x.kernel, str(x.n), *cells)
                 return table
             return make
 

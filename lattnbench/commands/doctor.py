@@ -33,9 +33,9 @@ def _ms(v: float | None) -> str:
 
 
 def _facts(d) -> Table:
-    from lattnbench.commands.tables import _table
+    from lattnbench.views.tables import table as make_table
 
-    t = _table("lattnbench doctor", 2)
+    t = make_table("lattnbench doctor", 2)
     t.show_header = False
     t.add_column(style="bold", no_wrap=True)
     t.add_column(overflow="fold")
@@ -55,10 +55,10 @@ def _facts(d) -> Table:
 
 
 def _timers(d) -> Table:
-    from lattnbench.commands.tables import _table
+    from lattnbench.views.tables import table as make_table
     from lattnbench.measure.doctor import READINGS
 
-    t = _table("timers on the reference kernels (ms, median)", 2,
+    t = make_table("timers on the reference kernels (ms, median)", 2,
                caption="\n".join(f"{r['name']}: {r['what']}" for r in d.references))
     t.add_column("reference", no_wrap=True)
     for name in READINGS:
@@ -69,9 +69,9 @@ def _timers(d) -> Table:
 
 
 def _checks(d) -> Table:
-    from lattnbench.commands.tables import _table
+    from lattnbench.views.tables import table as make_table
 
-    t = _table("checks", 2)
+    t = make_table("checks", 2)
     for col, just in (("reference", "left"), ("timers", "left"), ("a/b − 1", "right"), ("bound", "right"),
                       ("verdict", "left")):
         t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ def _show(v) -> str:
 
 def verdict_tables(points, title: str, width: int | None = None) -> list:
     """One table per case (the shape in its title), fitted to the width like every other table."""
-    from lattnbench.commands.tables import _kernel_header, _table, fit, terminal_width
+    from lattnbench.views.tables import fit, kernel_header, table as make_table, terminal_width
 
     width = terminal_width(width)
     cases = list(dict.fromkeys(p.case for p in points))
@@ -33,14 +33,14 @@ def verdict_tables(points, title: str, width: int | None = None) -> list:
 
         def layout(split: bool, gap: int, mine=mine, case=case):
             def make():
-                table = _table(f"{title} · {case}", gap)
+                table = make_table(f"{title} · {case}", gap)
                 for col, just in (("kernel", "left"), ("n", "right"), ("mode", "left"), ("metric", "left"),
                                   ("baseline", "right"), ("current", "right"), ("change", "right"),
                                   ("verdict", "left")):
                     table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
                 for p in mine:
                     style = _STYLE.get(p.verdict)
-                    table.add_row(_kernel_header(p.kernel) if split else p.kernel, str(p.n), p.mode,
+                    table.add_row(kernel_header(p.kernel) if split else p.kernel, str(p.n), p.mode,
                                   p.metric.replace("final_state", "state"), _show(p.baseline), _show(p.current),
                                   f"{p.change:+.1%}" if p.change is not None else "",
                                   f"[{style}]{p.verdict}[/]" if style else p.verdict)

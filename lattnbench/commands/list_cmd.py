@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         checks every available bundled kernel; peers and plugins run when named.
         """
         from lattnbench.commands.sweep import pick_kernels, setup
-        from lattnbench.commands.tables import kernel_table
+        from lattnbench.views.tables import kernel_table
 
         dev, reg = setup(device if device != "cuda" else "auto", kernel)
         dev = device if device in ("cuda", "cpu") else dev

@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
         from lattnbench.commands.sweep import (distinct, execute, family_applies, family_case, finish, open_writer,
                                                pick_kernels, resolve_isolation,
                                                results_root, runs_at, setup, with_plugins)
-        from lattnbench.commands.tables import check_tables, memory_tables, speed_tables
+        from lattnbench.views.tables import check_tables, memory_tables, speed_tables
         from lattnbench.env import collect, machine_name
         from lattnbench.runner.plan import Task
         from lattnbench.spec import SpecError

@@ -113,7 +113,7 @@ DROPPABLE = ("ptx_instructions", "output_bytes", "mma")
 def static_tables(doc: dict, width: int) -> list:
     """One table per compiler family (Triton, XLA); one line per kernel and config or shape and
     mode. The widest layout that fits ``width`` columns; the JSON keeps every metric."""
-    from lattnbench.commands.tables import _table as make_table, fit
+    from lattnbench.views.tables import fit, table as make_table
 
     groups: dict[tuple, dict] = {}
     for r in doc["rows"]:

@@ -418,7 +418,7 @@ class SweepOptions:
 def sweep_command(o: SweepOptions) -> None:
     """speed and memory: the same sweep axes, one task per (case, kernel)."""
     from lattnbench.commands import axes
-    from lattnbench.commands.tables import memory_tables, speed_tables
+    from lattnbench.views.tables import memory_tables, speed_tables
     from lattnbench.env import collect
     from lattnbench.runner.plan import Task
 

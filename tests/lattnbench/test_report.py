@@ -271,7 +271,7 @@ from lattnbench.views import gate as g
 docs = r.load_docs([{str(res_path)!r}])
 r.render(docs); p.figure(docs[0], "speedup"); g.compare(docs[0]["rows"], docs[0]["rows"], 0.1)
 r.render(docs, timer="graph"); p.figure(docs[0], "speed", timer="device")
-from lattnbench.commands import tables
+from lattnbench.views import tables
 tables.speed_tables(docs[0]["rows"], width=80); tables.check_tables(docs[0]["rows"], width=80)
 heavy = sorted(m for m in ("torch", "jax", "triton") if m in sys.modules)
 assert not heavy, heavy

@@ -10,7 +10,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from lattnbench.cli import app
-from lattnbench.commands.tables import check_tables, kernel_table, memory_tables, speed_tables
+from lattnbench.views.tables import check_tables, kernel_table, memory_tables, speed_tables
 from lattnbench.results import ResultsWriter
 from lattnbench.views.rows import HOST_NOTE, SPREAD_NOTE, THROTTLE_NOTE, sig3
 

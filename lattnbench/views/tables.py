@@ -34,12 +34,10 @@ NONDET_MARK = "≠"
 # ---- fitting -----------------------------------------------------------------------------------
 
 def terminal_width(width: int | None = None) -> int:
-    """``width``, else the output console's (COLUMNS, the terminal, or 80 when not a terminal)."""
+    """``width``, else the terminal's (COLUMNS, the terminal, or 80 when not a terminal)."""
     if width is not None:
         return width
-    from lattnbench.commands.common import out
-
-    return out.width
+    return Console().width
 
 
 def natural_width(table: Table) -> int:
@@ -51,13 +49,13 @@ def natural_width(table: Table) -> int:
 def fit(layouts: Sequence[Callable[[], Table]], width: int) -> Table | None:
     """The first layout whose table fits ``width`` columns, else None."""
     for make in layouts:
-        table = make()
-        if natural_width(table) <= width:
-            return table
+        tb = make()
+        if natural_width(tb) <= width:
+            return tb
     return None
 
 
-def _table(title: str, gap: int, caption: str | None = None) -> Table:
+def table(title: str, gap: int, caption: str | None = None) -> Table:
     """Rules under the header only, no side borders: ``gap`` spaces between columns (1 or 2)."""
     return Table(title=title, caption=caption, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                  padding=(0, 1) if gap > 1 else (0, 0), collapse_padding=True, title_justify="left",
@@ -109,7 +107,7 @@ def _column(row: dict) -> str:
     return row["kernel"] if world == 1 else f"{row['kernel']} P{world}"
 
 
-def _kernel_header(name: str) -> str:
+def kernel_header(name: str) -> str:
     return name.replace("/", "/\n", 1)
 
 
@@ -145,13 +143,13 @@ def _memory_cell(row: dict, timer: str, detail: bool) -> str:
 
 def _value_table(title: str, caption: str | None, kernels: list[str], by_n: dict[int, dict[str, dict]],
                  cell: Callable[[dict], str], gap: int) -> Table:
-    table = _table(title, gap, caption)
-    table.add_column("n", justify="right", style="bold", no_wrap=True)
+    tb = table(title, gap, caption)
+    tb.add_column("n", justify="right", style="bold", no_wrap=True)
     for k in kernels:
-        table.add_column(_kernel_header(k), justify="right", no_wrap=True)
+        tb.add_column(kernel_header(k), justify="right", no_wrap=True)
     for n in sorted(by_n):
-        table.add_row(str(n), *[cell(by_n[n][k]) if k in by_n[n] else "—" for k in kernels])
-    return table
+        tb.add_row(str(n), *[cell(by_n[n][k]) if k in by_n[n] else "—" for k in kernels])
+    return tb
 
 
 def value_tables(rows: list[dict], metric: str, unit: str, title: str, timer: str = "device",
@@ -193,9 +191,9 @@ def value_tables(rows: list[dict], metric: str, unit: str, title: str, timer: st
                                         lambda r: (cell_of(r, timer, detail, mark) if speed
                                                    else cell_of(r, timer, detail)), gap)
 
-        table = fit([layout(True, 2), layout(False, 2), layout(False, 1)], width)
-        if table is not None:
-            tables.append(table)
+        tb = fit([layout(True, 2), layout(False, 2), layout(False, 1)], width)
+        if tb is not None:
+            tables.append(tb)
         else:
             tables.extend(_split(kernels, lambda ks, part: layout(False, 1, ks, part)(), width))
         note = _reasons(rs)
@@ -248,8 +246,8 @@ def speedup_tables(rows: list[dict], reference: str, timer: str = "device", widt
             return lambda: _value_table(head + suffix, f"{reference} time / kernel time: above 1 is faster",
                                         ks, by_n, cell, gap)
 
-        table = fit([layout(2), layout(1)], width)
-        tables.extend([table] if table is not None else
+        tb = fit([layout(2), layout(1)], width)
+        tables.extend([tb] if tb is not None else
                       _split(kernels, lambda ks, part: layout(1, ks, part)(), width))
     return tables
 
@@ -330,17 +328,17 @@ def worst_table(rows: list[dict]) -> Table | None:
     worst = worst_distributions(rows)
     if not worst:
         return None
-    table = _table("check-grad · worst input distribution per tensor", 1,
+    tb = table("check-grad · worst input distribution per tensor", 1,
                    "the distribution with the largest err of each kernel, dtype and tensor")
     for name, justify in (("kernel", "left"), ("dtype", "left"), ("tensor", "left"), ("worst at", "left"),
                           ("n", "right"), ("err", "right"), ("tol", "right")):
-        table.add_column(name, justify=justify, overflow="fold")
+        tb.add_column(name, justify=justify, overflow="fold")
     for w in worst:
         err = "inf" if w["err"] == float("inf") else _err(w["err"])
         shown = f"[green]{err}[/]" if w["passed"] else f"[bold red]{err}{FAIL_MARK}[/]"
         tol = f"{w['tol']:.2g}" if isinstance(w["tol"], (int, float)) else "—"
-        table.add_row(w["kernel"], str(w["dtype"]), w["tensor"], w["distribution"], str(w["n"]), shown, tol)
-    return table
+        tb.add_row(w["kernel"], str(w["dtype"]), w["tensor"], w["distribution"], str(w["n"]), shown, tol)
+    return tb
 
 
 def _check_table(family: str, shape: str, rs: list[dict], width: int) -> Table:
@@ -362,21 +360,21 @@ def _check_table(family: str, shape: str, rs: list[dict], width: int) -> Table:
     def name(kernel: str, how: str) -> str:
         if how == "short" and kernel.startswith(prefix):
             return kernel[len(prefix):]
-        return _kernel_header(kernel) if how == "split" else kernel
+        return kernel_header(kernel) if how == "split" else kernel
 
     def layout(how: str, gap: int, tight: bool = False) -> Callable[[], Table]:
         """``tight``: the case label goes under the kernel's name, the verdict loses its header."""
         def make() -> Table:
-            table = _table(title, gap, caption)
+            tb = table(title, gap, caption)
             head = prefix if how == "short" else "kernel"
-            table.add_column(f"{head}\ncase" if tight else head, no_wrap=True)
+            tb.add_column(f"{head}\ncase" if tight else head, no_wrap=True)
             if not tight:
-                table.add_column("case", no_wrap=True)
+                tb.add_column("case", no_wrap=True)
             for t in tensors:
-                table.add_column(TENSOR_HEADER.get(t, t), justify="right", no_wrap=True)
+                tb.add_column(TENSOR_HEADER.get(t, t), justify="right", no_wrap=True)
             if not one_tol:
-                table.add_column("tol", justify="right", no_wrap=True)
-            table.add_column("" if tight else "verdict", no_wrap=True)
+                tb.add_column("tol", justify="right", no_wrap=True)
+            tb.add_column("" if tight else "verdict", no_wrap=True)
             for (kernel, label), cells in lines.items():
                 statuses = {r["status"] for r in cells.values()}
                 bad = statuses & {"fail", "error", "oom", "timeout"}
@@ -384,8 +382,8 @@ def _check_table(family: str, shape: str, rs: list[dict], width: int) -> Table:
                 row_tols = sorted({float(r["tol"]) for r in cells.values() if isinstance(r.get("tol"), (int, float))})
                 tol = [", ".join(f"{t:.2g}" for t in row_tols) or "—"] if not one_tol else []
                 who = [f"{name(kernel, how)}\n[dim]{label}[/]"] if tight else [name(kernel, how), label]
-                table.add_row(*who, *[_check_cell(cells.get(t)) for t in tensors], *tol, verdict)
-            return table
+                tb.add_row(*who, *[_check_cell(cells.get(t)) for t in tensors], *tol, verdict)
+            return tb
         return make
 
     layouts = [layout("full", 2), layout("full", 1), layout("short", 2), layout("short", 1)]
@@ -415,18 +413,18 @@ def kernel_table(items: list[dict], device: str, width: int | None = None) -> Ta
 
     def layout(devices: bool, about: bool, gap: int, framework: str = "framework") -> Callable[[], Table]:
         def make() -> Table:
-            table = _table(title, gap, caption)
-            table.add_column("name", no_wrap=True, style="bold")
-            table.add_column(framework, no_wrap=True)
+            tb = table(title, gap, caption)
+            tb.add_column("name", no_wrap=True, style="bold")
+            tb.add_column(framework, no_wrap=True)
             if devices:
-                table.add_column("devices", no_wrap=True)
-            table.add_column("runs", no_wrap=True)
+                tb.add_column("devices", no_wrap=True)
+            tb.add_column("runs", no_wrap=True)
             if about:
-                table.add_column("about", no_wrap=True)
+                tb.add_column("about", no_wrap=True)
             for it in items:
-                table.add_row(it["name"], it["framework"], *(["/".join(it["devices"])] if devices else []),
+                tb.add_row(it["name"], it["framework"], *(["/".join(it["devices"])] if devices else []),
                               kernel_status(it), *([it["description"]] if about else []))
-            return table
+            return tb
         return make
 
     layouts = [layout(True, True, 2), layout(True, False, 2), layout(False, False, 2), layout(False, False, 1),
@@ -434,10 +432,10 @@ def kernel_table(items: list[dict], device: str, width: int | None = None) -> Ta
     chosen = fit(layouts, width)
     if chosen is not None:
         return chosen
-    table = _table(title, 1, caption)  # a reason too long for the width: let that column wrap
-    table.add_column("name", no_wrap=True, style="bold")
-    table.add_column("framework", no_wrap=True)
-    table.add_column("runs", overflow="fold")
+    tb = table(title, 1, caption)  # a reason too long for the width: let that column wrap
+    tb.add_column("name", no_wrap=True, style="bold")
+    tb.add_column("framework", no_wrap=True)
+    tb.add_column("runs", overflow="fold")
     for it in items:
-        table.add_row(it["name"], it["framework"], kernel_status(it))
-    return table
+        tb.add_row(it["name"], it["framework"], kernel_status(it))
+    return tb
