@@ -13,7 +13,7 @@ PACKAGES = ("lattnbench", "torch", "triton", "jax", "jaxlib", "jax-triton", "num
             "fla-core", "lightning-attn", "flash-attn", "ejkernel")
 
 
-def _version(pkg: str) -> str | None:
+def package_version(pkg: str) -> str | None:
     try:
         return md.version(pkg)
     except md.PackageNotFoundError:
@@ -28,7 +28,7 @@ def _run(cmd: list[str], cwd: str | None = None) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -90,10 +90,10 @@ def collect(with_gpu: bool = True) -> dict:
         "host": platform.node(),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu": _cpu_name(),
+        "cpu": cpu_name(),
         "cpu_count": os.cpu_count(),
         "commit": commit(),
-        "versions": {p: _version(p) for p in PACKAGES},
+        "versions": {p: package_version(p) for p in PACKAGES},
         "triton_interpret": os.environ.get("TRITON_INTERPRET") == "1",
         "knobs": knobs(),
     }

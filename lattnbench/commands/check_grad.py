@@ -48,8 +48,9 @@ def register(app: typer.Typer) -> None:
         (the Triton kernel in the interpreter). Exit 1 when anything fails.
         """
         from lattnbench.commands.common import die
-        from lattnbench.commands.sweep import (distinct, execute, family_applies, family_case, finish, guarded,
-                                               open_writer, pick_kernels, resolve_isolation, runs_at, setup)
+        from lattnbench.commands.sweep import (execute, finish, glob_note, guarded, open_writer, resolve_isolation,
+                                               setup)
+        from lattnbench.runner.select import distinct, family_applies, family_case, pick_kernels, runs_at
         from lattnbench.measure.tolerance import TOLERANCE_TABLES
         from lattnbench.views.tables import check_tables
         from lattnbench.env import collect
@@ -69,12 +70,13 @@ def register(app: typer.Typer) -> None:
         if tolerance not in TOLERANCE_TABLES:
             die(f"bad --tolerance {tolerance!r}: choose {', '.join(TOLERANCE_TABLES)}")
         parallel = any(c.world_size > 1 for c in cases)
-        chosen = guarded(lambda: pick_kernels(reg, kernels, dev, plugins=kernel, timing=False, parallel=parallel))
+        chosen = guarded(lambda: pick_kernels(reg, kernels, dev, plugins=kernel, timing=False, parallel=parallel,
+                                          note=glob_note))
         kind = "check-rows" if batch_rows else "check-grad"
         tasks = distinct([Task(kind, e.name, family_case(e, c), seed=seed, tolerance=tolerance)
                           for c in cases for e in chosen
                           if family_applies(e, c) and runs_at(e, c)], reg)
-        from lattnbench.commands.invocation import cli_args, resume_command
+        from lattnbench.runner.invocation import cli_args, resume_command
 
         args = cli_args([("--n", n), ("--batch", batch), ("--heads", heads), ("--kv-heads", kv_heads),
                          ("--dim", dim), ("--dim-v", dim_v), ("--dtype", dtype), ("--kernels", kernels),

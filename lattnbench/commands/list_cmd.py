@@ -30,7 +30,8 @@ def register(app: typer.Typer) -> None:
         A kernel marked default is timed by a plain speed or memory run on this device; check-grad
         checks every available bundled kernel; peers and plugins run when named.
         """
-        from lattnbench.commands.sweep import pick_kernels, setup
+        from lattnbench.commands.sweep import setup
+        from lattnbench.runner.select import pick_kernels
         from lattnbench.views.tables import kernel_table
 
         dev, reg = setup(device if device != "cuda" else "auto", kernel)

@@ -62,9 +62,9 @@ def register(app: typer.Typer) -> None:
         process and the gradient checks run after all timing. Exit 1 when a point fails or errors.
         """
         from lattnbench.commands.common import die
-        from lattnbench.commands.sweep import (distinct, execute, family_applies, family_case, finish, open_writer,
-                                               pick_kernels, resolve_isolation,
-                                               results_root, runs_at, setup, with_plugins)
+        from lattnbench.commands.sweep import execute, finish, glob_note, open_writer, resolve_isolation, setup
+        from lattnbench.runner.drive import results_root
+        from lattnbench.runner.select import distinct, family_applies, family_case, pick_kernels, runs_at, with_plugins
         from lattnbench.views.tables import check_tables, memory_tables, speed_tables
         from lattnbench.env import collect, machine_name
         from lattnbench.runner.plan import Task
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
             for m in (m for m in spec.measurements if m.kind in kinds):
                 for case in m.cases:
                     chosen = pick_kernels(reg, m.kernels or None, dev, plugins=kernel,
-                                          timing=m.kind not in ("check-grad", "check-rows"))
+                                          timing=m.kind not in ("check-grad", "check-rows"), note=glob_note)
                     for entry in [*chosen, *with_plugins(reg, chosen, kernel)]:
                         if not runs_at(entry, case):  # a single-GPU kernel beside the sequence-parallel ones
                             continue

@@ -1,10 +1,9 @@
-"""Shared driver of the measuring commands: pick kernels, open the results file, hand the tasks to
-the runner with a progress display, print the tables, and exit with a status that says what failed."""
+"""The measuring commands' side of a run: the progress display, the one-line errors, the tables
+and status at the end, and ``speed`` / ``memory`` (one task per case and kernel). Choosing kernels
+and driving the run live in ``runner.select`` and ``runner.drive``."""
 from __future__ import annotations
 
-import datetime as dt
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -14,159 +13,41 @@ from pathlib import Path
 import typer
 
 from lattnbench.commands.common import EXIT_FAIL, EXIT_OK, die, err, out
-from lattnbench.commands.invocation import cli_args, resume_command
-from lattnbench.errors import Unsupported
+from lattnbench.errors import RunError
+from lattnbench.results import ResultsWriter
+from lattnbench.runner import drive
+from lattnbench.runner.invocation import cli_args, resume_command
 from lattnbench.runner.plan import Task
-from lattnbench.registry import KernelEntry, Registry
-from lattnbench.results import ResultsError, ResultsWriter, write_csv
+from lattnbench.runner.select import distinct, family_case, pick_kernels, runs_at
 from lattnbench.spec import SpecError
-
-#: what makes a point (a progress step) besides kernel, metric and run: a row without its mode and tensor
-POINT_FIELDS = ("batch", "seqlen", "heads", "kv_heads", "dim_qk", "dim_v", "dtype", "decay", "gate_norm", "g_dtype",
-                "varlen",
-                "initial_state", "reverse", "input_scale", "check", "world_size")
 
 #: seconds of device-timer samples per speed point when --budget is not given
 GPU_BUDGET, CPU_BUDGET = 0.25, 0.5
 
-#: where runs write when --out is not given (outside any checkout, so a run never dirties one)
-RESULTS_ENV = "LATTNBENCH_RESULTS_DIR"
+
+def glob_note(text: str) -> None:
+    """What ``pick_kernels`` says of the peers a glob leaves out."""
+    err.print(f"[dim]note: {text}[/]", highlight=False, soft_wrap=True)
 
 
-def results_root() -> Path:
-    """``$LATTNBENCH_RESULTS_DIR``, else ``$XDG_CACHE_HOME/lattnbench/results`` (``~/.cache/...``)."""
-    forced = os.environ.get(RESULTS_ENV)
-    if forced:
-        return Path(forced)
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "lattnbench" / "results"
+def setup(device: str, plugins: list[str] | None):
+    """The device and the registry (usage errors exit 2 with one line); a torchrun rank that
+    follows rank 0 exits 0 here once rank 0 is done."""
+    dev, reg, lead = guarded(lambda: drive.setup(device, plugins))
+    if not lead:
+        raise typer.Exit(EXIT_OK)
+    return dev, reg
 
 
-def pick_kernels(reg: Registry, patterns: list[str] | None, device: str, families=None,
-                 plugins: list[str] | None = None, timing: bool = True, parallel: bool = False) -> list[KernelEntry]:
-    """Named kernels, or the defaults of ``families`` (plus the plugins given with ``--kernel``).
-
-    Defaults: for timing, the bundled kernels timed by default on the device; for check-grad
-    (``timing`` False) every available bundled kernel that is not a reference. With ``parallel``
-    (a world size above 1 asked for) the defaults are the sequence-parallel kernels instead. Peers
-    and plugins run when named; a glob leaves peers out and says so.
-    """
-    if patterns:
-        chosen = reg.select(patterns)
-        left = reg.peers_left_out(patterns)
-        if left:
-            err.print(f"[dim]note: the glob leaves out the peers {', '.join(left)}; name them to run them[/]",
-                      highlight=False, soft_wrap=True)
-        return chosen
-    chosen = [e for e in reg if default_kernel(e, device, timing, parallel)
-              and (families is None or e.family in families)]
-    return chosen + given_plugins(reg, plugins)
-
-
-def given_plugins(reg: Registry, specs: list[str] | None) -> list[KernelEntry]:
-    """The registry entries of the plugins given with ``--kernel``."""
-    return [e for e in reg if e.origin == "plugin" and e.loader.spec in (specs or ())]
-
-
-def with_plugins(reg: Registry, chosen: list[KernelEntry], specs: list[str] | None) -> list[KernelEntry]:
-    """The plugins given with ``--kernel`` that join a suite's measurement: those of a family the
-    measurement already has, not chosen yet (a suite names bundled kernels, not plugins)."""
-    families = {e.family for e in chosen}
-    names = {e.name for e in chosen}
-    return [e for e in given_plugins(reg, specs) if e.family in families and e.name not in names]
-
-
-def default_kernel(entry: KernelEntry, device: str, timing: bool = True, parallel: bool = False) -> bool:
-    """Runs when no ``--kernels`` is given: bundled, not a reference, available, sequence parallel
-    exactly when ``parallel``; for timing also timed by default on ``device`` (every sequence-parallel
-    one when ``parallel``) and, on a CPU, not interpreted."""
-    if entry.reference or entry.origin != "bundled" or entry.available(device) is not None:
-        return False
-    if entry.sequence_parallel != parallel:
-        return False
-    return not timing or ((parallel or device in entry.timed_by_default)
-                          and not (device == "cpu" and entry.interpreted_on_cpu))
-
-
-def family_case(entry: KernelEntry, case):
-    """The case as the kernel's family sees it (an ungated family's at the default gates)."""
-    from lattnbench.operators import family
-
-    return case.for_family(gated=family(entry.family).gated)
-
-
-def family_applies(entry: KernelEntry, case) -> bool:
-    """Whether check-grad has anything to compare for the kernel's family on the case."""
-    from lattnbench.operators import family
-
-    return family(entry.family).applies(case)
-
-
-def distinct(tasks: list[Task], reg: Registry) -> list[Task]:
-    """Each task once, in order: a sweep over gate norms runs a Lightning kernel once, and one over
-    decays runs a GLA kernel once."""
-    from lattnbench.operators import family
-
-    seen: set = set()
-    out = []
-    for t in tasks:
-        decayed = t.kernel not in reg.entries or family(reg[t.kernel].family).decayed
-        key = (t.kind, t.kernel, t.case.same_work(decayed), t.run)
-        if key not in seen:
-            seen.add(key)
-            out.append(t)
-    return out
-
-
-def runs_at(entry: KernelEntry, case) -> bool:
-    """Only sequence-parallel kernels have points above world size 1."""
-    return case.world_size == 1 or entry.sequence_parallel
+def resolve_isolation(isolate: str, device: str) -> str:
+    return guarded(lambda: drive.resolve_isolation(isolate, device))
 
 
 def open_writer(path: str | Path | None, name: str, env: dict, resume: bool,
                 args: list[str] | None = None) -> ResultsWriter:
-    """The results file: ``--out``, else a time-stamped file under ``results_root()/<machine>/``.
-
-    ``args`` are the options that reproduce the run (``invocation``): recorded in the file, and
-    with ``--resume`` but no ``--out`` they pick the newest unfinished run of the same options.
-    """
-    from lattnbench.commands.invocation import RUNNING, NoRunToResume, find_resumable
-    from lattnbench.env import machine_name
-
-    folder = results_root() / machine_name(env)
-    if path:
-        target = Path(path)
-    elif resume:
-        if args is None:
-            die("--resume needs --out: the results file of the run to continue")
-        try:
-            target = find_resumable(folder, name, args)
-        except NoRunToResume as exc:
-            die(str(exc))
-        err.print(f"resuming {target}", highlight=False, soft_wrap=True)
-    else:
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        target = folder / f"{name}-{stamp}.json"
-        k = 2
-        while target.exists():  # two runs in one second keep both files
-            target = target.with_name(f"{name}-{stamp}-{k}.json")
-            k += 1
-    if target.exists() and target.is_dir():
-        die(f"--out {target} is a directory: give a file path such as {target / (name + '.json')}")
-    for parent in target.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                die(f"cannot write {target}: {parent} is a file, not a directory")
-            break
-    try:
-        writer = ResultsWriter(target, name, env, resume=resume)
-        if args is not None:
-            writer.doc["invocation"] = {"command": name, "args": list(args)}
-        writer.doc["state"] = RUNNING
-        writer.save()
-    except ResultsError as exc:
-        die(str(exc))
-    return writer
+    """``runner.drive.open_writer``, saying which run ``--resume`` continues."""
+    return guarded(lambda: drive.open_writer(path, name, env, resume, args,
+                                             say=lambda line: err.print(line, highlight=False, soft_wrap=True)))
 
 
 class Progress:
@@ -222,97 +103,41 @@ class Progress:
         err.print(f"[yellow]{escape(text)}[/]", highlight=False, soft_wrap=True)
 
 
-def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg: Registry, device: str, *,
+def execute(title: str, tasks: list[Task], writer: ResultsWriter, reg, device: str, *,
             isolate: str, point_timeout: float, repeat: int, plugins: list[str] | None, resume: bool,
             check_jobs: int = 1, again: str | None = None) -> None:
     """Run the tasks under a progress display; Ctrl-C / SIGTERM exit 130 / 143 after saving and
     printing ``again``, the command that continues the run."""
-    from lattnbench.runner.loop import Hooks, Interrupted, RunConfig, Runner
-    from lattnbench.runner.ranks import under_torchrun
+    from lattnbench.runner.loop import Interrupted
 
-    if check_jobs > 1 and isolate == "none":
-        die("--jobs needs worker processes: add --isolate kernel (the CPU default is none)")
-    if under_torchrun():  # this process is rank 0 of the launcher's ranks: every point runs here
-        isolate, point_timeout = "none", 0.0
-    cfg = RunConfig(device=device, isolate=isolate, point_timeout=point_timeout, repeat=repeat,
-                    plugins=tuple(plugins or ()), needs_ceilings=device == "cuda", check_jobs=check_jobs)
-    runner = Runner(tasks, writer, reg, cfg, resume=resume)
-    writer.doc["isolation"] = isolate
-    writer.doc["repeat"] = repeat
-    if not resume or "run_order" not in writer.doc:
-        writer.doc["run_order"] = runner.order
-    with Progress(title, runner.total) as progress:
-        runner.hooks = Hooks(start=progress.start, done=progress.done, note=progress.note)
-        try:
-            runner.run()
-        except Interrupted as exc:
-            _release_followers()
-            stopped(writer, again)
-            raise typer.Exit(128 + int(exc.signum)) from None
-        except ResultsError as exc:  # the results file cannot be written any more (disk full, removed)
-            _release_followers()
-            die(str(exc))
-    _release_followers()
-
-
-def stopped(writer: ResultsWriter, again: str | None) -> None:
-    """After Ctrl-C / SIGTERM: mark the file interrupted, write its CSV, and say where it is and
-    the command that continues it."""
-    from lattnbench.commands.invocation import INTERRUPTED
-
-    csv = writer.path.with_suffix(".csv")
-    writer.doc["state"] = INTERRUPTED
-    notes = []
     try:
-        writer.save()
-    except ResultsError as exc:
-        notes.append(str(exc))
-    try:
-        write_csv(writer.doc, csv)
-        views = " (+ .csv)"
-    except OSError as exc:
-        views = ""
-        notes.append(f"cannot write {csv}: {exc.strerror or exc}")
-    points = _count_points(writer.rows)
-    err.print(f"interrupted: {points} finished points saved in {writer.path}{views}", highlight=False,
+        drive.execute(tasks, writer, reg, device, isolate=isolate, point_timeout=point_timeout, repeat=repeat,
+                      plugins=plugins, resume=resume, check_jobs=check_jobs,
+                      progress=lambda total: Progress(title, total))
+    except Interrupted as exc:
+        stopped(writer, drive.interrupted(writer), again)
+        raise typer.Exit(128 + int(exc.signum)) from None
+    except RunError as exc:
+        die(str(exc))
+
+
+def stopped(writer: ResultsWriter, saved: drive.Stopped, again: str | None) -> None:
+    """Say where the interrupted run's results are and the command that continues it."""
+    views = " (+ .csv)" if saved.csv_written else ""
+    err.print(f"interrupted: {saved.points} finished points saved in {writer.path}{views}", highlight=False,
               soft_wrap=True, markup=False)
-    for note in notes:
+    for note in saved.notes:
         err.print(f"warning: {note}", highlight=False, soft_wrap=True, markup=False)
     if again:
         err.print(f"continue with: {again}", highlight=False, soft_wrap=True, markup=False)
-
-
-def _count_points(rows: list[dict]) -> int:
-    return len({(r["kernel"], r["metric"], *(json.dumps(r.get(f)) for f in POINT_FIELDS), x.get("run", 0))
-                for r in rows for x in (r.get("runs") or [{}])})
-
-
-def _release_followers() -> None:
-    """Under torchrun: tell the other ranks that rank 0 is done."""
-    from lattnbench.runner.ranks import under_torchrun
-
-    if under_torchrun():
-        from lattnbench.adapters import sharded
-
-        sharded.stop_followers()
 
 
 def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], list]) -> None:
     """Print the tables (or JSON), the file paths and a status summary; exit 1 on failures."""
     from lattnbench.harness.points import any_failed, summarize
 
-    from lattnbench.commands.invocation import FINISHED
-
     rows = writer.rows
-    writer.doc["state"] = FINISHED
-    csv = writer.path.with_suffix(".csv")
-    try:
-        writer.save()
-        write_csv(writer.doc, csv)
-    except ResultsError as exc:
-        die(str(exc))
-    except OSError as exc:
-        die(f"cannot write {csv}: {exc.strerror or exc} (the results are in {writer.path})")
+    guarded(lambda: drive.finished(writer))
     if as_json:
         json.dump(writer.doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -334,54 +159,17 @@ def finish(writer: ResultsWriter, as_json: bool, tables: Callable[[list[dict]], 
         err.print(f"[yellow]warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     counts = summarize(rows)
     summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    points = _count_points(rows)
+    points = drive.count_points(rows)
     err.print(f"results: {writer.path} (+ .csv) — {points} points, {len(rows)} rows "
               f"(one per mode or tensor): {summary or 'none'}")
     raise typer.Exit(EXIT_FAIL if any_failed(rows) else EXIT_OK)
 
 
-def setup(device: str, plugins: list[str] | None):
-    """Resolve the device and the registry; usage errors exit 2 with one line.
-
-    Under torchrun every rank runs the command: rank 0 goes on as usual, the others follow its
-    calls on their shards and leave quietly (no tables, no results file).
-    """
-    from lattnbench.harness.points import resolve_device
-    from lattnbench.registry import registry_with
-    from lattnbench.runner.ranks import under_torchrun
-
-    try:
-        dev = resolve_device(device)
-        reg = registry_with(plugins or [])
-    except (Unsupported, SpecError) as exc:
-        die(str(exc))
-    if under_torchrun():
-        from lattnbench.adapters import sharded
-
-        sharded.join(dev)
-        if sharded.rank() > 0:
-            sharded.follow(reg, dev)
-            sharded.leave()
-            raise typer.Exit(EXIT_OK)
-    return dev, reg
-
-
-def resolve_isolation(isolate: str, device: str) -> str:
-    from lattnbench.runner.loop import ISOLATION, default_isolation
-
-    choice = isolate.strip().lower()
-    if choice == "auto":
-        return default_isolation(device)
-    if choice not in ISOLATION:
-        die(f"bad --isolate {isolate!r}: choose auto, {', '.join(ISOLATION)}")
-    return choice
-
-
 def guarded(fn: Callable[[], object]):
-    """Turn SpecError into a one-line usage error."""
+    """Turn SpecError and RunError into a one-line usage error."""
     try:
         return fn()
-    except SpecError as exc:
+    except (SpecError, RunError) as exc:
         die(str(exc))
 
 
@@ -420,7 +208,6 @@ def sweep_command(o: SweepOptions) -> None:
     from lattnbench.commands import axes
     from lattnbench.views.tables import memory_tables, speed_tables
     from lattnbench.env import collect
-    from lattnbench.runner.plan import Task
 
     speed = o.command == "speed"
     timeout_s = axes.parse_timeout(o.point_timeout)
@@ -430,7 +217,8 @@ def sweep_command(o: SweepOptions) -> None:
     cases = guarded(lambda: axes.cases(defaults, o.n, o.batch, o.heads, o.kv_heads, o.dim, o.dim_v, o.dtype, o.decay,
                                        world_size=o.world_size, gate_norm=o.gate_norm, g_dtype=o.g_dtype))
     parallel = any(c.world_size > 1 for c in cases)
-    chosen = guarded(lambda: pick_kernels(reg, o.kernels, dev, ("lightning", "softmax"), o.plugins, parallel=parallel))
+    chosen = guarded(lambda: pick_kernels(reg, o.kernels, dev, ("lightning", "softmax"), o.plugins, parallel=parallel,
+                                          note=glob_note))
     want = guarded(lambda: axes.modes(o.mode))
     if not speed:
         want = [m for m in want if m != "bwd"] or ["fwd"]

@@ -246,9 +246,9 @@ def _one_line(exc: BaseException) -> str:
 # ---- the machines ------------------------------------------------------------------------------
 
 def _cpu_machine() -> dict:
-    from lattnbench.env import _cpu_name
+    from lattnbench.env import cpu_name
 
-    return {"kind": "cpu", "name": _cpu_name(), "cores": os.cpu_count()}
+    return {"kind": "cpu", "name": cpu_name(), "cores": os.cpu_count()}
 
 
 def _clocks() -> dict:

@@ -42,14 +42,14 @@ def _beat(path: Path, index: int | None) -> None:
 
 def _machine(device: str) -> dict:
     """What a tuned config depends on besides the point: the GPU and the software stack."""
-    from lattnbench.env import PACKAGES, _version
+    from lattnbench.env import PACKAGES, package_version
 
     gpu = None
     if device == "cuda":
         import torch
 
         gpu = torch.cuda.get_device_name(0)
-    return {"gpu": gpu, "versions": {p: _version(p) for p in PACKAGES}}
+    return {"gpu": gpu, "versions": {p: package_version(p) for p in PACKAGES}}
 
 
 def run_job(job: dict) -> None:

@@ -150,7 +150,7 @@ def test_an_empty_kernel_list_is_a_usage_error(tmp_path):
 
 
 def test_a_glob_leaves_peers_out_and_says_so(tmp_path):
-    from lattnbench.commands.sweep import pick_kernels
+    from lattnbench.runner.select import pick_kernels
     from lattnbench.registry import default_registry
 
     res = invoke("check-grad", "-k", "lightning/*chunk*", "--n", "16", "--heads", "2", "--dim", "8",
@@ -173,7 +173,7 @@ def test_a_plugin_given_with_kernel_runs_without_k(plugins, tmp_path):
 
 
 def test_the_gpu_main_job_is_the_triton_kernel_beside_flashattention():
-    from lattnbench.commands.sweep import pick_kernels
+    from lattnbench.runner.select import pick_kernels
     from lattnbench.registry import default_registry
 
     names = {e.name for e in pick_kernels(default_registry(), None, "cuda", ("lightning", "softmax"))}

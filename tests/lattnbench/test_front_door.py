@@ -94,7 +94,7 @@ def test_resume_without_out_and_no_interrupted_run_is_one_line(tmp_path, monkeyp
 
 
 def test_find_resumable_picks_the_newest_matching_unfinished_file(tmp_path):
-    from lattnbench.commands.invocation import NoRunToResume, find_resumable
+    from lattnbench.runner.invocation import NoRunToResume, find_resumable
 
     def put(name, state, args, age):
         p = tmp_path / name
@@ -181,7 +181,7 @@ def test_fwd_slower_than_fwdbwd_is_named():
 
 
 def test_the_plain_gpu_run_caps_flash_attention_and_times_gluon():
-    from lattnbench.commands.sweep import default_kernel
+    from lattnbench.runner.select import default_kernel
     from lattnbench.registry import default_registry
 
     reg = default_registry()

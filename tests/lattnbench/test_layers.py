@@ -161,3 +161,51 @@ def test_the_family_check_sees_helpers_of_another_family(where, source):
 def test_the_family_check_lets_public_names_within_a_family_and_the_shared_packages(where, source):
     probe = ROOT / "kernels" / where / "probe.py"
     assert cross_family_offenders([probe], source) == []
+
+
+# ---- the CLI on top -------------------------------------------------------------------------------
+#: lattnbench packages whose modules only the CLI may import
+CLI = ("lattnbench.commands", "lattnbench.cli")
+
+
+def test_runner_and_views_import_nothing_of_the_cli():
+    for layer in ("runner", "views"):
+        files = sorted((ROOT / "lattnbench" / layer).rglob("*.py"))
+        assert files and offending(files, (), CLI) == [], layer
+
+
+def test_views_import_neither_torch_nor_jax():
+    files = sorted((ROOT / "lattnbench" / "views").rglob("*.py"))
+    assert files and offending(files, (), ("torch", "jax")) == []
+
+
+def private_imports(paths, source: str | None = None) -> list[str]:
+    """Imports of a private name (a component with a leading underscore) from another lattnbench
+    package than the importing module's own (``lattnbench.views`` from ``lattnbench.commands``)."""
+    bad = []
+    for path in paths:
+        mod = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        own = ".".join(mod.split(".")[:2])
+        for line, name in imports(path, source):
+            if not name.startswith("lattnbench.") or name.startswith("lattnbench.kernels"):
+                continue  # the kernels' own rule: test_kernel_families_share_helpers_only_through_kernels_common
+            parts = name.split(".")
+            if ".".join(parts[:2]) != own and any(p.startswith("_") and not p.startswith("__") for p in parts[1:]):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    return sorted(set(bad))
+
+
+def test_no_module_imports_a_private_name_of_another_lattnbench_package():
+    files = [p for p in sorted((ROOT / "lattnbench").rglob("*.py")) if "kernels" not in p.relative_to(ROOT).parts]
+    assert files and private_imports(files) == []
+
+
+@pytest.mark.parametrize("source, bad", [
+    ("from lattnbench.views.tables import _status\n", True),
+    ("def f():\n    from lattnbench.runner.loop import _helper\n", True),
+    ("from lattnbench.views.tables import table, fit\n", False),
+    ("from .compare import _lines\n", False),  # the module's own package
+])
+def test_the_private_check_sees_private_names_of_other_packages(source, bad):
+    probe = ROOT / "lattnbench" / "commands" / "probe.py"  # never written
+    assert bool(private_imports([probe], source)) == bad

@@ -187,7 +187,7 @@ def test_list_is_compact_at_80_columns_and_marks_the_defaults():
     items = json.loads(CliRunner().invoke(app, ["list", "--json", "--device", "cpu"]).stdout)
     lines = res.stdout.splitlines()
     assert len(lines) <= len(items) + 8  # one line per kernel, a title, a header and a legend
-    from lattnbench.commands.sweep import pick_kernels
+    from lattnbench.runner.select import pick_kernels
     from lattnbench.registry import registry_with
 
     default = {e.name for e in pick_kernels(registry_with([]), None, "cpu")}
