@@ -30,10 +30,10 @@ def _job(kernel: str, function: str, types: dict, constexprs: dict, bt: int, bs:
                aligned=("T", "H", "HKV"), shape=SEED_SHAPE)
 
 
-def _parallel_job(kernel: str, function: str, types: dict, constexprs: dict, bd: int) -> Job:
-    from lattnbench.kernels.gla.triton import configs as C
-
-    meta = C.prep_meta(D, C.CHUNK, "tf32", bd)
+def _parallel_job(kernel: str, function: str, types: dict, constexprs: dict, meta: dict) -> Job:
+    """A launch of one fixed config (``configs.prep_meta`` or ``configs.diag_meta``): no autotuning,
+    one pipeline stage."""
+    meta = dict(meta)
     w = meta.pop("num_warps")
     meta.pop("num_stages")
     label = f"BT={meta['BT']} BC={meta['BC']} BD={meta['BD']}"
@@ -49,7 +49,7 @@ def prep_job() -> Job:
     from lattnbench.kernels.gla.triton import configs as C
 
     return _parallel_job("gla/triton:prep", "gla_prep_kernel", types, dict(KD=D, REVERSE=False, IS_VARLEN=False),
-                         C.PREP_BD)
+                         C.prep_meta(D, C.CHUNK, "tf32"))
 
 
 def intra_job() -> Job:
@@ -60,20 +60,7 @@ def intra_job() -> Job:
                  scale="fp32", dqi=_BF, dki=_BF, dga=_F32)
     flags = {k: v for k, v in _flags().items() if k != "DOT_PREC"}
     return _parallel_job("gla/triton:bwd-intra", "gla_bwd_intra_kernel", types, dict(flags, BV=C.intra_bv(E)),
-                         C.INTRA_BD)
-
-
-def _diag_job(kernel: str, function: str, types: dict, constexprs: dict, bd: int) -> Job:
-    from lattnbench.kernels.gla.triton import configs as C
-
-    meta = C.diag_meta(D, C.CHUNK, bd)
-    w = meta.pop("num_warps")
-    meta.pop("num_stages")
-    label = f"BT={meta['BT']} BC={meta['BC']} BD={meta['BD']}"
-    label += f" BV={constexprs['BV']}" if "BV" in constexprs else ""
-    return Job(kernel=kernel, config=f"{label} w{w} s1", module=MODULE, function=function, types=types,
-               constexprs=dict(constexprs, **meta), num_warps=w, num_stages=1, aligned=("T", "H", "HKV"),
-               shape=SEED_SHAPE)
+                         C.prep_meta(D, C.CHUNK, "tf32", C.INTRA_BD))
 
 
 def diag_scores_job() -> Job:
@@ -81,8 +68,8 @@ def diag_scores_job() -> Job:
     from lattnbench.kernels.gla.triton import configs as C
 
     types = dict(q=_BF, k=_BF, g=_F32, cu=_F32, A_in=_BF, T="i32", H="i32", HKV="i32", A=_BF)
-    return _diag_job("gla/triton:diag-scores", "gla_diag_scores_kernel", types,
-                     dict(KD=D, REVERSE=False, IS_VARLEN=False), C.DIAG_BD)
+    return _parallel_job("gla/triton:diag-scores", "gla_diag_scores_kernel", types,
+                         dict(KD=D, REVERSE=False, IS_VARLEN=False), C.diag_meta(D, C.CHUNK))
 
 
 def bwd_diag_job() -> Job:
@@ -91,8 +78,8 @@ def bwd_diag_job() -> Job:
 
     types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, cu=_F32, T="i32", H="i32", HKV="i32", scale="fp32",
                  dqd=_F32, dkd=_F32)
-    return _diag_job("gla/triton:bwd-diag", "gla_bwd_diag_kernel", types, dict(_flags(), BV=C.intra_bv(E)),
-                     C.BWD_DIAG_BD)
+    return _parallel_job("gla/triton:bwd-diag", "gla_bwd_diag_kernel", types, dict(_flags(), BV=C.intra_bv(E)),
+                         C.diag_meta(D, C.CHUNK, C.BWD_DIAG_BD))
 
 
 def fwd_job(bt: int, bs: int, w: int, s: int) -> Job:
