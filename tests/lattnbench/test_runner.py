@@ -159,10 +159,20 @@ def test_resume_runs_only_the_missing_runs(plugins, tmp_path):
     assert [x["run"] for x in row["runs"]] == [0, 1] and row["repeat"] == 2
 
 
-def test_check_grad_runs_after_timing_without_isolation(tmp_path):
+def tiny_suite(tmp_path, name: str, kernels: tuple[str, ...] = ("lightning/naive-torch",), checks: bool = False,
+               extra: str = ""):
+    """A CPU suite file at n 16, H2 D8: one fwd speed sweep (0.01 s a point), a check-grad section
+    when ``checks``, and ``extra`` TOML before the axes."""
     suite = tmp_path / "s.toml"
-    suite.write_text('name = "order"\ndevice = "cpu"\nkernels = ["lightning/naive-torch"]\n'
-                     '[axes]\nn = 16\nheads = 2\ndim = 8\n[check-grad]\n[speed]\nmodes = ["fwd"]\nbudget = 0.01\n')
+    listed = ", ".join(f'"{k}"' for k in kernels)
+    suite.write_text(f'name = "{name}"\ndevice = "cpu"\nkernels = [{listed}]\n{extra}'
+                     '[axes]\nn = 16\nheads = 2\ndim = 8\n' + ("[check-grad]\n" if checks else "")
+                     + '[speed]\nmodes = ["fwd"]\nbudget = 0.01\n')
+    return suite
+
+
+def test_check_grad_runs_after_timing_without_isolation(tmp_path):
+    suite = tiny_suite(tmp_path, "order", checks=True)
     res = invoke("run", suite, "--out", tmp_path / "o")
     assert res.exit_code == 0, res.output
     metrics = [r["metric"] for r in load(tmp_path / "o" / "order.json")["rows"]]
@@ -172,9 +182,7 @@ def test_check_grad_runs_after_timing_without_isolation(tmp_path):
 @pytest.mark.parametrize("only, metrics, code", [("check-grad", {"err_ratio"}, 0), ("speed", {"time_ms"}, 0),
                                                    ("memory", None, 2), ("spead", None, 2)])
 def test_only_runs_the_named_kinds_of_a_suite(tmp_path, only, metrics, code):
-    suite = tmp_path / "s.toml"
-    suite.write_text('name = "only"\ndevice = "cpu"\nkernels = ["lightning/naive-torch"]\n'
-                     '[axes]\nn = 16\nheads = 2\ndim = 8\n[check-grad]\n[speed]\nmodes = ["fwd"]\nbudget = 0.01\n')
+    suite = tiny_suite(tmp_path, "only", checks=True)
     res = invoke("run", suite, "--out", tmp_path / "o", "--only", only)
     assert res.exit_code == code, res.output
     if metrics:
@@ -188,9 +196,7 @@ def test_only_runs_the_named_kinds_of_a_suite(tmp_path, only, metrics, code):
                                                       {"lightning/naive-torch", "softmax/naive-torch"}, 0),
                                                      ("gla/*", None, 2)])
 def test_kernels_runs_only_the_matching_kernels_of_a_suite(tmp_path, pattern, kernels, code):
-    suite = tmp_path / "s.toml"
-    suite.write_text('name = "some"\ndevice = "cpu"\nkernels = ["lightning/naive-torch", "softmax/naive-torch"]\n'
-                     '[axes]\nn = 16\nheads = 2\ndim = 8\n[speed]\nmodes = ["fwd"]\nbudget = 0.01\n')
+    suite = tiny_suite(tmp_path, "some", ("lightning/naive-torch", "softmax/naive-torch"))
     res = invoke("run", suite, "--out", tmp_path / "o", "--kernels", pattern)
     assert res.exit_code == code, res.output
     if kernels:
@@ -200,9 +206,7 @@ def test_kernels_runs_only_the_matching_kernels_of_a_suite(tmp_path, pattern, ke
 
 
 def test_a_plugin_given_to_run_joins_the_suites_measurements_of_its_family(plugins, tmp_path):
-    suite = tmp_path / "s.toml"
-    suite.write_text('name = "plug"\ndevice = "cpu"\nkernels = ["lightning/naive-torch", "softmax/naive-torch"]\n'
-                     '[axes]\nn = 16\nheads = 2\ndim = 8\n[speed]\nmodes = ["fwd"]\nbudget = 0.01\n')
+    suite = tiny_suite(tmp_path, "plug", ("lightning/naive-torch", "softmax/naive-torch"))
     res = invoke("run", suite, "--out", tmp_path / "o", "--kernel", "fake_kernels:faithful")
     assert res.exit_code == 0, res.output
     rows = load(tmp_path / "o" / "plug.json")["rows"]
@@ -211,10 +215,7 @@ def test_a_plugin_given_to_run_joins_the_suites_measurements_of_its_family(plugi
 
 def test_a_suites_env_knobs_are_set_for_the_run_and_recorded(tmp_path, monkeypatch):
     monkeypatch.setenv("JAX_LATTNBENCH_TEST_KNOB", "before")  # restored when the test ends
-    suite = tmp_path / "s.toml"
-    suite.write_text('name = "knob"\ndevice = "cpu"\nkernels = ["lightning/naive-torch"]\n'
-                     '[env]\nJAX_LATTNBENCH_TEST_KNOB = "set-by-suite"\n'
-                     '[axes]\nn = 16\nheads = 2\ndim = 8\n[speed]\nmodes = ["fwd"]\nbudget = 0.01\n')
+    suite = tiny_suite(tmp_path, "knob", extra='[env]\nJAX_LATTNBENCH_TEST_KNOB = "set-by-suite"\n')
     res = invoke("run", suite, "--out", tmp_path / "o")
     assert res.exit_code == 0, res.output
     assert load(tmp_path / "o" / "knob.json")["env"]["knobs"]["JAX_LATTNBENCH_TEST_KNOB"] == "set-by-suite"
