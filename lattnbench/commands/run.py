@@ -20,21 +20,6 @@ EXAMPLE = """Examples:
 """
 
 
-def only_kernels(tasks: list, patterns: list[str], suite: str) -> list:
-    """The tasks whose kernel matches one of ``patterns`` (names or shell globs, comma lists
-    allowed); a pattern that matches none of the suite's kernels is a usage error."""
-    import fnmatch
-
-    from lattnbench.commands.common import die
-
-    pats = [p for raw in patterns for p in (x.strip() for x in raw.split(",")) if p]
-    names = sorted({t.kernel for t in tasks})
-    for pat in pats:
-        if not any(fnmatch.fnmatchcase(n, pat) for n in names):
-            die(f"--kernels {pat!r} matches no kernel of suite {suite!r} (kernels: {', '.join(names) or 'none'})")
-    return [t for t in tasks if any(fnmatch.fnmatchcase(t.kernel, p) for p in pats)]
-
-
 def register(app: typer.Typer) -> None:
     @app.command(epilog=EXAMPLE)
     def run(
@@ -64,7 +49,8 @@ def register(app: typer.Typer) -> None:
         from lattnbench.commands.common import die
         from lattnbench.commands.sweep import execute, finish, glob_note, open_writer, resolve_isolation, setup
         from lattnbench.runner.drive import results_root
-        from lattnbench.runner.select import distinct, family_applies, family_case, pick_kernels, runs_at, with_plugins
+        from lattnbench.runner.select import (distinct, family_applies, family_case, only_kernels, pick_kernels,
+                                              runs_at, with_plugins)
         from lattnbench.views.tables import check_tables, memory_tables, speed_tables
         from lattnbench.env import collect, machine_name
         from lattnbench.runner.plan import Task
@@ -106,10 +92,10 @@ def register(app: typer.Typer) -> None:
                         else:
                             tasks.append(Task(m.kind, entry.name, seen, tuple(m.modes), m.budget,
                                               settle_c=settle if settle is not None else m.settle_c))
+            if kernels:
+                tasks = only_kernels(tasks, kernels, spec.name)
         except SpecError as exc:
             die(str(exc))
-        if kernels:
-            tasks = only_kernels(tasks, kernels, spec.name)
         tasks = distinct(tasks, reg)
         env = collect()
         target = Path(out) if out else results_root() / machine_name(env)

@@ -56,7 +56,7 @@ class Registry:
         packages and limits differ) run only when named.
         """
         chosen: list[str] = []
-        for pat in _patterns(patterns):
+        for pat in split_patterns(patterns):
             hits = [n for n in self.entries if _match(self.entries[n], pat)]
             if not hits:
                 raise SpecError(unknown_kernel_message(pat, self.entries))
@@ -68,12 +68,13 @@ class Registry:
 
     def peers_left_out(self, patterns: Iterable[str]) -> list[str]:
         """Peers a glob in ``patterns`` matches by name but leaves out (see ``select``)."""
-        pats = _patterns(patterns)
+        pats = split_patterns(patterns)
         return [n for n, e in self.entries.items() if e.origin == "peer" and n not in pats
                 and any(fnmatch.fnmatchcase(n, p) for p in pats)]
 
 
-def _patterns(patterns: Iterable[str]) -> list[str]:
+def split_patterns(patterns: Iterable[str]) -> list[str]:
+    """Kernel names or globs, given repeated and/or comma separated, as one list."""
     return [p for raw in patterns for p in (x.strip() for x in raw.split(",")) if p]
 
 

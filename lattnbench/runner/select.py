@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lattnbench.registry import KernelEntry, Registry
+from lattnbench.registry import KernelEntry, Registry, split_patterns
 from lattnbench.runner.plan import Task
+from lattnbench.spec import SpecError
 
 
 def pick_kernels(reg: Registry, patterns: list[str] | None, device: str, families=None,
@@ -87,3 +88,17 @@ def distinct(tasks: list[Task], reg: Registry) -> list[Task]:
 def runs_at(entry: KernelEntry, case) -> bool:
     """Only sequence-parallel kernels have points above world size 1."""
     return case.world_size == 1 or entry.sequence_parallel
+
+
+def only_kernels(tasks: list[Task], patterns: list[str], suite: str) -> list[Task]:
+    """The tasks whose kernel matches one of ``patterns`` (names or shell globs); a pattern that
+    matches none of the suite's kernels is a SpecError."""
+    import fnmatch
+
+    pats = split_patterns(patterns)
+    names = sorted({t.kernel for t in tasks})
+    for pat in pats:
+        if not any(fnmatch.fnmatchcase(n, pat) for n in names):
+            raise SpecError(f"--kernels {pat!r} matches no kernel of suite {suite!r} "
+                            f"(kernels: {', '.join(names) or 'none'})")
+    return [t for t in tasks if any(fnmatch.fnmatchcase(t.kernel, p) for p in pats)]
