@@ -4,12 +4,9 @@ with a ``jax.custom_vjp``. GPU only; cu_seqlens is not supported here.
 jax-triton is imported lazily and the Triton cache-dir knob its import clobbers is restored
 (``common.jax_triton``). jax-triton refuses autotuned kernels whose key lacks a scalar argument,
 so the plain kernels launch with one fixed config per sweep
-(``configs.JAX_*_CONFIG``). The launches are the torch path's, one each: the prep launch, the
-diagonal scores and the forward; then the backward's diagonal launch, its in-chunk launch, the dq
-pass, the dk / dg pass and the dv pass. No launch depends on the gate values. The launches that
-write into a buffer another one wrote (the diagonal blocks of A, dg's in-chunk part over the
-diagonal dk partials) alias it through ``input_output_aliases``, as the torch path passes the same
-tensor.
+(``configs.JAX_*_CONFIG``). The launches are the torch path's, one each: the prep launch and the
+forward; then the backward's in-chunk launch, the dq pass, the dk / dg pass and the dv pass. No
+launch depends on the gate values.
 """
 from __future__ import annotations
 
@@ -40,7 +37,7 @@ def _scalars(t: int, h: int, hkv: int, scale: float, rows: int) -> tuple:
 
 def prep_call(q, k, g, reverse):
     """(qd, kd, bl, A): the decayed operands, chunk totals and intra-chunk scores of every chunk
-    (``ops.gla_prep``): the prep launch, then the diagonal blocks of A into the same buffer."""
+    (``ops.gla_prep``), from the prep launch."""
     import jax
     import jax.numpy as jnp
 
@@ -50,17 +47,9 @@ def prep_call(q, k, g, reverse):
     outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), gdt),
             jax.ShapeDtypeStruct((b * t // bt + b, h, d), jnp.float32), jax.ShapeDtypeStruct((b, t, h, bt), q.dtype)]
     meta = _cfg.prep_meta(d, bt, _dot_prec(q.dtype))
-    jt = jax_triton()
-    qd, kd, bl, scores = jt.triton_call(
+    return tuple(jax_triton().triton_call(
         q, k, g, g, t, h, k.shape[2], kernel=_k.gla_prep_kernel, out_shape=outs, grid=_cfg.prep_grid(t, b * h),
-        KD=d, REVERSE=bool(reverse), IS_VARLEN=False, **meta)
-    meta = _cfg.diag_meta(d, bt)
-    w, s = meta.pop("num_warps"), meta.pop("num_stages")
-    (scores,) = jt.triton_call(
-        q, k, g, g, scores, t, h, k.shape[2], kernel=_k.gla_diag_scores_kernel, out_shape=[outs[3]],
-        grid=_cfg.diag_grid(t, b * h, bt), num_warps=w, num_stages=s, input_output_aliases={4: 0}, KD=d,
-        REVERSE=bool(reverse), IS_VARLEN=False, **meta)
-    return qd, kd, bl, scores
+        KD=d, REVERSE=bool(reverse), IS_VARLEN=False, **meta))
 
 
 def fwd_call(q, k, v, g, h0, scale, reverse):
@@ -100,17 +89,10 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
     bt = _cfg.CHUNK
     per_head = jax.ShapeDtypeStruct((b, t, h, d), q.dtype)
     per_head_f32 = jax.ShapeDtypeStruct((b, t, h, d), jnp.float32)
-    diag = _cfg.diag_meta(d, bt, _cfg.BWD_DIAG_BD)
-    dw, ds = diag.pop("num_warps"), diag.pop("num_stages")
-    dqd, dkd = jt.triton_call(
-        q, k, v, g, do, g, t_, h_, hkv_, sc, kernel=_k.gla_bwd_diag_kernel, out_shape=[per_head_f32, per_head_f32],
-        grid=_cfg.diag_grid(t, b * h, bt), num_warps=dw, num_stages=ds, BV=_cfg.intra_bv(e), **flags, **diag)
-    # dga over dkd, as the torch path (each element read before its suffix sum is written)
     dqi, dki, dga = jt.triton_call(
-        q, k, v, g, do, g, dqd, dkd, t_, h_, hkv_, sc, kernel=_k.gla_bwd_intra_kernel,
+        q, k, v, g, do, g, t_, h_, hkv_, sc, kernel=_k.gla_bwd_intra_kernel,
         out_shape=[per_head, jax.ShapeDtypeStruct((b, t, h, d), gdt), per_head_f32],
-        grid=_cfg.prep_grid(t, b * h), input_output_aliases={7: 2}, BV=_cfg.intra_bv(e), **flags,
-        **{kk: vv for kk, vv in _cfg.prep_meta(d, bt, prec, _cfg.INTRA_BD).items() if kk != "DOT_PREC"})
+        grid=_cfg.prep_grid(t, b * h), **flags, **_cfg.intra_meta(d, e, bt))
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_Q_CONFIG, d, e, name)
     outs = [per_head, jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
             jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype)]  # chunk entry states (scratch)

@@ -8,21 +8,18 @@ Inside a chunk of BT tokens, with ``B`` the inclusive cumulative sum of g in pro
   o_t    = scale·[(q_t⊙e^{B_t})ᵀ S_in + Σ_{s≤t} A_ts v_s],  A_ts = Σ_d q_td k_sd e^{B_td − B_sd}
   S_out  = diag(e^{Bl})·S_in + Σ_s (k_s⊙e^{Bl − B_s}) v_sᵀ
 Every factor is e^{x} with x ≤ 0 at any gate: the carried-state factors by construction, and the
-intra-chunk pairs through sub-chunks of BC rows. A pair in two sub-chunks factorises at the
-boundary R between them, e^{B_t − B_s} = e^{B_t − R}·e^{R − B_s} (both ≤ 1, tensor-core products);
-a pair in one sub-chunk takes its exponent whole, b_t − b_s with b the cumulative gate from the
-sub-chunk start, one key row at a time, in launches of their own on [BC, BD] tiles. No exponent
-is positive, so nothing overflows and no launch depends on the gate values.
+intra-chunk pairs through a binary tree over the chunk's positions. A pair s < t belongs to the
+one level whose group holds t in its later half and s in its earlier one, and factorises at that
+group's boundary R, e^{B_t − B_s} = e^{B_t − R}·e^{R − B_s} (both ≤ 1): one exponential per element
+and one tensor-core product per level. No exponent is positive, so nothing overflows and no launch
+depends on the gate values.
 
-Eight kernels, one launch each; the four parallel ones (no carried state, programs over chunks or
-sub-chunks) compute everything gate-dependent inside a chunk, the four sweeps carry the state:
+Six kernels, one launch each; the two parallel ones (no carried state, programs over chunks)
+compute everything gate-dependent inside a chunk, the four sweeps carry the state:
   gla_prep_kernel         forward: qd = q⊙e^B, kd = k⊙e^{Bl − B}, the totals Bl and the scores A
-                          of the pairs across sub-chunks
-  gla_diag_scores_kernel  forward: A's diagonal [BC, BC] blocks (pairs inside one sub-chunk)
   gla_fwd_kernel          o (and S_T); programs own an E-slice, state Sᵀ [BS, D]
-  gla_bwd_diag_kernel     backward: dq, dk of the strict pairs inside one sub-chunk, fp32 partials
-  gla_bwd_intra_kernel    backward: each chunk's own part of dq, dk (W = scale·do·vᵀ weighted), the
-                          diagonal launch's partials added, and of dg (pairs inside the chunk)
+  gla_bwd_intra_kernel    backward: each chunk's own part of dq, dk (W = scale·do·vᵀ weighted) and
+                          of dg (pairs inside the chunk)
   gla_bwd_q_kernel        dq and dg's pairs from the chunk's entry state, forward sweep over
                           D-slices rebuilding S [BS, E]; also the entry states (hc) for the next pass
   gla_bwd_k_kernel        dk, dg and dh0, backward sweep over D-slices, state dS [BS, E]
@@ -166,35 +163,49 @@ def _tri_product(x, tri, DOT_PREC: tl.constexpr, LEFT: tl.constexpr):
 
 
 @triton.jit
-def _boundary(g, p, i, BC: tl.constexpr, BACK: tl.constexpr):
-    """(e^{B_t − R} on the rows t from sub-chunk i on, e^{R − B_s} on the rows s before it, 0
-    elsewhere) for R the cumulative gate at the boundary before sub-chunk i. Each exponent is the
-    sum of the gates it crosses (a prefix sum after the boundary, an exclusive suffix sum before
-    it), never a difference of two cumulative gates: at strong gates those are large and their
-    difference would lose fp32 digits. Every exponent kept is ≤ 0; the others are −inf before the
-    exponential, so no large positive exponent is ever formed."""
-    before = (p < i * BC)[:, None]
-    after = tl.cumsum(tl.where(before, 0.0, g), 0, reverse=BACK)
-    gb = tl.where(before, g, 0.0)
-    upto = tl.cumsum(gb, 0, reverse=not BACK) - gb
-    return tl.exp(tl.where(before, float("-inf"), after)), tl.exp(tl.where(before, upto, float("-inf")))
+def _chunk_gates(g, DOT_PREC: tl.constexpr, BACK: tl.constexpr):
+    """(B, Bl): a chunk's cumulative gate [BT, BD] (inclusive, processing order) and its total [BD]
+    from its gates g (fp32, zero past the end). The levels' exponents and kd's are differences of
+    these, so for fp32 inputs they are fp64 (at gates near −80 per token B reaches −5000, whose fp32
+    spacing is 5e-4); for 16-bit inputs fp32's 3e-5 relative at the strongest gates is far under
+    their tolerance."""
+    if DOT_PREC == "ieee":
+        g = g.to(tl.float64)
+    return tl.cumsum(g, 0, reverse=BACK), tl.sum(g, 0)
 
 
 @triton.jit
-def _to_end(g, BACK: tl.constexpr):
-    """Bl − B, each row's gates to the chunk's end, as an exclusive suffix sum (see ``_boundary``)."""
-    return tl.cumsum(g, 0, reverse=not BACK) - g
+def _level(B, p, lv, BT: tl.constexpr, BACK: tl.constexpr):
+    """Level lv of the binary tree over a chunk's rows in processing order: groups of BT >> lv
+    positions, each split into halves. A pair (t, s) of one group with t in its later half and s in
+    its earlier one factorises at the group's boundary R (B at the earlier half's last row):
+    e^{B_t − B_s} = e^{B_t − R}·e^{R − B_s}. Every pair s < t is in exactly one level. Returns
+    (later [BT], the rows of later halves; E [BT, BD] fp32, e^{B_t − R} on those rows and
+    e^{R − B_t} on the others): every exponent is ≤ 0, so nothing overflows at any gate."""
+    span = BT >> lv
+    ref = p // span * span + span // 2 - 1  # processing position of the group's boundary row
+    if BACK:
+        ref = BT - 1 - ref
+    X = B - tl.gather(B, tl.broadcast_to(ref[:, None], B.shape), 0)
+    later = (p // (span // 2)) % 2 == 1
+    return later, tl.exp(tl.where(later[:, None], X, -X).to(tl.float32))
 
 
 @triton.jit
-def _cross_scores(bq, bk, g, p, DOT_PREC: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr, BACK: tl.constexpr):
-    """A's pairs in two sub-chunks: for each sub-chunk i, (q⊙e^{B − R_i})_i·((k⊙e^{R_i − B})_{<i})ᵀ."""
-    A = tl.zeros([BT, BT], dtype=tl.float32)
-    for i in range(1, BT // BC):
-        e_after, e_before = _boundary(g, p, i, BC, BACK)
-        qa = tl.where((p // BC == i)[:, None], bq * e_after, 0.0)
-        A = tl.dot(qa, tl.trans(bk * e_before), A, input_precision=DOT_PREC)
-    return A
+def _dot_operand(x, DOT_PREC: tl.constexpr):
+    """x as a tensor-core product reads it: tf32 keeps 10 of fp32's 23 mantissa bits (the product
+    ignores the rest), IEEE all of them. dg's in-chunk sum takes each pair twice, once from each
+    side, and the copies cancel exactly only if both are products of the same rounded operands."""
+    if DOT_PREC == "ieee":
+        return x
+    else:
+        return (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _same_group(p, span):
+    """[BT, BT]: rows t and s in one group of ``span`` processing positions."""
+    return (p[:, None] // span) == (p[None, :] // span)
 
 
 @triton.jit
@@ -203,14 +214,14 @@ def gla_prep_kernel(
     T, H, HKV,
     qd, kd, bl, A,
     KD: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PREC: tl.constexpr,
-    BT: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr,
+    BT: tl.constexpr, BD: tl.constexpr, LEVELS: tl.constexpr,
 ):
     """Everything of a chunk the forward and the dv pass need that carries nothing from chunk to
     chunk: qd = q⊙e^B, kd = k⊙e^{Bl − B} [B, T, H, D] (per query head), the totals Bl into
     bl [slots, H, D] (``_slot``) and the intra-chunk scores A [B, T, H, BT] (row t, column the
-    offset of s in its chunk; zero unless s ≤ t) of the pairs across sub-chunks of BC rows, exact at
-    any gate; A's diagonal [BC, BC] blocks are left to ``gla_diag_scores_kernel``. Grid (P, N·H):
-    program (j, row) takes the row's chunks j, j + P, …, each over D in slices of BD."""
+    offset of s in its chunk; zero unless s ≤ t), exact at any gate: the pairs s < t one
+    tensor-core product per level of ``_level`` (LEVELS = log2 BT), the pairs s = t a row sum.
+    Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices of BD."""
     i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t, p = _order(BT, REVERSE)
@@ -222,180 +233,47 @@ def gla_prep_kernel(
     a_base = A + bos * (H * BT) + i_h * BT
     for i_c in range(tl.program_id(0), tl.cdiv(seq_len, BT), tl.num_programs(0)):
         start = _chunk_start(seq_len, i_c, BT, REVERSE)
-        n_left = seq_len - i_c * BT
-        rows, valid = start + o_t, p < n_left
+        rows, valid = start + o_t, p < seq_len - i_c * BT
         scores = tl.zeros([BT, BT], dtype=tl.float32)
+        own = tl.zeros([BT], dtype=tl.float32)
         for i_d in range(0, tl.cdiv(KD, BD)):
             o_k = i_d * BD + tl.arange(0, BD)
             m_k = o_k < KD
-            bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)  # invalid rows: g = 0
+            bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)  # g = 0 past the end
             bq = _load(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
             bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
-            B = tl.cumsum(bg, 0, reverse=REVERSE)
-            Bl = tl.sum(bg, 0)
-            _store(qd_base, rows, H * KD, o_k, valid, m_k, bq * tl.exp(B))
-            _store(kd_base, rows, H * KD, o_k, valid, m_k, bk * tl.exp(_to_end(bg, REVERSE)))
-            tl.store(bl + (_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, Bl, mask=m_k)
-            scores += _cross_scores(bq, bk, bg, p, DOT_PREC, BT, BC, REVERSE)
-        # the diagonal blocks (pairs inside one sub-chunk) are gla_diag_scores_kernel's
-        off_diag = (p[None, :] // BC) != (p[:, None] // BC)
-        tl.store(a_base + rows[:, None] * (H * BT) + o_t[None, :], scores.to(A.dtype.element_ty),
-                 mask=valid[:, None] & off_diag)
-
-
-@triton.jit
-def _sub_chunk(seq_len, i_g, BT: tl.constexpr, BC: tl.constexpr, BACK: tl.constexpr):
-    """Sub-chunk i_g of a sequence (BT // BC per chunk, in processing order): its chunk's first row,
-    the processing position of its first row in the chunk, the rows left from the chunk on, and its
-    BC rows in processing order with which are valid."""
-    i_c = i_g // (BT // BC)
-    start = _chunk_start(seq_len, i_c, BT, BACK)
-    first = (i_g % (BT // BC)) * BC
-    pos = first + tl.arange(0, BC)
-    n_left = seq_len - i_c * BT
-    return start, first, n_left, start + _offset(pos, BT, BACK), pos < n_left
-
-
-@triton.jit
-def _row(base, row, stride, lanes, mask):
-    """One row [lanes] in fp32, 0 where masked."""
-    return tl.load(base + row * stride + lanes, mask=mask, other=0.0).to(tl.float32)
-
-
-@triton.jit
-def gla_diag_scores_kernel(
-    q, k, g, cu, A_in,
-    T, H, HKV,
-    A,
-    KD: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr,
-    BT: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr,
-):
-    """The diagonal blocks of the scores A (pairs inside one sub-chunk of BC rows), after
-    ``gla_prep_kernel`` wrote the rest: A[t, s] = Σ_d q_td k_sd e^{b_td − b_sd} for s at or before t
-    in t's sub-chunk, b the cumulative gate from the sub-chunk start, into the columns of the
-    sub-chunk's own rows. One key row and its gate row at a time ([BD] vectors) against the
-    sub-chunk's [BC, BD] tiles; every exponent is ≤ 0, the others −inf. A_in is A itself (jax-triton
-    aliases it to the output), never read. Grid (P, N·H): program (j, row) takes the row's
-    sub-chunks j, j + P, …"""
-    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
-    q_base = q + bos * (H * KD) + i_h * KD
-    g_base = g + bos * (H * KD) + i_h * KD
-    k_base = k + bos * (HKV * KD) + i_hk * KD
-    a_base = A + bos * (H * BT) + i_h * BT
-    o_j = tl.arange(0, BC)
-    for i_g in range(tl.program_id(0), tl.cdiv(seq_len, BC), tl.num_programs(0)):
-        start, first, n_left, rows, valid = _sub_chunk(seq_len, i_g, BT, BC, REVERSE)
-        scores = tl.zeros([BC, BC], dtype=tl.float32)
-        for i_d in range(0, tl.cdiv(KD, BD)):
-            o_k = i_d * BD + tl.arange(0, BD)
-            m_k = o_k < KD
-            bq = _load(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-            b = tl.cumsum(_load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32), 0)  # rows in processing order
-            bj = tl.zeros([BD], dtype=tl.float32)
-            for j in range(0, BC):
-                row_j = start + _offset(first + j, BT, REVERSE)
-                m_j = o_k < tl.where(first + j < n_left, KD, 0)  # key channels of row j, none past the end
-                bj += _row(g_base, row_j, H * KD, o_k, m_j)
-                kj = _row(k_base, row_j, HKV * KD, o_k, m_j)
-                e = tl.exp(tl.where((o_j >= j)[:, None], b - bj[None, :], float("-inf")))
-                col = tl.sum(bq * kj[None, :] * e, 1)
-                scores += tl.where(o_j[None, :] == j, col[:, None], 0.0)
-        # column of key j: its offset in the chunk; keys past the end score 0 in every valid row
-        cols = _offset(first + o_j, BT, REVERSE)
-        tl.store(a_base + rows[:, None] * (H * BT) + cols[None, :], scores.to(A.dtype.element_ty), mask=valid[:, None])
-
-
-@triton.jit
-def _cross_grads(W, bq, bk, g, p, DOT_PREC: tl.constexpr, BT: tl.constexpr, BC: tl.constexpr,
-                 BD: tl.constexpr, BACK: tl.constexpr):
-    """(dq, dk) of the pairs in two sub-chunks, W [t, s] the pairs' weights (zero unless s ≤ t):
-    dq_t = e^{B_t − R_i}⊙Σ_s W_ts k_s e^{R_i − B_s} for t in sub-chunk i and s before it; dk_s the
-    same from the rows after the boundary that follows s's sub-chunk."""
-    dq = tl.zeros([BT, BD], dtype=tl.float32)
-    dk = tl.zeros([BT, BD], dtype=tl.float32)
-    for i in range(1, BT // BC):
-        e_after, e_before = _boundary(g, p, i, BC, BACK)
-        sub = p // BC
-        dq += tl.where((sub == i)[:, None], e_after, 0.0) * tl.dot(W, bk * e_before, input_precision=DOT_PREC)
-        dk += tl.where((sub == i - 1)[:, None], e_before, 0.0) * tl.dot(tl.trans(W), bq * e_after,
-                                                                      input_precision=DOT_PREC)
-    return dq, dk
-
-
-@triton.jit
-def gla_bwd_diag_kernel(
-    q, k, v, g, do, cu,
-    T, H, HKV, scale,
-    dqd, dkd,
-    KD: tl.constexpr, VD: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PREC: tl.constexpr,
-    BT: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
-):
-    """The backward's strict pairs inside one sub-chunk (s before t, both in it), fp32 into dqd and
-    dkd [B, T, H, D] (per query head): with W = scale·do·vᵀ,
-      dqd_t = Σ_s W_ts k_s⊙e^{b_t − b_s},  dkd_s = Σ_t W_ts q_t⊙e^{b_t − b_s},
-    b the cumulative gate from the sub-chunk start (every exponent ≤ 0). The diagonal pairs s = t
-    are left to ``gla_bwd_intra_kernel``, which adds these partials to its pairs across sub-chunks
-    before dg's in-chunk sum. Grid as ``gla_diag_scores_kernel``; W's diagonal block is one
-    [BC, BC] product over E, then one key / query row at a time as in the forward."""
-    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
-    q_base = q + bos * (H * KD) + i_h * KD
-    g_base = g + bos * (H * KD) + i_h * KD
-    k_base = k + bos * (HKV * KD) + i_hk * KD
-    v_base = v + bos * (HKV * VD) + i_hk * VD
-    do_base = do + bos * (H * VD) + i_h * VD
-    dqd_base = dqd + bos * (H * KD) + i_h * KD
-    dkd_base = dkd + bos * (H * KD) + i_h * KD
-    o_j = tl.arange(0, BC)
-    for i_g in range(tl.program_id(0), tl.cdiv(seq_len, BC), tl.num_programs(0)):
-        start, first, n_left, rows, valid = _sub_chunk(seq_len, i_g, BT, BC, REVERSE)
-        W = tl.zeros([BC, BC], dtype=tl.float32)
-        for i_v in range(0, tl.cdiv(VD, BV)):
-            o_e = i_v * BV + tl.arange(0, BV)
-            m_e = o_e < VD
-            bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
-            bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
-            W = tl.dot(bdo, tl.trans(bv), W, input_precision=DOT_PREC)
-        W = tl.where(o_j[None, :] < o_j[:, None], W * scale, 0.0)  # tile rows in processing order
-        for i_d in range(0, tl.cdiv(KD, BD)):
-            o_k = i_d * BD + tl.arange(0, BD)
-            m_k = o_k < KD
-            b = tl.cumsum(_load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32), 0)
-            bj = tl.zeros([BD], dtype=tl.float32)
-            dq = tl.zeros([BC, BD], dtype=tl.float32)
-            dk = tl.zeros([BC, BD], dtype=tl.float32)
-            for j in range(0, BC):
-                row_j = start + _offset(first + j, BT, REVERSE)
-                m_j = o_k < tl.where(first + j < n_left, KD, 0)  # key channels of row j, none past the end
-                bj += _row(g_base, row_j, H * KD, o_k, m_j)
-                kj = _row(k_base, row_j, HKV * KD, o_k, m_j)
-                qj = _row(q_base, row_j, H * KD, o_k, m_j)
-                w_tj = tl.sum(tl.where(o_j[None, :] == j, W, 0.0), 1)  # W[t, j]
-                w_js = tl.sum(tl.where(o_j[:, None] == j, W, 0.0), 0)  # W[j, s]
-                dq += w_tj[:, None] * kj[None, :] * tl.exp(tl.where((o_j > j)[:, None], b - bj[None, :], float("-inf")))
-                dk += w_js[:, None] * qj[None, :] * tl.exp(tl.where((o_j < j)[:, None], bj[None, :] - b, float("-inf")))
-            _store(dqd_base, rows, H * KD, o_k, valid, m_k, dq)
-            _store(dkd_base, rows, H * KD, o_k, valid, m_k, dk)
+            B, Bl = _chunk_gates(bg, DOT_PREC, REVERSE)
+            _store(qd_base, rows, H * KD, o_k, valid, m_k, bq * tl.exp(B.to(tl.float32)))
+            _store(kd_base, rows, H * KD, o_k, valid, m_k, bk * tl.exp((Bl[None, :] - B).to(tl.float32)))
+            tl.store(bl + (_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, Bl.to(tl.float32), mask=m_k)
+            own += tl.sum(bq * bk, 1)
+            for lv in range(0, LEVELS):
+                later, E = _level(B, p, lv, BT, REVERSE)
+                qL = tl.where(later[:, None], bq * E, 0.0)
+                kL = tl.where(later[:, None], 0.0, bk * E)
+                s = tl.dot(qL, tl.trans(kL), input_precision=DOT_PREC)
+                scores += tl.where(_same_group(p, BT >> lv), s, 0.0)
+        scores += tl.where(o_t[:, None] == o_t[None, :], own[:, None], 0.0)
+        # every column for the valid rows: keys past the end score 0
+        tl.store(a_base + rows[:, None] * (H * BT) + o_t[None, :], scores.to(A.dtype.element_ty), mask=valid[:, None])
 
 
 @triton.jit
 def gla_bwd_intra_kernel(
-    q, k, v, g, do, cu, dqd, dkd,
+    q, k, v, g, do, cu,
     T, H, HKV, scale,
     dqi, dki, dga,
     KD: tl.constexpr, VD: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PREC: tl.constexpr,
-    BT: tl.constexpr, BC: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
+    BT: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr, LEVELS: tl.constexpr,
 ):
     """The backward's pairs inside a chunk, every chunk at once (grid (P, N·H) as the prep launch),
-    exact at any gate through sub-chunks of BC rows. With W = scale·do·vᵀ (s ≤ t):
+    exact at any gate through the prep launch's levels. With W = scale·do·vᵀ (s ≤ t):
     dqi_t = Σ_{s≤t} W_ts k_s⊙e^{B_t − B_s}, dki_s = Σ_{t≥s} W_ts q_t⊙e^{B_t − B_s} (per query head),
     and dg's in-chunk part dga_t = Σ_{t'≥t, s<t} W_t's q_t'⊙k_s⊙e^{B_t' − B_s}, summed in fp32 as
     the suffix sum of q⊙dqi − k⊙dki over the strict pairs s < t only: the diagonal pairs, the
     largest terms at strong gates, cancel exactly there and are added to dqi, dki afterwards.
-    The strict pairs inside one sub-chunk come from ``gla_bwd_diag_kernel`` in fp32 (dqd, dkd);
-    this launch adds the pairs across sub-chunks. dkd may be dga itself: each element is read
-    before the suffix sum that includes it is stored."""
+    Two tensor-core products per level, one each for dq and dk, on operands whose rounding both
+    copies of a pair share (``_dot_operand``)."""
     i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t, p = _order(BT, REVERSE)
@@ -407,8 +285,7 @@ def gla_bwd_intra_kernel(
     row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
     for i_c in range(tl.program_id(0), tl.cdiv(seq_len, BT), tl.num_programs(0)):
         start = _chunk_start(seq_len, i_c, BT, REVERSE)
-        n_left = seq_len - i_c * BT
-        rows, valid = start + o_t, p < n_left
+        rows, valid = start + o_t, p < seq_len - i_c * BT
         W = tl.zeros([BT, BT], dtype=tl.float32)
         for i_v in range(0, tl.cdiv(VD, BV)):
             o_e = i_v * BV + tl.arange(0, BV)
@@ -424,10 +301,22 @@ def gla_bwd_intra_kernel(
             bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
             bq = _load(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
             bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
-            dq, dk = _cross_grads(W, bq, bk, bg, p, DOT_PREC, BT, BC, BD, REVERSE)
-            dq += _load(dqd + row_off, rows, H * KD, o_k, valid, m_k)
-            dk += _load(dkd + row_off, rows, H * KD, o_k, valid, m_k)
-            _store(dga + row_off, rows, H * KD, o_k, valid, m_k, tl.cumsum(bq * dq - bk * dk, 0, reverse=not REVERSE))
+            B, _ = _chunk_gates(bg, DOT_PREC, REVERSE)
+            dq = tl.zeros([BT, BD], dtype=tl.float32)
+            dk = tl.zeros([BT, BD], dtype=tl.float32)
+            terms = tl.zeros([BT, BD], dtype=tl.float32)  # q⊙dq − k⊙dk of the strict pairs
+            for lv in range(0, LEVELS):
+                later, E = _level(B, p, lv, BT, REVERSE)
+                ql = _dot_operand(tl.where(later[:, None], bq * E, 0.0), DOT_PREC)
+                kl = _dot_operand(tl.where(later[:, None], 0.0, bk * E), DOT_PREC)
+                WL = tl.where(_same_group(p, BT >> lv), W, 0.0)
+                P = tl.dot(WL, kl, input_precision=DOT_PREC)
+                Q = tl.dot(tl.trans(WL), ql, input_precision=DOT_PREC)
+                dq += tl.where(later[:, None], E, 0.0) * P
+                dk += tl.where(later[:, None], 0.0, E) * Q
+                # each pair's two copies from the same rounded operands, so that they cancel
+                terms += ql * P - kl * Q
+            _store(dga + row_off, rows, H * KD, o_k, valid, m_k, tl.cumsum(terms, 0, reverse=not REVERSE))
             _store(dqi + row_off, rows, H * KD, o_k, valid, m_k, dq + w_diag[:, None] * bk)
             _store(dki + row_off, rows, H * KD, o_k, valid, m_k, dk + w_diag[:, None] * bq)
 
@@ -592,7 +481,8 @@ def gla_bwd_k_kernel(
         gt = _load_t(g + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
         Bl = tl.sum(gt, 1)
-        # Bl − B as a suffix sum (``_to_end``)
+        # Bl − B as an exclusive suffix sum: the sum of the gates it crosses, no difference of two
+        # large cumulative gates
         dk_x = tl.dot(Y.to(dt), tl.trans(bv), input_precision=DOT_PREC) * tl.exp(
             tl.cumsum(gt, 1, reverse=not REVERSE) - gt) * scale
         _store_t(dk + row_off, rows, H * KD, o_k, valid, m_k,

@@ -50,9 +50,7 @@ def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor |
 
 # the parallel launches (no carried state: programs over chunks), then the sweeps
 _PREP = PlainLauncher(_k, "gla_prep_kernel")
-_DIAG = PlainLauncher(_k, "gla_diag_scores_kernel")
 _FWD = Launcher(_k, "gla_fwd", "gla_fwd_kernel", _INTERP_META)
-_BWD_DIAG = PlainLauncher(_k, "gla_bwd_diag_kernel")
 _BWD_INTRA = PlainLauncher(_k, "gla_bwd_intra_kernel")
 _BWD_Q = Launcher(_k, "gla_bwd_q", "gla_bwd_q_kernel", _INTERP_META)
 _BWD_K = Launcher(_k, "gla_bwd_k", "gla_bwd_k_kernel", _INTERP_META)
@@ -73,9 +71,8 @@ def _slots(b: int, t: int, n: int) -> int:
 def gla_prep(q, k, g, reverse, cu, n):
     """(qd, kd, bl, A): the decayed operands q⊙e^B, k⊙e^{Bl−B} per query head (bf16 for bf16
     inputs, fp32 otherwise: fp16 would underflow where fp32 keeps them), the chunk totals Bl
-    [slots, H, D] fp32 and the intra-chunk scores A [B, T, H, BT] (input dtype), from two parallel
-    launches: ``kernels.gla_prep_kernel`` (all but A's diagonal sub-chunk blocks), then
-    ``kernels.gla_diag_scores_kernel`` (those blocks, into the same A)."""
+    [slots, H, D] fp32 and the intra-chunk scores A [B, T, H, BT] (input dtype), from one parallel
+    launch, ``kernels.gla_prep_kernel``."""
     b, t, h, d = q.shape
     bt = _chunk()
     gdt = q.dtype if q.dtype == torch.bfloat16 else torch.float32
@@ -90,10 +87,6 @@ def gla_prep(q, k, g, reverse, cu, n):
     key = ("prep", q.shape, k.shape, q.dtype, g.dtype, q.device, n, cu is not None, bool(reverse), bt,
            alignment(q, k, g, cu))
     _PREP(key, (q, k, g, cu if cu is not None else g, t, h, k.shape[2], qd, kd, bl, scores), spec, raw_stream(q))
-    diag_grid = _cfg.diag_grid(t, n * h, bt)
-    diag = lambda: (lambda meta: diag_grid,  # noqa: E731
-                    dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=cu is not None, **_cfg.diag_meta(d, bt)))
-    _DIAG(key, (q, k, g, cu if cu is not None else g, scores, t, h, k.shape[2], scores), diag, raw_stream(q))
     return qd, kd, bl, scores
 
 
@@ -147,16 +140,8 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     stream = raw_stream(q)
     bt = _chunk()
     grid = _cfg.prep_grid(t, n * h)
-    # the strict pairs inside each sub-chunk first, fp32, into dgq (the dq pass writes it later)
-    # and dga (the in-chunk launch reads each element before it writes the suffix sum there)
-    diag_grid = _cfg.diag_grid(t, n * h, bt)
-    _BWD_DIAG(key, (q, k, v, g, do, cu_arg, t, h, hkv, float(scale), dgq, dga),
-              lambda: (lambda meta: diag_grid,
-                       dict(flags, BV=_cfg.intra_bv(e), **_cfg.diag_meta(d, bt, _cfg.BWD_DIAG_BD))),
-              stream)
-    _BWD_INTRA(key, (q, k, v, g, do, cu_arg, dgq, dga, t, h, hkv, float(scale), dqi, dki, dga),
-               lambda: (lambda meta: grid,
-                        dict(flags, BV=_cfg.intra_bv(e), **_cfg.prep_meta(d, bt, flags["DOT_PREC"], _cfg.INTRA_BD))),
+    _BWD_INTRA(key, (q, k, v, g, do, cu_arg, t, h, hkv, float(scale), dqi, dki, dga),
+               lambda: (lambda meta: grid, dict(flags, **_cfg.intra_meta(d, e, bt))),
                stream)
     d_sliced = lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
                         dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None))

@@ -1,6 +1,6 @@
 """The jobs of the bundled GLA Triton kernels at the seed shape (D = E = 128, bf16) with the default
 call's flags (no initial state, final state returned and its gradient given, forward direction,
-no varlen): the four parallel launches at their one config, every default autotune config of the
+no varlen): the two parallel launches at their one config, every default autotune config of the
 four sweeps (the torch launches), and each sweep at the JAX bridge's fixed config (the same
 kernels)."""
 from __future__ import annotations
@@ -31,13 +31,13 @@ def _job(kernel: str, function: str, types: dict, constexprs: dict, bt: int, bs:
 
 
 def _parallel_job(kernel: str, function: str, types: dict, constexprs: dict, meta: dict) -> Job:
-    """A launch of one fixed config (``configs.prep_meta`` or ``configs.diag_meta``): no autotuning,
-    one pipeline stage."""
+    """A launch of one fixed config (``configs.prep_meta`` or ``configs.intra_meta``): no
+    autotuning, one pipeline stage."""
     meta = dict(meta)
     w = meta.pop("num_warps")
     meta.pop("num_stages")
-    label = f"BT={meta['BT']} BC={meta['BC']} BD={meta['BD']}"
-    label += f" BV={constexprs['BV']}" if "BV" in constexprs else ""
+    label = f"BT={meta['BT']} BD={meta['BD']}"
+    label += f" BV={meta['BV']}" if "BV" in meta else ""
     return Job(kernel=kernel, config=f"{label} w{w} s1", module=MODULE, function=function, types=types,
                constexprs=dict(constexprs, **meta), num_warps=w, num_stages=1, aligned=("T", "H", "HKV"),
                shape=SEED_SHAPE)
@@ -56,30 +56,9 @@ def intra_job() -> Job:
     """The one launch config of the backward's in-chunk parts (``ops.gla_bwd``)."""
     from lattnbench.kernels.gla.triton import configs as C
 
-    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, cu=_F32, dqd=_F32, dkd=_F32, T="i32", H="i32", HKV="i32",
-                 scale="fp32", dqi=_BF, dki=_BF, dga=_F32)
-    flags = {k: v for k, v in _flags().items() if k != "DOT_PREC"}
-    return _parallel_job("gla/triton:bwd-intra", "gla_bwd_intra_kernel", types, dict(flags, BV=C.intra_bv(E)),
-                         C.prep_meta(D, C.CHUNK, "tf32", C.INTRA_BD))
-
-
-def diag_scores_job() -> Job:
-    """The one launch config of the scores' diagonal sub-chunk blocks (``ops.gla_prep``)."""
-    from lattnbench.kernels.gla.triton import configs as C
-
-    types = dict(q=_BF, k=_BF, g=_F32, cu=_F32, A_in=_BF, T="i32", H="i32", HKV="i32", A=_BF)
-    return _parallel_job("gla/triton:diag-scores", "gla_diag_scores_kernel", types,
-                         dict(KD=D, REVERSE=False, IS_VARLEN=False), C.diag_meta(D, C.CHUNK))
-
-
-def bwd_diag_job() -> Job:
-    """The one launch config of the backward's pairs inside a sub-chunk (``ops.gla_bwd``)."""
-    from lattnbench.kernels.gla.triton import configs as C
-
     types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, cu=_F32, T="i32", H="i32", HKV="i32", scale="fp32",
-                 dqd=_F32, dkd=_F32)
-    return _parallel_job("gla/triton:bwd-diag", "gla_bwd_diag_kernel", types, dict(_flags(), BV=C.intra_bv(E)),
-                         C.diag_meta(D, C.CHUNK, C.BWD_DIAG_BD))
+                 dqi=_BF, dki=_BF, dga=_F32)
+    return _parallel_job("gla/triton:bwd-intra", "gla_bwd_intra_kernel", types, _flags(), C.intra_meta(D, E, C.CHUNK))
 
 
 def fwd_job(bt: int, bs: int, w: int, s: int) -> Job:
@@ -112,14 +91,13 @@ def bridge_job(job: Job) -> Job:
 
 
 def default_jobs() -> list[Job]:
-    """The parallel launches (prep, diagonal scores, the backward's diagonal and in-chunk ones),
-    every default autotune config of the four sweeps, and each sweep at
-    the JAX bridge's fixed config (bf16)."""
+    """The parallel launches (prep, the backward's in-chunk one), every default autotune config of
+    the four sweeps, and each sweep at the JAX bridge's fixed config (bf16)."""
     from lattnbench.kernels.gla.triton import configs as C
 
     bridge = [make(*C.jax_config(c, D, E, "bf16")) for make, c in
               ((fwd_job, C.JAX_FWD_CONFIG), (bwd_q_job, C.JAX_BWD_Q_CONFIG), (bwd_k_job, C.JAX_BWD_K_CONFIG),
                (bwd_v_job, C.JAX_BWD_V_CONFIG))]
-    return ([prep_job(), diag_scores_job(), bwd_diag_job(), intra_job()] + [fwd_job(*c) for c in C.FWD_CONFIGS]
+    return ([prep_job(), intra_job()] + [fwd_job(*c) for c in C.FWD_CONFIGS]
             + [bwd_q_job(*c) for c in C.BWD_Q_CONFIGS] + [bwd_k_job(*c) for c in C.BWD_K_CONFIGS]
             + [bwd_v_job(*c) for c in C.BWD_V_CONFIGS] + [bridge_job(j) for j in bridge])
