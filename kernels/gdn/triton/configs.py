@@ -1,0 +1,62 @@
+"""Launch configs of the GDN Triton kernels: the chunk, the parallel launch's fixed config, the
+sweep's autotune list and the interpreter's fixed configs.
+
+Both launches run at one chunk length: u and w are the solutions of each chunk's own triangular
+system, so the sweep must cut the sequence where the parallel launch did. Only the sweep is
+autotuned, over its value-column slice, warps and stages.
+"""
+from __future__ import annotations
+
+import os
+
+import triton
+
+from ...common.arith import AUTOTUNE, cdiv, pow2, shape_bucket  # noqa: F401 — ops takes them from here
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+CHUNK = 64
+# The interpreter cannot autotune ("0 active drivers"): a small chunk and slice, so that tests
+# cross chunks and split E over several programs.
+INTERP_CHUNK = 16
+INTERP_BV = 16
+# The parallel launch (gdn_prep_kernel): key and value columns per step (the K Kᵀ sum, the w and
+# u products), warps, and the most programs per (sequence, head) row, each striding its chunks.
+PREP_BD = 64
+PREP_BV = 64
+PREP_WARPS = 4
+PREP_MAX_PROGRAMS = 64
+# The sweep (gdn_fwd_kernel): (BV, num_warps, num_stages). It holds the fp32 state slice
+# S [BK, BV] and the chunk's w [BT, BK] fp32 in registers; BV = 64 at 8 warps keeps a D = 128
+# head's tiles in registers (docs/kernels.md, ``lattnbench static``).
+FWD_CONFIGS = [(64, 8, 2), (32, 4, 2), (64, 4, 2), (128, 8, 2)]
+
+
+def prep_grid(t: int, rows: int) -> tuple[int, int]:
+    """Grid of ``gdn_prep_kernel`` for t rows of tokens and ``rows`` (sequence, head) rows: up to
+    PREP_MAX_PROGRAMS programs a row, each striding its chunks; under the interpreter two, so that
+    the stride is exercised at small T."""
+    return (2 if INTERPRET else min(cdiv(t, CHUNK), PREP_MAX_PROGRAMS), rows)
+
+
+def prep_meta(d: int, e: int, bt: int, dot_prec: str) -> dict:
+    """The launch keywords of ``gdn_prep_kernel`` at chunk bt and head dims d, e."""
+    return dict(BT=bt, BD=min(PREP_BD, pow2(d)), BV=min(PREP_BV, pow2(e)), DOT_PREC=dot_prec,
+                num_warps=PREP_WARPS, num_stages=1)
+
+
+def autotune_configs(table) -> list[triton.Config]:
+    """The sweep's autotune list at CHUNK; the first only when autotuning is off
+    (``LIGHTNING_TRITON_AUTOTUNE=0``)."""
+    if not AUTOTUNE:
+        table = table[:1]
+    return [triton.Config({"BT": CHUNK, "BV": bv}, num_warps=w, num_stages=s) for bv, w, s in table]
+
+
+def prune_configs(configs, named_args, **kwargs):
+    """Configs whose slice is no wider than E needs (the rest duplicate one)."""
+    allargs = {**named_args, **kwargs}
+    if "VD" not in allargs:
+        return configs
+    keep = [c for c in configs if c.kwargs["BV"] <= pow2(allargs["VD"])]
+    return keep or configs[:1]

@@ -1,0 +1,142 @@
+"""torch entry point of the GDN Triton kernels: forward only (no backward yet)."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...common import checks
+from ...common.launch import Launcher, PlainLauncher, alignment, raw_stream
+from . import configs as _cfg
+from . import kernels as _k
+
+Tensor = torch.Tensor
+
+# fixed launch config of the sweep under the interpreter (autotune cannot run there); tests may
+# change it. The prep launch takes BT from here too: both must cut the same chunks.
+_INTERP_META = dict(BT=_cfg.INTERP_CHUNK, BV=_cfg.INTERP_BV, num_warps=4, num_stages=1)
+
+NO_BACKWARD = "gdn/triton has no backward yet (forward only)"
+
+
+def _empty(*shape, dtype, device) -> Tensor:
+    """Allocation of every buffer the kernels fully write (tests patch it to NaN-fill)."""
+    return torch.empty(*shape, dtype=dtype, device=device)
+
+
+def _dot_prec(dtype: torch.dtype) -> str:
+    # fp32 inputs need IEEE fp32 dots (TF32 misses the fp32 tolerance); with 16-bit inputs the fp32
+    # operands (the inverse, u, w, ν, the state) run as tf32, fp16's mantissa with fp32's range,
+    # and 16-bit operands ignore it
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, initial_state: Tensor | None,
+             cu_seqlens) -> int:
+    """The contract's shapes (q, k, v, initial_state, cu_seqlens as for the other Triton kernels)
+    and g, beta [B, T, H] per query head, float tensors on q's device; returns N. Raises ValueError."""
+    n, _, _ = checks.validate(q, k, v, initial_state, cu_seqlens)
+    want = tuple(q.shape[:3])
+    for name, x in (("g", g), ("beta", beta)):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if tuple(x.shape) != want:
+            raise ValueError(f"{name} must be [B, T, H] = {want} (per query head), got {tuple(x.shape)}")
+        if not x.is_floating_point() or x.dtype == torch.float64:
+            raise ValueError(f"{name} must be float32, float16 or bfloat16, got {x.dtype}")
+        if x.device != q.device:
+            raise ValueError(f"{name} must be on q's device")
+    return n
+
+
+_PREP = PlainLauncher(_k, "gdn_prep_kernel")
+_FWD = Launcher(_k, "gdn_fwd", "gdn_fwd_kernel", _INTERP_META)
+
+
+def _chunk() -> int:
+    """The chunk both launches run at: the interpreter's (tests may change it), else ``configs.CHUNK``."""
+    return _INTERP_META["BT"] if _cfg.INTERPRET else _cfg.CHUNK
+
+
+def gdn_prep(k, v, g, beta, cu, n, h):
+    """(u [B, T, H, E], w [B, T, H, D]) in fp32 from one parallel launch, ``kernels.gdn_prep_kernel``.
+    fp32 whatever the inputs: the sweep subtracts w S from u, and a 16-bit u or w would add the
+    dtype's rounding to ν once more before it reaches every later chunk's state."""
+    b, t, hkv, d = k.shape
+    e = v.shape[3]
+    bt = _chunk()
+    u = _empty(b, t, h, e, dtype=torch.float32, device=k.device)
+    w = _empty(b, t, h, d, dtype=torch.float32, device=k.device)
+    grid = _cfg.prep_grid(t, n * h)
+    spec = lambda: (lambda meta: grid,  # noqa: E731
+                    dict(KD=d, VD=e, IS_VARLEN=cu is not None, **_cfg.prep_meta(d, e, bt, _dot_prec(k.dtype))))
+    key = ("prep", k.shape, v.shape, h, k.dtype, g.dtype, beta.dtype, k.device, n, cu is not None, bt,
+           alignment(k, v, g, beta, cu))
+    _PREP(key, (k, v, g, beta, cu if cu is not None else g, t, h, hkv, u, w), spec, raw_stream(k))
+    return u, w
+
+
+def gdn_fwd(q, k, v, g, beta, scale, h0, cu, store_ht, n):
+    """Both launches on contiguous inputs; returns (o, final state or None)."""
+    b, t, h, d = q.shape
+    hkv, e = k.shape[2], v.shape[3]
+    u, w = gdn_prep(k, v, g, beta, cu, n, h)
+    o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
+    ht = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
+    args = (q, k, g, u, w, h0 if h0 is not None else g, cu if cu is not None else g, t, h, hkv, float(scale),
+            _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o)
+    spec = lambda: (lambda meta: (_cfg.cdiv(e, meta["BV"]), n * h),  # noqa: E731
+                    dict(KD=d, VD=e, BK=_cfg.pow2(d), HAS_H0=h0 is not None, STORE_HT=store_ht,
+                         IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(q.dtype)))
+    key = ("fwd", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, store_ht, h0 is not None,
+           cu is not None, alignment(q, k, g, h0, cu))
+    _FWD(key, args, spec, raw_stream(q))
+    return o, ht
+
+
+class GDNFunction(torch.autograd.Function):
+    """The forward launches inside an autograd function whose backward refuses: a caller that asks
+    for gradients gets ``Unsupported`` (the benchmark records fwd+bwd as unsupported), never a
+    silently wrong or missing gradient."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, scale, h0, cu, store_ht, n):
+        return gdn_fwd(q, k, v, g, beta, scale, h0, cu, store_ht, n)
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        from lattnbench.errors import Unsupported
+
+        raise Unsupported(NO_BACKWARD)
+
+
+def gdn_triton(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, scale: float | None = None,
+    initial_state: Tensor | None = None, output_final_state: bool = True, reverse: bool = False,
+    cu_seqlens=None,
+) -> tuple[Tensor, Tensor | None]:
+    """Gated delta rule, fused chunked Triton kernels (WY form), forward only; layout [B, T, H, D].
+
+    ``S_t = e^{g_t}(I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ``, ``o_t = scale·S_tᵀ q_t``: q
+    [B, T, H, D], k [B, T, H_kv, D] (L2-normalised by the caller; used as given), v
+    [B, T, H_kv, E], g ≤ 0 and beta [B, T, H] per query head, initial_state [N, H, D, E].
+    Returns ``(o, S_T)``: o in the input dtype, S_T fp32 [N, H, D, E] (None unless
+    ``output_final_state``). No reverse, no backward: both raise ``Unsupported``.
+    """
+    from lattnbench.errors import Unsupported
+
+    if reverse:
+        raise Unsupported("gdn/triton has no reverse")
+    n = validate(q, k, v, g, beta, initial_state, cu_seqlens)
+    b, t, h, d = q.shape
+    scale = d**-0.5 if scale is None else float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    h0 = None if initial_state is None else initial_state.to(device=q.device, dtype=torch.float32).contiguous()
+    if t == 0:
+        e = v.shape[3]
+        ht = h0.clone() if h0 is not None else torch.zeros(n, h, d, e, device=q.device)
+        return q.new_zeros(b, 0, h, e), (ht if output_final_state else None)
+    cu_t = None if cu_seqlens is None else checks.cu_tensor(cu_seqlens, t, q.device)
+    return GDNFunction.apply(q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), beta.contiguous(),
+                             scale, h0, cu_t, bool(output_final_state), n)
