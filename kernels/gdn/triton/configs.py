@@ -27,9 +27,10 @@ PREP_BV = 64
 PREP_WARPS = 4
 PREP_MAX_PROGRAMS = 64
 # The sweep (gdn_fwd_kernel): (BV, num_warps, num_stages). It holds the fp32 state slice
-# S [BK, BV] and the chunk's w [BT, BK] fp32 in registers; BV = 64 at 8 warps keeps a D = 128
-# head's tiles in registers (docs/kernels.md, ``lattnbench static``).
-FWD_CONFIGS = [(64, 8, 2), (32, 4, 2), (64, 4, 2), (128, 8, 2)]
+# S [BK, BV] beside the chunk's q, k, w [BT, BK] tiles; at D = 128 bf16 ptxas for sm_90 fits
+# BV = 32 without spilling, while BV = 64 spills 300-340 bytes at 4 and 8 warps
+# (``lattnbench static``), so only BV = 32 is tuned.
+FWD_CONFIGS = [(32, 4, 2), (32, 8, 2)]
 
 
 def prep_grid(t: int, rows: int) -> tuple[int, int]:

@@ -13,13 +13,15 @@ derives it):
 
 Two launches:
   gdn_prep_kernel   parallel over chunks (no state): G, A, the unit lower-triangular inverse
-                    (I + A)⁻¹ by forward substitution, u [B, T, H, E] and w [B, T, H, D] (fp32)
+                    (I + A)⁻¹ by forward substitution, u [B, T, H, E] (fp32) and w [B, T, H, D]
+                    (the input dtype)
   gdn_fwd_kernel    a sweep per (value-column slice, sequence·head) carrying S [BK, BV] in fp32
                     registers: ν, o, and S_T
 
-Every exponent is ≤ 0: the [BT, BT] decays are masked to −inf off their triangle before the
-exponential, and the carried-state factors are e^{G}, e^{G_last} and e^{G_last − G}. With fp32
-inputs (IEEE dots) the cumulative gates are fp64, so that a difference of two of them keeps the
+The sweep's products take operands in the input dtype (fp32 inputs: IEEE dots), the state and
+every accumulation fp32, as the GLA sweeps do. Every exponent is ≤ 0: the [BT, BT] decays are
+masked to −inf off their triangle before the exponential, and the carried-state factors are
+e^{G}, e^{G_last} and e^{G_last − G}. With fp32 inputs (IEEE dots) the cumulative gates are fp64, so that a difference of two of them keeps the
 few nats between neighbours when the chunk's sum reaches −10³ (fp32's spacing there is 6e-5).
 
 Tensors are contiguous ``[B, T, heads, dim]`` (q, g, beta, o, u, w with H heads; k, v with HKV);
@@ -93,8 +95,9 @@ def gdn_prep_kernel(
     BT: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
 ):
     """u = (I + A)⁻¹(β ⊙ V) [B, T, H, E] and w = (I + A)⁻¹(β e^G ⊙ K) [B, T, H, D] of every chunk
-    (per query head: β and g are), fp32. Grid (P, N·H): program (j, row) takes the row's chunks
-    j, j + P, …; A's K Kᵀ sums D in slices of BD, the products w and u take D and E in slices.
+    (per query head: β and g are), computed in fp32 and stored in u's and w's dtypes. Grid
+    (P, N·H): program (j, row) takes the row's chunks j, j + P, …; A's K Kᵀ sums D in slices of
+    BD, the products w and u take D and E in slices.
 
     The inverse is forward substitution row by row, T_i = e_i − Σ_{j<i} A_ij T_j, in fp32 registers:
     rows past the end have β = 0 (A's row and column zero there), so they solve to identity rows
@@ -169,6 +172,7 @@ def gdn_fwd_kernel(
     u_base = u + bos * (H * VD) + i_h * VD
     w_base = w + bos * (H * KD) + i_h * KD
     o_base = o + bos * (H * VD) + i_h * VD
+    dt = q.dtype.element_ty  # the products' operand dtype: the inputs' (fp32 inputs: IEEE dots)
     if HAS_H0:
         S = tl.load(h0 + s_off, mask=m_s, other=0.0).to(tl.float32)
     else:
@@ -181,14 +185,16 @@ def gdn_fwd_kernel(
         bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
         bw = _load(w_base, rows, H * KD, o_k, valid, m_k)
         bu = _load(u_base, rows, H * VD, o_v, valid, m_v)
-        nu = bu - tl.dot(bw, S, input_precision=DOT_PREC)
+        Sd = S.to(dt)
+        nu = bu - tl.dot(bw.to(dt), Sd, input_precision=DOT_PREC)
         scores = tl.dot(bq, tl.trans(bk), input_precision=DOT_PREC) * _pair_decay(G, o_t, False)
-        qg = bq.to(tl.float32) * tl.exp(G.to(tl.float32))[:, None]
-        acc = tl.dot(qg, S, input_precision=DOT_PREC)
-        acc = tl.dot(scores, nu, acc, input_precision=DOT_PREC)
+        # e^G scales the rows of q S, not q: a 16-bit q ⊙ e^G would underflow at strong gates
+        acc = tl.dot(bq, Sd, input_precision=DOT_PREC) * tl.exp(G.to(tl.float32))[:, None]
+        acc = tl.dot(scores.to(dt), nu.to(dt), acc, input_precision=DOT_PREC)
         _store(o_base, rows, H * VD, o_v, valid, m_v, acc * scale)
-        kd = bk.to(tl.float32) * tl.exp((G_last - G).to(tl.float32))[:, None]
-        S = tl.dot(tl.trans(kd), nu, S * tl.exp(G_last.to(tl.float32)), input_precision=DOT_PREC)
+        # (e^{G_last − G} ⊙ k)ᵀ ν as kᵀ (e^{G_last − G} ⊙ ν): the decay on the narrow operand
+        nud = nu * tl.exp((G_last - G).to(tl.float32))[:, None]
+        S = tl.dot(tl.trans(bk), nud.to(dt), S * tl.exp(G_last.to(tl.float32)), input_precision=DOT_PREC)
     if STORE_HT:
         tl.store(ht + s_off, S, mask=m_s)
 

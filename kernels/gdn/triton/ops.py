@@ -59,14 +59,16 @@ def _chunk() -> int:
 
 
 def gdn_prep(k, v, g, beta, cu, n, h):
-    """(u [B, T, H, E], w [B, T, H, D]) in fp32 from one parallel launch, ``kernels.gdn_prep_kernel``.
-    fp32 whatever the inputs: the sweep subtracts w S from u, and a 16-bit u or w would add the
-    dtype's rounding to ν once more before it reaches every later chunk's state."""
+    """(u [B, T, H, E] fp32, w [B, T, H, D] in k's dtype) from one parallel launch,
+    ``kernels.gdn_prep_kernel``. u stays fp32: ν = u − w S takes it as it is, so its rounding would
+    reach every later state. w is an operand of the sweep's w·S product, which for 16-bit inputs
+    runs on 16-bit operands anyway; stored so, it frees the sweep's registers for a D = 128 head
+    (its rows scale as e^{G}, so where fp16 underflows them their product is negligible)."""
     b, t, hkv, d = k.shape
     e = v.shape[3]
     bt = _chunk()
     u = _empty(b, t, h, e, dtype=torch.float32, device=k.device)
-    w = _empty(b, t, h, d, dtype=torch.float32, device=k.device)
+    w = _empty(b, t, h, d, dtype=k.dtype, device=k.device)
     grid = _cfg.prep_grid(t, n * h)
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, VD=e, IS_VARLEN=cu is not None, **_cfg.prep_meta(d, e, bt, _dot_prec(k.dtype))))

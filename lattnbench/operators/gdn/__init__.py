@@ -28,6 +28,7 @@ class GDN(Family):
     gated = True
     gates = ("g",)
     differentiable = ("q", "k", "v", "h0", "g", "beta")
+    static_jobs = "lattnbench.operators.gdn.static_jobs"
     default_features = frozenset({"initial_state", "varlen", "gqa", "dv", "any_dim"})
 
     # -- inputs --------------------------------------------------------------------------------

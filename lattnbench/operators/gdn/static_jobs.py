@@ -1,0 +1,42 @@
+"""The jobs of the bundled GDN Triton kernels at the seed shape (D = E = 128, bf16) with the
+default call's flags (no initial state, final state returned, no varlen): the parallel launch at
+its one config and every default autotune config of the forward sweep."""
+from __future__ import annotations
+
+from lattnbench.static.triton_aot import Job
+
+D = E = 128
+SEED_SHAPE = f"D=E={D} bf16"
+MODULE = "lattnbench.kernels.gdn.triton.kernels"
+_BF, _F32 = "*bf16", "*fp32"
+_FLAGS = dict(KD=D, VD=E, IS_VARLEN=False, DOT_PREC="tf32")
+
+
+def prep_job() -> Job:
+    """The one launch config of u and w (``ops.gdn_prep``)."""
+    from lattnbench.kernels.gdn.triton import configs as C
+
+    meta = C.prep_meta(D, E, C.CHUNK, "tf32")
+    w = meta.pop("num_warps")
+    meta.pop("num_stages")
+    types = dict(k=_BF, v=_BF, g=_F32, beta=_BF, cu=_F32, T="i32", H="i32", HKV="i32", u=_F32, w=_BF)
+    return Job(kernel="gdn/triton:prep", config=f"BT={meta['BT']} BD={meta['BD']} BV={meta['BV']} w{w} s1",
+               module=MODULE, function="gdn_prep_kernel", types=types, constexprs=dict(_FLAGS, **meta),
+               num_warps=w, num_stages=1, aligned=("T", "H", "HKV"), shape=SEED_SHAPE)
+
+
+def fwd_job(bt: int, bv: int, warps: int, stages: int) -> Job:
+    """The forward sweep at one config."""
+    types = dict(q=_BF, k=_BF, g=_F32, u=_F32, w=_BF, h0=_F32, cu=_F32, T="i32", H="i32", HKV="i32",
+                 scale="fp32", SHAPE_BUCKET="i32", o=_BF, ht=_F32)
+    return Job(kernel="gdn/triton:fwd", config=f"BT={bt} BV={bv} w{warps} s{stages}", module=MODULE,
+               function="gdn_fwd_kernel", types=types,
+               constexprs=dict(_FLAGS, BK=D, HAS_H0=False, STORE_HT=True, BT=bt, BV=bv),
+               num_warps=warps, num_stages=stages, aligned=("T", "H", "HKV"), shape=SEED_SHAPE)
+
+
+def default_jobs() -> list[Job]:
+    """The parallel launch and every default autotune config of the sweep (bf16)."""
+    from lattnbench.kernels.gdn.triton import configs as C
+
+    return [prep_job()] + [fwd_job(C.CHUNK, bv, w, s) for bv, w, s in C.FWD_CONFIGS]
