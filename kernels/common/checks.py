@@ -8,7 +8,9 @@ sequence to [0, T], so bad offsets give wrong numbers, never an out-of-bounds ac
 """
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -57,6 +59,33 @@ def validate(q, k, v, initial_state, cu_seqlens) -> tuple[int, int, int]:
             got = tuple(initial_state.shape) if hasattr(initial_state, "shape") else type(initial_state).__name__
             raise ValueError(f"initial_state must be [N, H, D, E] = {want}, got {got}")
     return n, hkv, e
+
+
+class HostArgs(NamedTuple):
+    """A call's arguments as the launches take them (``host_args``): ``empty`` is the whole result
+    of a call with no tokens, which launches nothing."""
+
+    scale: float
+    h0: Tensor | None
+    cu: Tensor | None
+    empty: tuple | None
+
+
+def host_args(q: Tensor, v: Tensor, n: int, scale, initial_state, cu_seqlens,
+              output_final_state: bool) -> HostArgs:
+    """The scale (D^-1/2 by default; ValueError unless finite), the initial state in fp32 on q's
+    device, cu_seqlens as an int32 device tensor, and the result of a call with T = 0: no
+    tokens, the final state is the initial one (or zeros)."""
+    b, t, h, d = q.shape
+    scale = d**-0.5 if scale is None else float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    h0 = None if initial_state is None else initial_state.to(device=q.device, dtype=torch.float32).contiguous()
+    if t == 0:
+        ht = h0.clone() if h0 is not None else torch.zeros(n, h, d, v.shape[3], device=q.device)
+        return HostArgs(scale, h0, None, (q.new_zeros(b, 0, h, v.shape[3]), ht if output_final_state else None))
+    cu = None if cu_seqlens is None else cu_tensor(cu_seqlens, t, q.device)
+    return HostArgs(scale, h0, cu, None)
 
 
 def values_on_host(x) -> bool:

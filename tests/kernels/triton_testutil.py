@@ -13,6 +13,26 @@ class LaunchSpy:
         return self.kern[grid]
 
 
+def record_launches(monkeypatch, module, names) -> list:
+    """Replace each kernel ``module.<name>`` with a spy that logs (kernel, grid, sorted keyword
+    arguments) and runs it; returns the log."""
+    log = []
+
+    class Spy:
+        def __init__(self, name, kernel):
+            self.name, self.kernel, self.fn = name, kernel, kernel.fn
+
+        def __getitem__(self, grid):
+            def run(*args, **kw):
+                log.append((self.name, tuple(grid(kw) if callable(grid) else grid), tuple(sorted(kw.items()))))
+                return self.kernel[grid](*args, **kw)
+            return run
+
+    for name in names:
+        monkeypatch.setattr(module, name, Spy(name, getattr(module, name)))
+    return log
+
+
 class SignatureCheckingJaxTriton:
     """Stands in for jax-triton (which needs a GPU): checks each launch against its kernel's
     signature as jax-triton passes it (every argument, then one pointer per output), records it

@@ -21,8 +21,9 @@ Two launches:
 The sweep's products take operands in the input dtype (fp32 inputs: IEEE dots), the state and
 every accumulation fp32, as the GLA sweeps do. Every exponent is ≤ 0: the [BT, BT] decays are
 masked to −inf off their triangle before the exponential, and the carried-state factors are
-e^{G}, e^{G_last} and e^{G_last − G}. With fp32 inputs (IEEE dots) the cumulative gates are fp64, so that a difference of two of them keeps the
-few nats between neighbours when the chunk's sum reaches −10³ (fp32's spacing there is 6e-5).
+e^{G}, e^{G_last} and e^{G_last − G}. With fp32 inputs (IEEE dots) the cumulative gates are fp64,
+so that a difference of two of them keeps the few nats between neighbours when the chunk's sum
+reaches −10³ (fp32's spacing there is 6e-5).
 
 Tensors are contiguous ``[B, T, heads, dim]`` (q, g, beta, o, u, w with H heads; k, v with HKV);
 kernels take inputs, then scalars, then outputs. Absent optional tensors are any placeholder
@@ -33,34 +34,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ...common.tiles import load_tile, sequence_of, store_tile
 from .configs import FWD_CONFIGS, INTERPRET, autotune_configs, prune_configs
-
-
-@triton.jit
-def _sequence(cu_ptr, i_nh, T, H, IS_VARLEN: tl.constexpr):
-    """(sequence, query head, first row, length) of the program row i_nh = n·H + h."""
-    i_n = i_nh // H
-    i_h = i_nh % H
-    if IS_VARLEN:
-        bos = tl.load(cu_ptr + i_n).to(tl.int64)
-        eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
-    else:
-        bos = i_n.to(tl.int64) * T
-        eos = bos + T
-    return i_n, i_h, bos, (eos - bos).to(tl.int32)
-
-
-@triton.jit
-def _load(base, rows, row_stride, lanes, valid, m_lanes):
-    """A [rows, lanes] tile, zero outside the valid rows and lanes."""
-    return tl.load(base + rows[:, None] * row_stride + lanes[None, :], mask=valid[:, None] & m_lanes[None, :],
-                   other=0.0)
-
-
-@triton.jit
-def _store(base, rows, row_stride, lanes, valid, m_lanes, x):
-    tl.store(base + rows[:, None] * row_stride + lanes[None, :], x.to(base.dtype.element_ty),
-             mask=valid[:, None] & m_lanes[None, :])
 
 
 @triton.jit
@@ -102,7 +77,7 @@ def gdn_prep_kernel(
     The inverse is forward substitution row by row, T_i = e_i − Σ_{j<i} A_ij T_j, in fp32 registers:
     rows past the end have β = 0 (A's row and column zero there), so they solve to identity rows
     and write nothing."""
-    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t = tl.arange(0, BT)
     k_base = k + bos * (HKV * KD) + i_hk * KD
@@ -119,7 +94,7 @@ def gdn_prep_kernel(
         kk = tl.zeros([BT, BT], dtype=tl.float32)
         for i_d in range(0, tl.cdiv(KD, BD)):
             o_k = i_d * BD + tl.arange(0, BD)
-            bk = _load(k_base, rows, HKV * KD, o_k, valid, o_k < KD)
+            bk = load_tile(k_base, rows, HKV * KD, o_k, valid, o_k < KD)
             kk = tl.dot(bk, tl.trans(bk), kk, input_precision=DOT_PREC)
         A = bb[:, None] * kk * _pair_decay(G, o_t, True)
         Ti = tl.zeros([BT, BT], dtype=tl.float32)
@@ -134,13 +109,13 @@ def gdn_prep_kernel(
         for i_v in range(0, tl.cdiv(VD, BV)):
             o_e = i_v * BV + tl.arange(0, BV)
             m_e = o_e < VD
-            bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e).to(tl.float32)
-            _store(u_base, rows, H * VD, o_e, valid, m_e, tl.dot(Tu, bv, input_precision=DOT_PREC))
+            bv = load_tile(v_base, rows, HKV * VD, o_e, valid, m_e).to(tl.float32)
+            store_tile(u_base, rows, H * VD, o_e, valid, m_e, tl.dot(Tu, bv, input_precision=DOT_PREC))
         for i_d in range(0, tl.cdiv(KD, BD)):
             o_k = i_d * BD + tl.arange(0, BD)
             m_k = o_k < KD
-            bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
-            _store(w_base, rows, H * KD, o_k, valid, m_k, tl.dot(Tw, bk, input_precision=DOT_PREC))
+            bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
+            store_tile(w_base, rows, H * KD, o_k, valid, m_k, tl.dot(Tw, bk, input_precision=DOT_PREC))
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
@@ -157,7 +132,7 @@ def gdn_fwd_kernel(
     state slice entering it: ν = u − w S, o = scale·[(e^G ⊙ q) S + ((q kᵀ) ⊙ M) ν],
     S ← e^{G_last} S + (e^{G_last − G} ⊙ k)ᵀ ν. Rows past the end load zeros (g = 0, so G stays
     at G_last), which add nothing to ν's products or to S."""
-    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t = tl.arange(0, BT)
     o_k = tl.arange(0, BK)
@@ -181,17 +156,17 @@ def gdn_fwd_kernel(
         rows = i_c * BT + o_t
         valid = rows < seq_len
         G, G_last = _gates(g_base, rows, H, valid, DOT_PREC)
-        bq = _load(q_base, rows, H * KD, o_k, valid, m_k)
-        bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k)
-        bw = _load(w_base, rows, H * KD, o_k, valid, m_k)
-        bu = _load(u_base, rows, H * VD, o_v, valid, m_v)
+        bq = load_tile(q_base, rows, H * KD, o_k, valid, m_k)
+        bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k)
+        bw = load_tile(w_base, rows, H * KD, o_k, valid, m_k)
+        bu = load_tile(u_base, rows, H * VD, o_v, valid, m_v)
         Sd = S.to(dt)
         nu = bu - tl.dot(bw.to(dt), Sd, input_precision=DOT_PREC)
         scores = tl.dot(bq, tl.trans(bk), input_precision=DOT_PREC) * _pair_decay(G, o_t, False)
         # e^G scales the rows of q S, not q: a 16-bit q ⊙ e^G would underflow at strong gates
         acc = tl.dot(bq, Sd, input_precision=DOT_PREC) * tl.exp(G.to(tl.float32))[:, None]
         acc = tl.dot(scores.to(dt), nu.to(dt), acc, input_precision=DOT_PREC)
-        _store(o_base, rows, H * VD, o_v, valid, m_v, acc * scale)
+        store_tile(o_base, rows, H * VD, o_v, valid, m_v, acc * scale)
         # (e^{G_last − G} ⊙ k)ᵀ ν as kᵀ (e^{G_last − G} ⊙ ν): the decay on the narrow operand
         nud = nu * tl.exp((G_last - G).to(tl.float32))[:, None]
         S = tl.dot(tl.trans(bk), nud.to(dt), S * tl.exp(G_last.to(tl.float32)), input_precision=DOT_PREC)

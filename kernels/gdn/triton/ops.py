@@ -1,8 +1,6 @@
 """torch entry point of the GDN Triton kernels: forward only (no backward yet)."""
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ...common import checks
@@ -127,15 +125,8 @@ def gdn_triton(
     if reverse:
         raise NotImplementedError("gdn/triton has no reverse")
     n = validate(q, k, v, g, beta, initial_state, cu_seqlens)
-    b, t, h, d = q.shape
-    scale = d**-0.5 if scale is None else float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    h0 = None if initial_state is None else initial_state.to(device=q.device, dtype=torch.float32).contiguous()
-    if t == 0:
-        e = v.shape[3]
-        ht = h0.clone() if h0 is not None else torch.zeros(n, h, d, e, device=q.device)
-        return q.new_zeros(b, 0, h, e), (ht if output_final_state else None)
-    cu_t = None if cu_seqlens is None else checks.cu_tensor(cu_seqlens, t, q.device)
+    args = checks.host_args(q, v, n, scale, initial_state, cu_seqlens, output_final_state)
+    if args.empty is not None:
+        return args.empty
     return GDNFunction.apply(q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), beta.contiguous(),
-                             scale, h0, cu_t, bool(output_final_state), n)
+                             args.scale, args.h0, args.cu, bool(output_final_state), n)

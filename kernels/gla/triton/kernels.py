@@ -35,22 +35,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from ...common.tiles import load_tile, sequence_of, store_tile
 from .configs import (BWD_K_CONFIGS, BWD_Q_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs,
                       prune_configs)
-
-
-@triton.jit
-def _sequence(cu_ptr, i_nh, T, H, IS_VARLEN: tl.constexpr):
-    """(sequence, query head, first row, length) of the program row i_nh = n·H + h."""
-    i_n = i_nh // H
-    i_h = i_nh % H
-    if IS_VARLEN:
-        bos = tl.load(cu_ptr + i_n).to(tl.int64)
-        eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
-    else:
-        bos = i_n.to(tl.int64) * T
-        eos = bos + T
-    return i_n, i_h, bos, (eos - bos).to(tl.int32)
 
 
 @triton.jit
@@ -83,19 +70,6 @@ def _chunk_start(seq_len, i_c, BT: tl.constexpr, BACK: tl.constexpr):
 def _chunk_rows(seq_len, i_c, o_t, p, BT: tl.constexpr, BACK: tl.constexpr):
     """Rows (ascending addresses) of the chunk at processing index i_c, and which are valid."""
     return _chunk_start(seq_len, i_c, BT, BACK) + o_t, p < seq_len - i_c * BT
-
-
-@triton.jit
-def _load(base, rows, row_stride, lanes, valid, m_lanes):
-    """A [rows, lanes] tile, zero outside the valid rows and lanes."""
-    return tl.load(base + rows[:, None] * row_stride + lanes[None, :], mask=valid[:, None] & m_lanes[None, :],
-                   other=0.0)
-
-
-@triton.jit
-def _store(base, rows, row_stride, lanes, valid, m_lanes, x):
-    tl.store(base + rows[:, None] * row_stride + lanes[None, :], x.to(base.dtype.element_ty),
-             mask=valid[:, None] & m_lanes[None, :])
 
 
 @triton.jit
@@ -222,7 +196,7 @@ def gla_prep_kernel(
     offset of s in its chunk; zero unless s ≤ t), exact at any gate: the pairs s < t one
     tensor-core product per level of ``_level`` (LEVELS = log2 BT), the pairs s = t a row sum.
     Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices of BD."""
-    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t, p = _order(BT, REVERSE)
     q_base = q + bos * (H * KD) + i_h * KD
@@ -239,12 +213,12 @@ def gla_prep_kernel(
         for i_d in range(0, tl.cdiv(KD, BD)):
             o_k = i_d * BD + tl.arange(0, BD)
             m_k = o_k < KD
-            bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)  # g = 0 past the end
-            bq = _load(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-            bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
+            bg = load_tile(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)  # g = 0 past the end
+            bq = load_tile(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+            bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
             B, Bl = _chunk_gates(bg, DOT_PREC, REVERSE)
-            _store(qd_base, rows, H * KD, o_k, valid, m_k, bq * tl.exp(B.to(tl.float32)))
-            _store(kd_base, rows, H * KD, o_k, valid, m_k, bk * tl.exp((Bl[None, :] - B).to(tl.float32)))
+            store_tile(qd_base, rows, H * KD, o_k, valid, m_k, bq * tl.exp(B.to(tl.float32)))
+            store_tile(kd_base, rows, H * KD, o_k, valid, m_k, bk * tl.exp((Bl[None, :] - B).to(tl.float32)))
             tl.store(bl + (_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, Bl.to(tl.float32), mask=m_k)
             own += tl.sum(bq * bk, 1)
             for lv in range(0, LEVELS):
@@ -274,7 +248,7 @@ def gla_bwd_intra_kernel(
     largest terms at strong gates, cancel exactly there and are added to dqi, dki afterwards.
     Two tensor-core products per level, one each for dq and dk, on operands whose rounding both
     copies of a pair share (``_dot_operand``)."""
-    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t, p = _order(BT, REVERSE)
     q_base = q + bos * (H * KD) + i_h * KD
@@ -290,17 +264,17 @@ def gla_bwd_intra_kernel(
         for i_v in range(0, tl.cdiv(VD, BV)):
             o_e = i_v * BV + tl.arange(0, BV)
             m_e = o_e < VD
-            bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
-            bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
+            bdo = load_tile(do_base, rows, H * VD, o_e, valid, m_e)
+            bv = load_tile(v_base, rows, HKV * VD, o_e, valid, m_e)
             W = tl.dot(bdo, tl.trans(bv), W, input_precision=DOT_PREC)
         W = tl.where(p[None, :] <= p[:, None], W * scale, 0.0)
         w_diag = tl.sum(tl.where(o_t[:, None] == o_t[None, :], W, 0.0), 1)
         for i_d in range(0, tl.cdiv(KD, BD)):
             o_k = i_d * BD + tl.arange(0, BD)
             m_k = o_k < KD
-            bg = _load(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-            bq = _load(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-            bk = _load(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
+            bg = load_tile(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+            bq = load_tile(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+            bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
             B, _ = _chunk_gates(bg, DOT_PREC, REVERSE)
             dq = tl.zeros([BT, BD], dtype=tl.float32)
             dk = tl.zeros([BT, BD], dtype=tl.float32)
@@ -316,9 +290,9 @@ def gla_bwd_intra_kernel(
                 dk += tl.where(later[:, None], 0.0, E) * Q
                 # each pair's two copies from the same rounded operands, so that they cancel
                 terms += ql * P - kl * Q
-            _store(dga + row_off, rows, H * KD, o_k, valid, m_k, tl.cumsum(terms, 0, reverse=not REVERSE))
-            _store(dqi + row_off, rows, H * KD, o_k, valid, m_k, dq + w_diag[:, None] * bk)
-            _store(dki + row_off, rows, H * KD, o_k, valid, m_k, dk + w_diag[:, None] * bq)
+            store_tile(dga + row_off, rows, H * KD, o_k, valid, m_k, tl.cumsum(terms, 0, reverse=not REVERSE))
+            store_tile(dqi + row_off, rows, H * KD, o_k, valid, m_k, dq + w_diag[:, None] * bk)
+            store_tile(dki + row_off, rows, H * KD, o_k, valid, m_k, dk + w_diag[:, None] * bq)
 
 
 # --- the sweeps: what carries from chunk to chunk, every factor ≤ 1 -----------------------------
@@ -330,7 +304,7 @@ def _e_slice(cu, T, H, HKV, KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr
     """Where a program of an E-sliced pass (grid (cdiv(E, BS), N·H)) works: its sequence, query and
     kv head, first row and length, the chunk rows' order, its BK key lanes and BS value columns
     with their masks, and the offset and mask of its [BK, BS] state tile."""
-    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
     o_t, p = _order(BT, REVERSE)
     o_k = tl.arange(0, BK)
     o_v = tl.program_id(0) * BS + tl.arange(0, BS)
@@ -345,7 +319,7 @@ def _d_slice(cu, T, H, HKV, KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr
              BT: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr):
     """Where a program of a D-sliced pass (grid (cdiv(D, BS), N·H)) works: as ``_e_slice`` with
     BS key channels and BV value columns, state tile [BS, BV]."""
-    i_n, i_h, bos, seq_len = _sequence(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
     o_t, p = _order(BT, REVERSE)
     o_k = tl.program_id(0) * BS + tl.arange(0, BS)
     o_e = tl.arange(0, BV)
@@ -380,14 +354,14 @@ def gla_fwd_kernel(
     St = tl.trans(_state_tile(h0, s_off, m_s, HAS_H0, BK, BS))
     for i_c in range(0, tl.cdiv(seq_len, BT)):
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
-        bqd = _load(qd_base, rows, H * KD, o_k, valid, m_k)
-        bkd = _load(kd_base, rows, H * KD, o_k, valid, m_k)
-        bv = _load(v_base, rows, HKV * VD, o_v, valid, m_v)
+        bqd = load_tile(qd_base, rows, H * KD, o_k, valid, m_k)
+        bkd = load_tile(kd_base, rows, H * KD, o_k, valid, m_k)
+        bv = load_tile(v_base, rows, HKV * VD, o_v, valid, m_v)
         At = _load_t(a_base, rows, H * BT, o_t, valid, o_t < BT)  # [s, t]
         Bl = _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)
         acc = tl.dot(St.to(dt), tl.trans(bqd.to(dt)), input_precision=DOT_PREC)
         acc = tl.dot(tl.trans(bv), At.to(dt), acc, input_precision=DOT_PREC) * scale
-        _store(o_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc))
+        store_tile(o_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc))
         St = tl.dot(tl.trans(bv), bkd.to(dt), St * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
     if STORE_HT:
         tl.store(ht + tl.trans(s_off), St, mask=tl.trans(m_s))
@@ -419,7 +393,7 @@ def gla_bwd_q_kernel(
         tl.store(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), S.to(hc.dtype.element_ty), mask=m_s)
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         gt = _load_t(g + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-        bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
+        bdo = load_tile(do_base, rows, H * VD, o_e, valid, m_e)
         Bt = _tri_product(gt, (p[:, None] <= p[None, :]).to(tl.float32), DOT_PREC, False)
         dq_x = tl.dot(S.to(dt), tl.trans(bdo), input_precision=DOT_PREC) * tl.exp(Bt) * scale
         dqit = _load_t(dqi + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
@@ -429,7 +403,7 @@ def gla_bwd_q_kernel(
         _store_t(dgq + row_off, rows, H * KD, o_k, valid, m_k, after + _load_t(dga + row_off, rows, H * KD, o_k, valid,
                                                                                 m_k))
         kdt = _load_t(kd + row_off, rows, H * KD, o_k, valid, m_k)
-        bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
+        bv = load_tile(v_base, rows, HKV * VD, o_e, valid, m_e)
         Bl = _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)
         S = tl.dot(kdt.to(dt), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
 
@@ -479,7 +453,7 @@ def gla_bwd_k_kernel(
         i_c = n_chunks - 1 - i_r
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         gt = _load_t(g + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-        bv = _load(v_base, rows, HKV * VD, o_e, valid, m_e)
+        bv = load_tile(v_base, rows, HKV * VD, o_e, valid, m_e)
         Bl = tl.sum(gt, 1)
         # Bl − B as an exclusive suffix sum: the sum of the gates it crosses, no difference of two
         # large cumulative gates
@@ -494,7 +468,7 @@ def gla_bwd_k_kernel(
         _store_t(dg + row_off, rows, H * KD, o_k, valid, m_k,
                  before + through[:, None] + _load_t(dgq + row_off, rows, H * KD, o_k, valid, m_k))
         qdt = _load_t(qd + row_off, rows, H * KD, o_k, valid, m_k)
-        bdo = _load(do_base, rows, H * VD, o_e, valid, m_e)
+        bdo = load_tile(do_base, rows, H * VD, o_e, valid, m_e)
         Y = tl.dot(qdt.to(dt), bdo, Y * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
     if HAS_H0:
         tl.store(dh0 + s_off, Y * scale, mask=m_s)
@@ -526,14 +500,14 @@ def gla_bwd_v_kernel(
     for i_r in range(0, n_chunks):
         i_c = n_chunks - 1 - i_r
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
-        bqd = _load(qd_base, rows, H * KD, o_k, valid, m_k)
-        bkd = _load(kd_base, rows, H * KD, o_k, valid, m_k)
-        bdo = _load(do_base, rows, H * VD, o_v, valid, m_v)
-        M = _load(a_base, rows, H * BT, o_t, valid, o_t < BT)  # [t, s]
+        bqd = load_tile(qd_base, rows, H * KD, o_k, valid, m_k)
+        bkd = load_tile(kd_base, rows, H * KD, o_k, valid, m_k)
+        bdo = load_tile(do_base, rows, H * VD, o_v, valid, m_v)
+        M = load_tile(a_base, rows, H * BT, o_t, valid, o_t < BT)  # [t, s]
         Bl = _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)
         acc = tl.dot(Y.to(dt), tl.trans(bkd.to(dt)), input_precision=DOT_PREC)
         acc = tl.dot(tl.trans(bdo), M.to(dt), acc, input_precision=DOT_PREC)
-        _store(dv_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc * scale))
+        store_tile(dv_base, rows, H * VD, o_v, valid, m_v, tl.trans(acc * scale))
         Y = tl.dot(tl.trans(bdo), bqd.to(dt), Y * tl.exp(Bl)[None, :], input_precision=DOT_PREC)
 
 

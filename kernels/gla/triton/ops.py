@@ -1,8 +1,6 @@
 """torch entry points of the Triton GLA kernels (autograd included, dg too)."""
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ...common import checks
@@ -196,15 +194,8 @@ def gla_triton(
     (None unless ``output_final_state``). Differentiable in q, k, v, g, initial_state and S_T.
     """
     n = validate(q, k, v, g, initial_state, cu_seqlens)
-    b, t, h, d = q.shape
-    scale = d**-0.5 if scale is None else float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    h0 = None if initial_state is None else initial_state.to(device=q.device, dtype=torch.float32).contiguous()
-    if t == 0:
-        e = v.shape[3]
-        ht = h0.clone() if h0 is not None else torch.zeros(n, h, d, e, device=q.device)
-        return q.new_zeros(b, 0, h, e), (ht if output_final_state else None)
-    cu_t = None if cu_seqlens is None else checks.cu_tensor(cu_seqlens, t, q.device)
-    return GLAFunction.apply(q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), scale, h0, bool(reverse),
-                             cu_t, bool(output_final_state), n)
+    args = checks.host_args(q, v, n, scale, initial_state, cu_seqlens, output_final_state)
+    if args.empty is not None:
+        return args.empty
+    return GLAFunction.apply(q.contiguous(), k.contiguous(), v.contiguous(), g.contiguous(), args.scale, args.h0,
+                             bool(reverse), args.cu, bool(output_final_state), n)

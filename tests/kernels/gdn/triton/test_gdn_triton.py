@@ -23,6 +23,7 @@ from lattnbench.kernels.gdn.triton import gdn_triton
 from lattnbench.kernels.gdn.triton import kernels as gdn_kernels
 from lattnbench.kernels.gdn.triton import ops as gdn_ops
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio
+from triton_testutil import record_launches
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 NAMES = {torch.float32: "fp32", torch.float16: "fp16"}
@@ -127,22 +128,9 @@ def test_no_final_state_and_empty_sequence(seed):
 def test_the_launches_and_their_grids(monkeypatch):
     # one prep launch striding the chunks (two programs a row under the interpreter), one sweep
     # over E-slices and (sequence, head) rows
-    log = []
-
-    class Spy:
-        def __init__(self, name, kernel):
-            self.name, self.kernel, self.fn = name, kernel, kernel.fn
-
-        def __getitem__(self, grid):
-            def run(*args, **kw):
-                log.append((self.name, tuple(grid(kw) if callable(grid) else grid)))
-                return self.kernel[grid](*args, **kw)
-            return run
-
-    for name in ("gdn_prep_kernel", "gdn_fwd_kernel"):
-        monkeypatch.setattr(gdn_kernels, name, Spy(name, getattr(gdn_kernels, name)))
+    log = record_launches(monkeypatch, gdn_kernels, ("gdn_prep_kernel", "gdn_fwd_kernel"))
     check(0, b=2, t=37, h=2, hkv=1, d=24, e=40)
-    assert log == [("gdn_prep_kernel", (2, 4)), ("gdn_fwd_kernel", (3, 4))]
+    assert [(name, grid) for name, grid, _ in log] == [("gdn_prep_kernel", (2, 4)), ("gdn_fwd_kernel", (3, 4))]
 
 
 def _refuse_launches(monkeypatch):

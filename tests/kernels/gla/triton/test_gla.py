@@ -16,6 +16,7 @@ from lattnbench.kernels.gla.triton import gla_triton
 from lattnbench.kernels.gla.triton import ops as gla_ops
 from lattnbench.kernels.gla.triton.naive import gla_naive
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio
+from triton_testutil import record_launches
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 NAMES = {torch.float32: "fp32", torch.float16: "fp16"}
@@ -148,21 +149,8 @@ def _record_launches(monkeypatch) -> list:
     from lattnbench.kernels.gla.triton import kernels as gla_kernels
     from lattnbench.kernels.common.launch import forget_tuning
 
-    log = []
-
-    class Spy:
-        def __init__(self, name, kernel):
-            self.name, self.kernel, self.fn = name, kernel, kernel.fn
-
-        def __getitem__(self, grid):
-            def run(*args, **kw):
-                log.append((self.name, tuple(grid(kw) if callable(grid) else grid), tuple(sorted(kw.items()))))
-                return self.kernel[grid](*args, **kw)
-            return run
-
-    for name in ("gla_prep_kernel", "gla_fwd_kernel", "gla_bwd_intra_kernel", "gla_bwd_q_kernel", "gla_bwd_k_kernel",
-                 "gla_bwd_v_kernel"):
-        monkeypatch.setattr(gla_kernels, name, Spy(name, getattr(gla_kernels, name)))
+    log = record_launches(monkeypatch, gla_kernels, ("gla_prep_kernel", "gla_fwd_kernel", "gla_bwd_intra_kernel",
+                                                     "gla_bwd_q_kernel", "gla_bwd_k_kernel", "gla_bwd_v_kernel"))
     forget_tuning()
     return log
 

@@ -1,0 +1,35 @@
+"""Triton helpers the chunked kernels of every family share: where a program's sequence lies,
+and masked [rows, lanes] tiles of a contiguous ``[B, T, heads, dim]`` tensor."""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def sequence_of(cu_ptr, i_nh, T, H, IS_VARLEN: tl.constexpr):
+    """(sequence, query head, first row, length) of the program row i_nh = n·H + h: from the packed
+    offsets cu under varlen, else sequence n of T rows."""
+    i_n = i_nh // H
+    i_h = i_nh % H
+    if IS_VARLEN:
+        bos = tl.load(cu_ptr + i_n).to(tl.int64)
+        eos = tl.load(cu_ptr + i_n + 1).to(tl.int64)
+    else:
+        bos = i_n.to(tl.int64) * T
+        eos = bos + T
+    return i_n, i_h, bos, (eos - bos).to(tl.int32)
+
+
+@triton.jit
+def load_tile(base, rows, row_stride, lanes, valid, m_lanes):
+    """A [rows, lanes] tile, zero outside the valid rows and lanes."""
+    return tl.load(base + rows[:, None] * row_stride + lanes[None, :], mask=valid[:, None] & m_lanes[None, :],
+                   other=0.0)
+
+
+@triton.jit
+def store_tile(base, rows, row_stride, lanes, valid, m_lanes, x):
+    """x into the valid rows and lanes of a [rows, lanes] tile, in the buffer's dtype."""
+    tl.store(base + rows[:, None] * row_stride + lanes[None, :], x.to(base.dtype.element_ty),
+             mask=valid[:, None] & m_lanes[None, :])
