@@ -20,11 +20,13 @@ CHUNK = 64
 # cross chunks and split E over several programs.
 INTERP_CHUNK = 16
 INTERP_BV = 16
-# The parallel launch (gdn_prep_kernel): key and value columns per step (the K Kᵀ sum, the w and
+# The parallel launch (gdn_prep_kernel): key and value columns per step (the K Kᵀ sums, the w and
 # u products), warps, and the most programs per (sequence, head) row, each striding its chunks.
+# It holds the inverse's ten [16, 16] blocks; at D = 128 bf16 ptxas for sm_90 fits BD = BV = 64
+# at 8 warps without spilling (4 warps spill 16 bytes).
 PREP_BD = 64
 PREP_BV = 64
-PREP_WARPS = 4
+PREP_WARPS = 8
 PREP_MAX_PROGRAMS = 64
 # The sweep (gdn_fwd_kernel): (BV, num_warps, num_stages). It holds the fp32 state slice
 # S [BK, BV] beside the chunk's q, k, w [BT, BK] tiles; at D = 128 bf16 ptxas for sm_90 fits

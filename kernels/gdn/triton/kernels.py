@@ -13,8 +13,8 @@ derives it):
 
 Two launches:
   gdn_prep_kernel   parallel over chunks (no state): G, A, the unit lower-triangular inverse
-                    (I + A)⁻¹ by forward substitution, u [B, T, H, E] (fp32) and w [B, T, H, D]
-                    (the input dtype)
+                    (I + A)⁻¹ by blockwise forward substitution, u [B, T, H, E] (fp32) and
+                    w [B, T, H, D] (the input dtype)
   gdn_fwd_kernel    a sweep per (value-column slice, sequence·head) carrying S [BK, BV] in fp32
                     registers: ν, o, and S_T
 
@@ -62,6 +62,74 @@ def _pair_decay(G, o_t, STRICT: tl.constexpr):
 
 
 @triton.jit
+def _block_gates(g_base, rows, H, valid, DOT_PREC: tl.constexpr):
+    """One row block's gates [BC] (zero past the end), fp64 for fp32 inputs (as ``_gates``)."""
+    g = tl.load(g_base + rows * H, mask=valid, other=0.0).to(tl.float32)
+    if DOT_PREC == "ieee":
+        g = g.to(tl.float64)
+    return g
+
+
+@triton.jit
+def _block_a(k_base, rows_i, valid_i, rows_j, valid_j, b_i, G_i, G_j, HKV, KD: tl.constexpr, BD: tl.constexpr,
+             BC: tl.constexpr, DIAG: tl.constexpr, DOT_PREC: tl.constexpr):
+    """A's block [BC, BC] of row blocks I ≥ J: β_i (k_i·k_j) e^{G_i − G_j} for j before i, k_I k_Jᵀ
+    summed over D in slices of BD. Off the diagonal every row of J is before every row of I
+    (G_i ≤ G_j); on it the exponent is −inf on and above the diagonal before the exponential."""
+    kk = tl.zeros([BC, BC], dtype=tl.float32)
+    for i_d in range(0, tl.cdiv(KD, BD)):
+        o_k = i_d * BD + tl.arange(0, BD)
+        m_k = o_k < KD
+        kk = tl.dot(load_tile(k_base, rows_i, HKV * KD, o_k, valid_i, m_k),
+                    tl.trans(load_tile(k_base, rows_j, HKV * KD, o_k, valid_j, m_k)), kk, input_precision=DOT_PREC)
+    x = G_i[:, None] - G_j[None, :]
+    if DIAG:
+        o = tl.arange(0, BC)
+        x = tl.where(o[:, None] > o[None, :], x, -float("inf"))
+    return b_i[:, None] * kk * tl.exp(x.to(tl.float32))
+
+
+@triton.jit
+def _unit_lower_inverse(A, BC: tl.constexpr):
+    """(I + A)⁻¹ of a strictly lower block A [BC, BC], forward substitution row by row in fp32:
+    T_i = e_i − Σ_{j<i} A_ij T_j (rows of T from i on are still zero, so the sum may run over all j)."""
+    o = tl.arange(0, BC)
+    T = tl.zeros([BC, BC], dtype=tl.float32)
+    for i in range(0, BC):
+        a_i = tl.sum(tl.where(o[:, None] == i, A, 0.0), 0)
+        t_i = tl.where(o == i, 1.0, 0.0) - tl.sum(a_i[:, None] * T, 0)
+        T = tl.where(o[:, None] == i, t_i[None, :], T)
+    return T
+
+
+@triton.jit
+def _mm(a, b):
+    """A product of two blocks of A or of the inverse, in full fp32: their rounding would reach
+    every row of u and w."""
+    return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _rhs(base, stride, rows, valid, lanes, m, s):
+    """A right-hand-side block s ⊙ X [BC, lanes] in fp32."""
+    return load_tile(base, rows, stride, lanes, valid, m).to(tl.float32) * s[:, None]
+
+
+@triton.jit
+def _apply_inverse(T00, T10, T11, T20, T21, T22, T30, T31, T32, T33, x0, x1, x2, x3, out, stride,
+                   r0, r1, r2, r3, v0, v1, v2, v3, lanes, m, DOT_PREC: tl.constexpr):
+    """(I + A)⁻¹·X by block rows, Σ_{J≤I} T_IJ X_J, into ``out`` at each block's rows."""
+    store_tile(out, r0, stride, lanes, v0, m, tl.dot(T00, x0, input_precision=DOT_PREC))
+    y = tl.dot(T10, x0, input_precision=DOT_PREC)
+    store_tile(out, r1, stride, lanes, v1, m, tl.dot(T11, x1, y, input_precision=DOT_PREC))
+    y = tl.dot(T21, x1, tl.dot(T20, x0, input_precision=DOT_PREC), input_precision=DOT_PREC)
+    store_tile(out, r2, stride, lanes, v2, m, tl.dot(T22, x2, y, input_precision=DOT_PREC))
+    y = tl.dot(T31, x1, tl.dot(T30, x0, input_precision=DOT_PREC), input_precision=DOT_PREC)
+    y = tl.dot(T32, x2, y, input_precision=DOT_PREC)
+    store_tile(out, r3, stride, lanes, v3, m, tl.dot(T33, x3, y, input_precision=DOT_PREC))
+
+
+@triton.jit
 def gdn_prep_kernel(
     k, v, g, beta, cu,
     T, H, HKV,
@@ -71,15 +139,16 @@ def gdn_prep_kernel(
 ):
     """u = (I + A)⁻¹(β ⊙ V) [B, T, H, E] and w = (I + A)⁻¹(β e^G ⊙ K) [B, T, H, D] of every chunk
     (per query head: β and g are), computed in fp32 and stored in u's and w's dtypes. Grid
-    (P, N·H): program (j, row) takes the row's chunks j, j + P, …; A's K Kᵀ sums D in slices of
-    BD, the products w and u take D and E in slices.
+    (P, N·H): program (j, row) takes the row's chunks j, j + P, …
 
-    The inverse is forward substitution row by row, T_i = e_i − Σ_{j<i} A_ij T_j, in fp32 registers:
-    rows past the end have β = 0 (A's row and column zero there), so they solve to identity rows
-    and write nothing."""
+    The chunk splits into four row blocks of BC = BT / 4. The inverse is blockwise forward
+    substitution: each diagonal block's inverse T_II row by row in fp32 registers (BC dependent
+    steps, not BT), then T_IJ = −T_II Σ_{J≤K<I} A_IK T_KJ by fp32 block products. Rows past the end
+    have β = 0 (A's rows and columns zero there), so they solve to identity rows and write nothing."""
+    BC: tl.constexpr = BT // 4
     i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
-    o_t = tl.arange(0, BT)
+    o_c = tl.arange(0, BC)
     k_base = k + bos * (HKV * KD) + i_hk * KD
     v_base = v + bos * (HKV * VD) + i_hk * VD
     g_base = g + bos * H + i_h
@@ -87,35 +156,57 @@ def gdn_prep_kernel(
     u_base = u + bos * (H * VD) + i_h * VD
     w_base = w + bos * (H * KD) + i_h * KD
     for i_c in range(tl.program_id(0), tl.cdiv(seq_len, BT), tl.num_programs(0)):
-        rows = i_c * BT + o_t
-        valid = rows < seq_len
-        G, _ = _gates(g_base, rows, H, valid, DOT_PREC)
-        bb = tl.load(b_base + rows * H, mask=valid, other=0.0).to(tl.float32)
-        kk = tl.zeros([BT, BT], dtype=tl.float32)
-        for i_d in range(0, tl.cdiv(KD, BD)):
-            o_k = i_d * BD + tl.arange(0, BD)
-            bk = load_tile(k_base, rows, HKV * KD, o_k, valid, o_k < KD)
-            kk = tl.dot(bk, tl.trans(bk), kk, input_precision=DOT_PREC)
-        A = bb[:, None] * kk * _pair_decay(G, o_t, True)
-        Ti = tl.zeros([BT, BT], dtype=tl.float32)
-        for i in range(0, BT):
-            # rows of Ti from i on are still zero, so the sum over all j is the sum over j < i
-            a_i = tl.sum(tl.where(o_t[:, None] == i, A, 0.0), 0)
-            t_i = tl.where(o_t == i, 1.0, 0.0) - tl.sum(a_i[:, None] * Ti, 0)
-            Ti = tl.where(o_t[:, None] == i, t_i[None, :], Ti)
-        # the right-hand sides' row factors, folded into the inverse's columns
-        Tu = Ti * bb[None, :]
-        Tw = Tu * tl.exp(G.to(tl.float32))[None, :]
+        r0 = i_c * BT + o_c
+        r1 = r0 + BC
+        r2 = r1 + BC
+        r3 = r2 + BC
+        v0, v1, v2, v3 = r0 < seq_len, r1 < seq_len, r2 < seq_len, r3 < seq_len
+        g0 = _block_gates(g_base, r0, H, v0, DOT_PREC)
+        g1 = _block_gates(g_base, r1, H, v1, DOT_PREC)
+        g2 = _block_gates(g_base, r2, H, v2, DOT_PREC)
+        g3 = _block_gates(g_base, r3, H, v3, DOT_PREC)
+        G0 = tl.cumsum(g0, 0)
+        G1 = tl.cumsum(g1, 0) + tl.sum(g0, 0)
+        G2 = tl.cumsum(g2, 0) + (tl.sum(g0, 0) + tl.sum(g1, 0))
+        G3 = tl.cumsum(g3, 0) + (tl.sum(g0, 0) + tl.sum(g1, 0) + tl.sum(g2, 0))
+        b0 = tl.load(b_base + r0 * H, mask=v0, other=0.0).to(tl.float32)
+        b1 = tl.load(b_base + r1 * H, mask=v1, other=0.0).to(tl.float32)
+        b2 = tl.load(b_base + r2 * H, mask=v2, other=0.0).to(tl.float32)
+        b3 = tl.load(b_base + r3 * H, mask=v3, other=0.0).to(tl.float32)
+        T00 = _unit_lower_inverse(_block_a(k_base, r0, v0, r0, v0, b0, G0, G0, HKV, KD, BD, BC, True, DOT_PREC), BC)
+        T11 = _unit_lower_inverse(_block_a(k_base, r1, v1, r1, v1, b1, G1, G1, HKV, KD, BD, BC, True, DOT_PREC), BC)
+        T22 = _unit_lower_inverse(_block_a(k_base, r2, v2, r2, v2, b2, G2, G2, HKV, KD, BD, BC, True, DOT_PREC), BC)
+        T33 = _unit_lower_inverse(_block_a(k_base, r3, v3, r3, v3, b3, G3, G3, HKV, KD, BD, BC, True, DOT_PREC), BC)
+        A10 = _block_a(k_base, r1, v1, r0, v0, b1, G1, G0, HKV, KD, BD, BC, False, DOT_PREC)
+        A21 = _block_a(k_base, r2, v2, r1, v1, b2, G2, G1, HKV, KD, BD, BC, False, DOT_PREC)
+        A32 = _block_a(k_base, r3, v3, r2, v2, b3, G3, G2, HKV, KD, BD, BC, False, DOT_PREC)
+        T10 = -_mm(T11, _mm(A10, T00))
+        T21 = -_mm(T22, _mm(A21, T11))
+        T32 = -_mm(T33, _mm(A32, T22))
+        A20 = _block_a(k_base, r2, v2, r0, v0, b2, G2, G0, HKV, KD, BD, BC, False, DOT_PREC)
+        T20 = -_mm(T22, _mm(A20, T00) + _mm(A21, T10))
+        A31 = _block_a(k_base, r3, v3, r1, v1, b3, G3, G1, HKV, KD, BD, BC, False, DOT_PREC)
+        T31 = -_mm(T33, _mm(A31, T11) + _mm(A32, T21))
+        A30 = _block_a(k_base, r3, v3, r0, v0, b3, G3, G0, HKV, KD, BD, BC, False, DOT_PREC)
+        T30 = -_mm(T33, _mm(A30, T00) + _mm(A31, T10) + _mm(A32, T20))
         for i_v in range(0, tl.cdiv(VD, BV)):
             o_e = i_v * BV + tl.arange(0, BV)
             m_e = o_e < VD
-            bv = load_tile(v_base, rows, HKV * VD, o_e, valid, m_e).to(tl.float32)
-            store_tile(u_base, rows, H * VD, o_e, valid, m_e, tl.dot(Tu, bv, input_precision=DOT_PREC))
+            _apply_inverse(T00, T10, T11, T20, T21, T22, T30, T31, T32, T33,
+                           _rhs(v_base, HKV * VD, r0, v0, o_e, m_e, b0), _rhs(v_base, HKV * VD, r1, v1, o_e, m_e, b1),
+                           _rhs(v_base, HKV * VD, r2, v2, o_e, m_e, b2), _rhs(v_base, HKV * VD, r3, v3, o_e, m_e, b3),
+                           u_base, H * VD, r0, r1, r2, r3, v0, v1, v2, v3, o_e, m_e, DOT_PREC)
+        s0 = b0 * tl.exp(G0.to(tl.float32))
+        s1 = b1 * tl.exp(G1.to(tl.float32))
+        s2 = b2 * tl.exp(G2.to(tl.float32))
+        s3 = b3 * tl.exp(G3.to(tl.float32))
         for i_d in range(0, tl.cdiv(KD, BD)):
             o_k = i_d * BD + tl.arange(0, BD)
             m_k = o_k < KD
-            bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
-            store_tile(w_base, rows, H * KD, o_k, valid, m_k, tl.dot(Tw, bk, input_precision=DOT_PREC))
+            _apply_inverse(T00, T10, T11, T20, T21, T22, T30, T31, T32, T33,
+                           _rhs(k_base, HKV * KD, r0, v0, o_k, m_k, s0), _rhs(k_base, HKV * KD, r1, v1, o_k, m_k, s1),
+                           _rhs(k_base, HKV * KD, r2, v2, o_k, m_k, s2), _rhs(k_base, HKV * KD, r3, v3, o_k, m_k, s3),
+                           w_base, H * KD, r0, r1, r2, r3, v0, v1, v2, v3, o_k, m_k, DOT_PREC)
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
