@@ -116,17 +116,26 @@ def _rhs(base, stride, rows, valid, lanes, m, s):
 
 
 @triton.jit
-def _apply_inverse(T00, T10, T11, T20, T21, T22, T30, T31, T32, T33, x0, x1, x2, x3, out, stride,
-                   r0, r1, r2, r3, v0, v1, v2, v3, lanes, m, DOT_PREC: tl.constexpr):
-    """(I + A)⁻¹·X by block rows, Σ_{J≤I} T_IJ X_J, into ``out`` at each block's rows."""
-    store_tile(out, r0, stride, lanes, v0, m, tl.dot(T00, x0, input_precision=DOT_PREC))
-    y = tl.dot(T10, x0, input_precision=DOT_PREC)
-    store_tile(out, r1, stride, lanes, v1, m, tl.dot(T11, x1, y, input_precision=DOT_PREC))
-    y = tl.dot(T21, x1, tl.dot(T20, x0, input_precision=DOT_PREC), input_precision=DOT_PREC)
-    store_tile(out, r2, stride, lanes, v2, m, tl.dot(T22, x2, y, input_precision=DOT_PREC))
-    y = tl.dot(T31, x1, tl.dot(T30, x0, input_precision=DOT_PREC), input_precision=DOT_PREC)
-    y = tl.dot(T32, x2, y, input_precision=DOT_PREC)
-    store_tile(out, r3, stride, lanes, v3, m, tl.dot(T33, x3, y, input_precision=DOT_PREC))
+def _apply_inverse(T00, T10, T11, T20, T21, T22, T30, T31, T32, T33, src, src_stride, s0, s1, s2, s3,
+                   out, out_stride, r0, r1, r2, r3, v0, v1, v2, v3, DIM: tl.constexpr, BS: tl.constexpr,
+                   DOT_PREC: tl.constexpr):
+    """(I + A)⁻¹·(s ⊙ X) by block rows, Σ_{J≤I} T_IJ (s_J ⊙ X_J), X [rows, DIM] read from ``src``
+    and the result written to ``out``, in column slices of BS."""
+    for i_s in range(0, tl.cdiv(DIM, BS)):
+        lanes = i_s * BS + tl.arange(0, BS)
+        m = lanes < DIM
+        x0 = _rhs(src, src_stride, r0, v0, lanes, m, s0)
+        x1 = _rhs(src, src_stride, r1, v1, lanes, m, s1)
+        x2 = _rhs(src, src_stride, r2, v2, lanes, m, s2)
+        x3 = _rhs(src, src_stride, r3, v3, lanes, m, s3)
+        store_tile(out, r0, out_stride, lanes, v0, m, tl.dot(T00, x0, input_precision=DOT_PREC))
+        y = tl.dot(T10, x0, input_precision=DOT_PREC)
+        store_tile(out, r1, out_stride, lanes, v1, m, tl.dot(T11, x1, y, input_precision=DOT_PREC))
+        y = tl.dot(T21, x1, tl.dot(T20, x0, input_precision=DOT_PREC), input_precision=DOT_PREC)
+        store_tile(out, r2, out_stride, lanes, v2, m, tl.dot(T22, x2, y, input_precision=DOT_PREC))
+        y = tl.dot(T31, x1, tl.dot(T30, x0, input_precision=DOT_PREC), input_precision=DOT_PREC)
+        y = tl.dot(T32, x2, y, input_precision=DOT_PREC)
+        store_tile(out, r3, out_stride, lanes, v3, m, tl.dot(T33, x3, y, input_precision=DOT_PREC))
 
 
 @triton.jit
@@ -189,24 +198,12 @@ def gdn_prep_kernel(
         T31 = -_mm(T33, _mm(A31, T11) + _mm(A32, T21))
         A30 = _block_a(k_base, r3, v3, r0, v0, b3, G3, G0, HKV, KD, BD, BC, False, DOT_PREC)
         T30 = -_mm(T33, _mm(A30, T00) + _mm(A31, T10) + _mm(A32, T20))
-        for i_v in range(0, tl.cdiv(VD, BV)):
-            o_e = i_v * BV + tl.arange(0, BV)
-            m_e = o_e < VD
-            _apply_inverse(T00, T10, T11, T20, T21, T22, T30, T31, T32, T33,
-                           _rhs(v_base, HKV * VD, r0, v0, o_e, m_e, b0), _rhs(v_base, HKV * VD, r1, v1, o_e, m_e, b1),
-                           _rhs(v_base, HKV * VD, r2, v2, o_e, m_e, b2), _rhs(v_base, HKV * VD, r3, v3, o_e, m_e, b3),
-                           u_base, H * VD, r0, r1, r2, r3, v0, v1, v2, v3, o_e, m_e, DOT_PREC)
-        s0 = b0 * tl.exp(G0.to(tl.float32))
-        s1 = b1 * tl.exp(G1.to(tl.float32))
-        s2 = b2 * tl.exp(G2.to(tl.float32))
-        s3 = b3 * tl.exp(G3.to(tl.float32))
-        for i_d in range(0, tl.cdiv(KD, BD)):
-            o_k = i_d * BD + tl.arange(0, BD)
-            m_k = o_k < KD
-            _apply_inverse(T00, T10, T11, T20, T21, T22, T30, T31, T32, T33,
-                           _rhs(k_base, HKV * KD, r0, v0, o_k, m_k, s0), _rhs(k_base, HKV * KD, r1, v1, o_k, m_k, s1),
-                           _rhs(k_base, HKV * KD, r2, v2, o_k, m_k, s2), _rhs(k_base, HKV * KD, r3, v3, o_k, m_k, s3),
-                           w_base, H * KD, r0, r1, r2, r3, v0, v1, v2, v3, o_k, m_k, DOT_PREC)
+        _apply_inverse(T00, T10, T11, T20, T21, T22, T30, T31, T32, T33, v_base, HKV * VD, b0, b1, b2, b3,
+                       u_base, H * VD, r0, r1, r2, r3, v0, v1, v2, v3, VD, BV, DOT_PREC)
+        _apply_inverse(T00, T10, T11, T20, T21, T22, T30, T31, T32, T33, k_base, HKV * KD,
+                       b0 * tl.exp(G0.to(tl.float32)), b1 * tl.exp(G1.to(tl.float32)),
+                       b2 * tl.exp(G2.to(tl.float32)), b3 * tl.exp(G3.to(tl.float32)),
+                       w_base, H * KD, r0, r1, r2, r3, v0, v1, v2, v3, KD, BD, DOT_PREC)
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
