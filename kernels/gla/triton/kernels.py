@@ -137,6 +137,15 @@ def _tri_product(x, tri, DOT_PREC: tl.constexpr, LEFT: tl.constexpr):
 
 
 @triton.jit
+def _gqk_tiles(g_base, q_base, k_base, rows, valid, o_k, m_k, H, HKV, KD: tl.constexpr):
+    """A chunk's g, q, k tiles [BT, BD] in fp32, zero past the end (g = 0 there: no decay)."""
+    bg = load_tile(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+    bq = load_tile(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+    bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
+    return bg, bq, bk
+
+
+@triton.jit
 def _chunk_gates(g, DOT_PREC: tl.constexpr, BACK: tl.constexpr):
     """(B, Bl): a chunk's cumulative gate [BT, BD] (inclusive, processing order) and its total [BD]
     from its gates g (fp32, zero past the end). The levels' exponents and kd's are differences of
@@ -206,16 +215,13 @@ def gla_prep_kernel(
     kd_base = kd + bos * (H * KD) + i_h * KD
     a_base = A + bos * (H * BT) + i_h * BT
     for i_c in range(tl.program_id(0), tl.cdiv(seq_len, BT), tl.num_programs(0)):
-        start = _chunk_start(seq_len, i_c, BT, REVERSE)
-        rows, valid = start + o_t, p < seq_len - i_c * BT
+        rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         scores = tl.zeros([BT, BT], dtype=tl.float32)
         own = tl.zeros([BT], dtype=tl.float32)
         for i_d in range(0, tl.cdiv(KD, BD)):
             o_k = i_d * BD + tl.arange(0, BD)
             m_k = o_k < KD
-            bg = load_tile(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)  # g = 0 past the end
-            bq = load_tile(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-            bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
+            bg, bq, bk = _gqk_tiles(g_base, q_base, k_base, rows, valid, o_k, m_k, H, HKV, KD)
             B, Bl = _chunk_gates(bg, DOT_PREC, REVERSE)
             store_tile(qd_base, rows, H * KD, o_k, valid, m_k, bq * tl.exp(B.to(tl.float32)))
             store_tile(kd_base, rows, H * KD, o_k, valid, m_k, bk * tl.exp((Bl[None, :] - B).to(tl.float32)))
@@ -258,8 +264,7 @@ def gla_bwd_intra_kernel(
     do_base = do + bos * (H * VD) + i_h * VD
     row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
     for i_c in range(tl.program_id(0), tl.cdiv(seq_len, BT), tl.num_programs(0)):
-        start = _chunk_start(seq_len, i_c, BT, REVERSE)
-        rows, valid = start + o_t, p < seq_len - i_c * BT
+        rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         W = tl.zeros([BT, BT], dtype=tl.float32)
         for i_v in range(0, tl.cdiv(VD, BV)):
             o_e = i_v * BV + tl.arange(0, BV)
@@ -272,9 +277,7 @@ def gla_bwd_intra_kernel(
         for i_d in range(0, tl.cdiv(KD, BD)):
             o_k = i_d * BD + tl.arange(0, BD)
             m_k = o_k < KD
-            bg = load_tile(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-            bq = load_tile(q_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-            bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
+            bg, bq, bk = _gqk_tiles(g_base, q_base, k_base, rows, valid, o_k, m_k, H, HKV, KD)
             B, _ = _chunk_gates(bg, DOT_PREC, REVERSE)
             dq = tl.zeros([BT, BD], dtype=tl.float32)
             dk = tl.zeros([BT, BD], dtype=tl.float32)
