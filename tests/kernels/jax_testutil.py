@@ -6,31 +6,10 @@ import jax
 import jax.numpy as jnp
 import torch
 
+from jax_compile import FAST_COMPILE, fast_jit  # noqa: F401 — the tests take them from here
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 
 DTYPES = {"fp32": jnp.float32, "bf16": jnp.bfloat16}
-
-
-def _fast_compile() -> dict:
-    """Compile options for the test graphs: little backend optimisation (3-4x faster compiles on
-    CPU), and where this XLA has them switchable, XLA:CPU's elemental emitters instead of its MLIR
-    fusion emitters, which take some 3x longer to compile these graphs (the same operations; every
-    result is still held to its dtype's tolerance)."""
-    opts = {"xla_backend_optimization_level": 0}
-    try:
-        jax.jit(lambda x: x + 1, compiler_options={"xla_cpu_use_fusion_emitters": False}).lower(1.0).compile()
-    except Exception:  # noqa: BLE001 - an XLA without the option
-        return opts
-    return {**opts, "xla_cpu_use_fusion_emitters": False}
-
-
-FAST_COMPILE = _fast_compile()
-
-
-def fast_jit(fn):
-    """fn jitted with FAST_COMPILE: on CPU one such compile costs far less than running fn eagerly,
-    where every primitive is dispatched (and compiled) on its own."""
-    return jax.jit(fn, compiler_options=FAST_COMPILE)
 
 
 def round_to(x, jdt) -> np.ndarray:

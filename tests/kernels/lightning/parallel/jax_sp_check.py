@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 
@@ -16,22 +17,12 @@ import numpy as np  # noqa: E402
 from lattnbench.kernels.jax import naive  # noqa: E402
 from lattnbench.kernels.lightning.parallel.jax_sp import lightning_attn_shard_map, sequence_mesh  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/kernels: the tests' compile options
+from jax_compile import FAST_COMPILE  # noqa: E402
+
 TOL = float(sys.argv[1])
 
 
-def _fast_compile() -> dict:
-    """As tests/kernels/jax_testutil.py compiles its test graphs (without importing its torch):
-    little backend optimisation, and XLA:CPU's elemental emitters where the option exists (its MLIR
-    fusion emitters take some 3x longer to compile these graphs)."""
-    opts = {"xla_backend_optimization_level": 0}
-    try:
-        jax.jit(lambda x: x + 1, compiler_options={"xla_cpu_use_fusion_emitters": False}).lower(1.0).compile()
-    except Exception:  # noqa: BLE001 - an XLA without the option
-        return opts
-    return {**opts, "xla_cpu_use_fusion_emitters": False}
-
-
-FAST_COMPILE = _fast_compile()
 
 
 def loss_grads(fn, q, k, v, h0, do, ds):
