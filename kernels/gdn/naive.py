@@ -50,6 +50,14 @@ def _compute_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
+def _in_compute_dtype(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, scale: float | None):
+    """(compute dtype, scale (D^-1/2 by default), q, k, v and β in it, k and v per query head)."""
+    h, d = q.shape[2], q.shape[3]
+    cdt = _compute_dtype(q)
+    return (cdt, d**-0.5 if scale is None else scale, q.to(cdt), expand_kv(k, h).to(cdt), expand_kv(v, h).to(cdt),
+            beta.to(cdt))
+
+
 def gdn_naive(
     q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, scale: float | None = None,
     initial_state: Tensor | None = None, output_final_state: bool = True, cu_seqlens=None,
@@ -66,11 +74,8 @@ def gdn_naive(
         return o, (s if output_final_state else None)
     b, t, h, d = q.shape
     e = v.shape[3]
-    cdt = _compute_dtype(q)
-    scale = d**-0.5 if scale is None else scale
-    qc = q.to(cdt)
-    kc, vc = expand_kv(k, h).to(cdt), expand_kv(v, h).to(cdt)
-    alpha, bc = torch.exp(g.to(cdt)), beta.to(cdt)
+    cdt, scale, qc, kc, vc, bc = _in_compute_dtype(q, k, v, beta, scale)
+    alpha = torch.exp(g.to(cdt))
     state = torch.zeros(b, h, d, e, dtype=cdt, device=q.device)
     if initial_state is not None:
         state = state + initial_state.to(cdt)
@@ -103,11 +108,7 @@ def gdn_closed_form(
                              scale=scale)
     b, t, h, d = q.shape
     e = v.shape[3]
-    cdt = _compute_dtype(q)
-    scale = d**-0.5 if scale is None else scale
-    qc = q.to(cdt)
-    kc, vc = expand_kv(k, h).to(cdt), expand_kv(v, h).to(cdt)
-    bc = beta.to(cdt)
+    cdt, scale, qc, kc, vc, bc = _in_compute_dtype(q, k, v, beta, scale)
     eye = torch.eye(d, dtype=cdt, device=q.device)
     # transition matrices M_t = α_t (I − β_t k_t k_tᵀ): [B, T, H, D, D]
     m = torch.exp(g.to(cdt))[..., None, None] * (eye - bc[..., None, None] * kc[..., :, None] * kc[..., None, :])
