@@ -8,53 +8,6 @@ import typer
 
 from lattnbench.commands.common import die, out
 
-_STYLE = {"faster": "green", "slower": "red", "~": "dim"}
-
-
-def _label(i: int) -> str:
-    return chr(ord("A") + i) if i < 26 else f"F{i + 1}"
-
-
-def compare_tables(lines, count: int, width: int | None = None) -> list:
-    """One table per mode and shape: kernel, n, each run's ms, and each later run's ratio to the
-    first with its verdict; fitted to the width like every other table."""
-    from lattnbench.views.tables import fit, kernel_header, table as make_table, terminal_width
-    from lattnbench.views.rows import sig3
-
-    width = terminal_width(width)
-    groups: dict[tuple[str, str], list] = {}
-    for line in lines:
-        groups.setdefault((line.mode, line.shape), []).append(line)
-    tables = []
-    for (mode, shape), mine in groups.items():
-        def layout(split: bool, gap: int, mine=mine, mode=mode, shape=shape):
-            def make():
-                table = make_table(f"compare · {mode} · {shape} · ms", gap)
-                table.add_column("kernel", no_wrap=True)
-                table.add_column("n", justify="right", no_wrap=True)
-                for i in range(count):
-                    table.add_column(_label(i), justify="right", no_wrap=True)
-                    if i:
-                        table.add_column(f"{_label(i)}/A", justify="left", no_wrap=True)
-                for x in mine:
-                    cells = []
-                    for i, t in enumerate(x.times):
-                        cells.append(sig3(t) if t is not None else
-                                     (x.statuses[i] if x.statuses[i] != "ok" else "—"))
-                        if i:
-                            r, v = x.ratios[i - 1], x.verdicts[i - 1]
-                            style = _STYLE.get(v or "")
-                            word = f"{r:.2f}× {v}" if r is not None and v else "—"
-                            cells.append(f"[{style}]{word}[/]" if style else word)
-                    table.add_row(kernel_header(x.kernel) if split else x.kernel, str(x.n), *cells)
-                return table
-            return make
-
-        layouts = [layout(False, 2), layout(False, 1), layout(True, 1)]
-        tables.append(fit(layouts, width) or layouts[-1]())
-    return tables
-
-
 def compare(
     results: Annotated[list[Path], typer.Argument(help="Two or more results JSON files; the first is the "
                                                   "baseline.", show_default=False)],
@@ -77,6 +30,7 @@ def compare(
     """
     from lattnbench.results import ResultsError
     from lattnbench.views.compare import VERDICT_NOTE, compare_runs, to_json
+    from lattnbench.views.verdicts import compare_tables, run_label
     from lattnbench.views.rows import ReportError, UnknownTimer, filter_rows, load_docs, parse_timer, select_rows
 
     if len(results) < 2:
@@ -97,7 +51,7 @@ def compare(
         what = ", ".join(str(v) for v in (env.get("gpu") or doc["rows"][0].get("device") if doc["rows"] else None,
                                           env.get("commit") and f"commit {str(env['commit'])[:12]}",
                                           env.get("time")) if v)
-        out.print(Text(f"{_label(i)} = {path}" + (f" ({what})" if what else "")))
+        out.print(Text(f"{run_label(i)} = {path}" + (f" ({what})" if what else "")))
     for table in compare_tables(lines, len(results)):
         out.print()
         out.print(table)

@@ -8,50 +8,6 @@ import typer
 
 from lattnbench.commands.common import EXIT_FAIL, EXIT_OK, die, out
 
-_STYLE = {"REGRESSION": "bold red", "FAIL": "bold red", "LOST": "bold red", "~": "yellow",
-          "faster": "green", "new": "cyan", "no ref": "yellow"}
-
-
-def _show(v) -> str:
-    from lattnbench.views.rows import fmt
-
-    if v is None:
-        return "—"
-    return f"{v:.2e}" if isinstance(v, float) and abs(v) < 1e-2 and v != 0 else (
-        fmt(v) if isinstance(v, float) else str(v))
-
-
-def verdict_tables(points, title: str, width: int | None = None) -> list:
-    """One table per case (the shape in its title), fitted to the width like every other table."""
-    from lattnbench.views.tables import fit, kernel_header, table as make_table, terminal_width
-
-    width = terminal_width(width)
-    cases = list(dict.fromkeys(p.case for p in points))
-    tables = []
-    for case in cases:
-        mine = [p for p in points if p.case == case]
-
-        def layout(split: bool, gap: int, mine=mine, case=case):
-            def make():
-                table = make_table(f"{title} · {case}", gap)
-                for col, just in (("kernel", "left"), ("n", "right"), ("mode", "left"), ("metric", "left"),
-                                  ("baseline", "right"), ("current", "right"), ("change", "right"),
-                                  ("verdict", "left")):
-                    table.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
-                for p in mine:
-                    style = _STYLE.get(p.verdict)
-                    table.add_row(kernel_header(p.kernel) if split else p.kernel, str(p.n), p.mode,
-                                  p.metric.replace("final_state", "state"), _show(p.baseline), _show(p.current),
-                                  f"{p.change:+.1%}" if p.change is not None else "",
-                                  f"[{style}]{p.verdict}[/]" if style else p.verdict)
-                return table
-            return make
-
-        layouts = [layout(False, 2), layout(False, 1), layout(True, 1)]
-        tables.append(fit(layouts, width) or layouts[-1]())
-    return tables
-
-
 def gate(
     current: Annotated[Path, typer.Argument(help="Results JSON of this run.", show_default=False)],
     baseline: Annotated[Path, typer.Option(help="Results JSON to compare against.", show_default=False)],
@@ -137,6 +93,8 @@ def gate(
     shown = points if show_all else [p for p in points if p.verdict != "ok"]
     title = (f"gate: {current.name} vs {baseline.name} · "
              f"{'time ratio to ' + ref if ref else 'times as they are'} · threshold {thr:.0%}")
+    from lattnbench.views.verdicts import verdict_tables
+
     for table in verdict_tables(shown, title):
         out.print(table)
     quiet = len(points) - len(shown)
