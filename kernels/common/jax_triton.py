@@ -1,5 +1,6 @@
-"""What the jax-triton bridges share: the jax-triton import (``jax_triton``) and the host-side
-checks of q, k, v and the initial state (``check_qkv``).
+"""What the jax-triton bridges share: the jax-triton import (``jax_triton``), the host-side
+checks of q, k, v and the initial state (``check_qkv``) and the dots' precision
+(``dot_precision``).
 
 jax-triton is imported lazily: importing it (0.3.1) sets ``triton.knobs.cache.dir`` to ``''``,
 which breaks every later torch-Triton compile, so the knob is restored right after the import.
@@ -23,6 +24,13 @@ def jax_triton():
             knobs.cache.dir = saved
         _JT = jt
     return _JT
+
+
+def dot_precision(dtype) -> str:
+    """``launch.dot_precision`` for a JAX dtype: IEEE for fp32 inputs, tf32 for 16-bit ones."""
+    import jax.numpy as jnp
+
+    return "ieee" if dtype == jnp.float32 else "tf32"
 
 
 def check_qkv(q, k, v, initial_state, cu_seqlens):

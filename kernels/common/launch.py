@@ -56,6 +56,14 @@ def raw_stream(x: torch.Tensor) -> int | None:
     return get(dev()) if get is not None and dev is not None and x.is_cuda else None
 
 
+def dot_precision(dtype: torch.dtype) -> str:
+    """The ``input_precision`` of a launch's fp32 dot operands for inputs of ``dtype``: IEEE for
+    fp32 inputs (tf32 misses the fp32 tolerance); tf32 for 16-bit inputs, whose fp32 operands
+    (gate-scaled products, states, inverses) then keep fp16's mantissa with fp32's range (16-bit
+    operands ignore it)."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
 def fast_launch_enabled() -> bool:
     return os.environ.get("LIGHTNING_TRITON_FAST_LAUNCH", "1").strip() != "0"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ...common import checks
-from ...common.launch import Launcher, PlainLauncher, alignment, raw_stream
+from ...common.launch import Launcher, PlainLauncher, alignment, dot_precision, raw_stream
 from . import configs as _cfg
 from . import kernels as _k
 
@@ -20,13 +20,6 @@ NO_BACKWARD = "gdn/triton has no backward yet (forward only)"
 def _empty(*shape, dtype, device) -> Tensor:
     """Allocation of every buffer the kernels fully write (tests patch it to NaN-fill)."""
     return torch.empty(*shape, dtype=dtype, device=device)
-
-
-def _dot_prec(dtype: torch.dtype) -> str:
-    # fp32 inputs need IEEE fp32 dots (TF32 misses the fp32 tolerance); with 16-bit inputs the fp32
-    # operands (the inverse, u, w, ν, the state) run as tf32, fp16's mantissa with fp32's range,
-    # and 16-bit operands ignore it
-    return "ieee" if dtype == torch.float32 else "tf32"
 
 
 def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, initial_state: Tensor | None,
@@ -69,7 +62,7 @@ def gdn_prep(k, v, g, beta, cu, n, h):
     w = _empty(b, t, h, d, dtype=k.dtype, device=k.device)
     grid = _cfg.prep_grid(t, n * h)
     spec = lambda: (lambda meta: grid,  # noqa: E731
-                    dict(KD=d, VD=e, IS_VARLEN=cu is not None, **_cfg.prep_meta(d, e, bt, _dot_prec(k.dtype))))
+                    dict(KD=d, VD=e, IS_VARLEN=cu is not None, **_cfg.prep_meta(d, e, bt, dot_precision(k.dtype))))
     key = ("prep", k.shape, v.shape, h, k.dtype, g.dtype, beta.dtype, k.device, n, cu is not None, bt,
            alignment(k, v, g, beta, cu))
     _PREP(key, (k, v, g, beta, cu if cu is not None else g, t, h, hkv, u, w), spec, raw_stream(k))
@@ -87,7 +80,7 @@ def gdn_fwd(q, k, v, g, beta, scale, h0, cu, store_ht, n):
             _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o)
     spec = lambda: (lambda meta: (_cfg.cdiv(e, meta["BV"]), n * h),  # noqa: E731
                     dict(KD=d, VD=e, BK=_cfg.pow2(d), HAS_H0=h0 is not None, STORE_HT=store_ht,
-                         IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(q.dtype)))
+                         IS_VARLEN=cu is not None, DOT_PREC=dot_precision(q.dtype)))
     key = ("fwd", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, store_ht, h0 is not None,
            cu is not None, alignment(q, k, g, h0, cu))
     _FWD(key, args, spec, raw_stream(q))

@@ -14,15 +14,9 @@ import functools
 
 import numpy as np
 
-from ...common.jax_triton import check_qkv, jax_triton
+from ...common.jax_triton import check_qkv, dot_precision, jax_triton
 from . import configs as _cfg
 from . import kernels as _k
-
-
-def _dot_prec(dtype) -> str:
-    import jax.numpy as jnp
-
-    return "ieee" if dtype == jnp.float32 else "tf32"
 
 
 def _dtype_name(dtype) -> str:
@@ -46,7 +40,7 @@ def prep_call(q, k, g, reverse):
     gdt = q.dtype if q.dtype == jnp.bfloat16 else jnp.float32
     outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), gdt),
             jax.ShapeDtypeStruct((b * t // bt + b, h, d), jnp.float32), jax.ShapeDtypeStruct((b, t, h, bt), q.dtype)]
-    meta = _cfg.prep_meta(d, bt, _dot_prec(q.dtype))
+    meta = _cfg.prep_meta(d, bt, dot_precision(q.dtype))
     return tuple(jax_triton().triton_call(
         q, k, g, g, t, h, k.shape[2], kernel=_k.gla_prep_kernel, out_shape=outs, grid=_cfg.prep_grid(t, b * h),
         KD=d, REVERSE=bool(reverse), IS_VARLEN=False, **meta))
@@ -66,7 +60,7 @@ def fwd_call(q, k, v, g, h0, scale, reverse):
         *pre, v, h0 if h0 is not None else g, g, *_scalars(t, h, hkv, scale, b * h),
         kernel=_k.gla_fwd_kernel, out_shape=outs, grid=(_cfg.cdiv(e, bs), b * h), num_warps=w, num_stages=s,
         KD=d, VD=e, BK=_cfg.pow2(d), SPLIT=e, REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=True,
-        IS_VARLEN=False, DOT_PREC=_dot_prec(q.dtype), BT=bt, BS=bs)
+        IS_VARLEN=False, DOT_PREC=dot_precision(q.dtype), BT=bt, BS=bs)
     return (o, ht), pre
 
 
@@ -82,7 +76,7 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
     gdt = q.dtype if h == hkv else jnp.float32
     t_, h_, hkv_, sc, bucket = _scalars(t, h, hkv, scale, b * h)
     name = _dtype_name(q.dtype)
-    prec = _dot_prec(q.dtype)
+    prec = dot_precision(q.dtype)
     flags = dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=False, DOT_PREC=prec)
     qk = dict(flags, HAS_H0=h0 is not None, BV=_cfg.pow2(e), SPLIT=d)
     h0_arg = h0 if h0 is not None else g

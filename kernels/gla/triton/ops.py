@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from ...common import checks
-from ...common.launch import Launcher, PlainLauncher, alignment, raw_stream
+from ...common.launch import Launcher, PlainLauncher, alignment, dot_precision, raw_stream
 from . import configs as _cfg
 from . import kernels as _k
 
@@ -19,15 +19,8 @@ def _empty(*shape, dtype, device) -> Tensor:
     return torch.empty(*shape, dtype=dtype, device=device)
 
 
-def _dot_prec(dtype: torch.dtype) -> str:
-    # fp32 inputs need IEEE fp32 dots (TF32 misses the fp32 tolerance); with 16-bit inputs the
-    # fp32 operands (the parallel launches' gate-scaled products) run as tf32, fp16's mantissa
-    # with fp32's range, and 16-bit operands ignore it
-    return "ieee" if dtype == torch.float32 else "tf32"
-
-
 def _flags(q: Tensor) -> dict:
-    return dict(DOT_PREC=_dot_prec(q.dtype))
+    return dict(DOT_PREC=dot_precision(q.dtype))
 
 
 def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor | None,
@@ -81,7 +74,7 @@ def gla_prep(q, k, g, reverse, cu, n):
     grid = _cfg.prep_grid(t, n * h)
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=cu is not None,
-                         **_cfg.prep_meta(d, bt, _dot_prec(q.dtype))))
+                         **_cfg.prep_meta(d, bt, dot_precision(q.dtype))))
     key = ("prep", q.shape, k.shape, q.dtype, g.dtype, q.device, n, cu is not None, bool(reverse), bt,
            alignment(q, k, g, cu))
     _PREP(key, (q, k, g, cu if cu is not None else g, t, h, k.shape[2], qd, kd, bl, scores), spec, raw_stream(q))

@@ -13,7 +13,7 @@ import functools
 import numpy as np
 
 from ...common.arith import cdiv, pow2, shape_bucket
-from ...common.jax_triton import check_qkv, jax_triton
+from ...common.jax_triton import check_qkv, dot_precision, jax_triton
 from . import configs as _cfg
 from . import kernels as _k
 
@@ -33,12 +33,6 @@ def _config(d: int, e: int, dtype) -> tuple:
     return cfg
 
 
-def _prec(dtype) -> str:
-    import jax.numpy as jnp
-
-    return "ieee" if dtype == jnp.float32 else "tf32"
-
-
 def _fwd_call(q, k, v, g, h0, scale, reverse, store_ht=True):
     import jax
     import jax.numpy as jnp
@@ -53,7 +47,7 @@ def _fwd_call(q, k, v, g, h0, scale, reverse, store_ht=True):
         kernel=_k.lightning_fwd_kernel, out_shape=outs, grid=(cdiv(e, bv), b * h),
         num_warps=w, num_stages=s,
         KD=d, VD=e, BK=pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None, STORE_HT=store_ht,
-        IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv, TR=tr)
+        IS_VARLEN=False, DOT_PREC=dot_precision(q.dtype), BT=bt, BV=bv, TR=tr)
     return o, ht
 
 
@@ -68,7 +62,7 @@ def _bwd_call(q, k, v, do, g, h0, dht, scale, reverse):
     bt, bv, w, s, tr = _config(d, e, q.dtype)
     gdt = q.dtype if grp == 1 else jnp.float32
     kw = dict(num_warps=w, num_stages=s, KD=d, VD=e, BKD=pow2(d), BVD=pow2(e), REVERSE=bool(reverse),
-              HAS_H0=h0 is not None, HAS_DHT=True, IS_VARLEN=False, DOT_PREC=_prec(q.dtype), BT=bt, BV=bv,
+              HAS_H0=h0 is not None, HAS_DHT=True, IS_VARLEN=False, DOT_PREC=dot_precision(q.dtype), BT=bt, BV=bv,
               TR=tr)
     args = (q, k, v, do, h0 if h0 is not None else g, dht, g, g, t, h, hkv, np.float32(scale),
             shape_bucket(t, b * h))

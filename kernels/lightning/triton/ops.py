@@ -17,7 +17,7 @@ import torch
 
 from ...common import checks
 from ...common.arith import cdiv, pow2, shape_bucket
-from ...common.launch import Launcher, alignment, raw_stream
+from ...common.launch import Launcher, alignment, dot_precision, raw_stream
 from . import configs as _cfg
 from . import kernels as _k
 from .scratch import scratch
@@ -44,11 +44,6 @@ def _empty(*shape, dtype, device) -> Tensor:
     return torch.empty(*shape, dtype=dtype, device=device)
 
 
-def _dot_prec(dtype: torch.dtype) -> str:
-    # fp32 inputs need IEEE fp32 dots (TF32 misses the fp32 tolerance); fp16/bf16 ignore it
-    return "ieee" if dtype == torch.float32 else "tf32"
-
-
 _FWD_LAUNCH = Launcher(_k, "lightning_fwd", "lightning_fwd_kernel", _INTERP_META)
 _BWD_LAUNCH = Launcher(_k, "lightning_bwd", "lightning_bwd_kernel", _INTERP_META)
 
@@ -72,7 +67,7 @@ def lightning_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n, align=None, s
     def spec():
         grid = lambda meta: (cdiv(e, meta["BV"]), n * h)  # noqa: E731
         return grid, dict(KD=d, VD=e, BK=pow2(d), REVERSE=bool(reverse), HAS_H0=h0 is not None,
-                          STORE_HT=bool(store_ht), IS_VARLEN=cu is not None, DOT_PREC=_dot_prec(dtype))
+                          STORE_HT=bool(store_ht), IS_VARLEN=cu is not None, DOT_PREC=dot_precision(dtype))
 
     _FWD_LAUNCH(key, args, spec, stream if stream is not None else raw_stream(q))
     return o, ht
@@ -105,7 +100,7 @@ def lightning_bwd(q, k, v, do, g, scale, h0, dht, reverse, cu, n, align=None, st
             grid = lambda meta: (cdiv(split, meta["BV"]), n * h)  # noqa: E731
             return grid, dict(KD=d, VD=e, BKD=pow2(d), BVD=pow2(e), ROLE=role, REVERSE=bool(reverse),
                               HAS_H0=h0 is not None, HAS_DHT=dht is not None, IS_VARLEN=cu is not None,
-                              DOT_PREC=_dot_prec(dtype))
+                              DOT_PREC=dot_precision(dtype))
 
         _BWD_LAUNCH((key, role), inputs + (out, tail), spec, stream)
     return _gqa_sum(dq, dk, dv, dh0, grp, dtype)
