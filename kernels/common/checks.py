@@ -73,18 +73,21 @@ class HostArgs(NamedTuple):
 
 def host_args(q: Tensor, v: Tensor, n: int, scale, initial_state, cu_seqlens,
               output_final_state: bool) -> HostArgs:
-    """The scale (D^-1/2 by default; ValueError unless finite), the initial state in fp32 on q's
-    device, cu_seqlens as an int32 device tensor, and the result of a call with T = 0: no
+    """The scale (D^-1/2 by default; ValueError unless finite), cu_seqlens as an int32 device
+    tensor, the initial state in fp32 on q's device, and the result of a call with T = 0: no
     tokens, the final state is the initial one (or zeros)."""
     b, t, h, d = q.shape
     scale = d**-0.5 if scale is None else float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
-    h0 = None if initial_state is None else initial_state.to(device=q.device, dtype=torch.float32).contiguous()
+    cu = None if cu_seqlens is None else cu_tensor(cu_seqlens, t, q.device)
+    h0 = initial_state
+    # no copy, not even a no-op .to(), for the usual fp32 state: short calls are host-bound
+    if h0 is not None and (h0.dtype != torch.float32 or h0.device != q.device or not h0.is_contiguous()):
+        h0 = h0.to(device=q.device, dtype=torch.float32).contiguous()
     if t == 0:
         ht = h0.clone() if h0 is not None else torch.zeros(n, h, d, v.shape[3], device=q.device)
-        return HostArgs(scale, h0, None, (q.new_zeros(b, 0, h, v.shape[3]), ht if output_final_state else None))
-    cu = None if cu_seqlens is None else cu_tensor(cu_seqlens, t, q.device)
+        return HostArgs(scale, h0, cu, (q.new_zeros(b, 0, h, v.shape[3]), ht if output_final_state else None))
     return HostArgs(scale, h0, cu, None)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import math
 
 import torch
 
@@ -190,14 +189,9 @@ def lightning_attn_gluon(
         return triton_ops.lightning_attn_triton(q, k, v, gamma=gamma, scale=scale, initial_state=initial_state,
                                                 output_final_state=output_final_state, reverse=reverse,
                                                 cu_seqlens=cu_seqlens)
-    b, t, h, d = q.shape
-    scale = d**-0.5 if scale is None else float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    g = checks.gamma_tensor(gamma, h, q.device)
-    h0 = initial_state
-    if h0 is not None and (h0.dtype != torch.float32 or h0.device != q.device or not h0.is_contiguous()):
-        h0 = h0.to(device=q.device, dtype=torch.float32).contiguous()
+    g = checks.gamma_tensor(gamma, q.shape[2], q.device)
+    # T > 0 and no varlen here (those take the Triton path above)
+    scale, h0, _, _ = checks.host_args(q, v, n, scale, initial_state, None, output_final_state)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     store_ht = bool(output_final_state)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad

@@ -9,7 +9,6 @@ Why and what it costs: docs/design/lightning-host-path.md.
 """
 from __future__ import annotations
 
-import math
 
 from collections.abc import Callable
 
@@ -175,21 +174,11 @@ def lightning_attn_triton(
     list, array or CPU tensor its values are checked and copied to the device once per distinct value.
     """
     n, _, _ = checks.validate(q, k, v, initial_state, cu_seqlens)
-    b, t, h, d = q.shape
-    scale = d**-0.5 if scale is None else float(scale)
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be finite, got {scale}")
-    dev = q.device
-    g = checks.gamma_tensor(gamma, h, dev)
-    cu = None if cu_seqlens is None else checks.cu_tensor(cu_seqlens, t, dev)
-    h0 = initial_state
-    if h0 is not None and (h0.dtype != torch.float32 or h0.device != dev or not h0.is_contiguous()):
-        h0 = h0.to(device=dev, dtype=torch.float32).contiguous()
+    g = checks.gamma_tensor(gamma, q.shape[2], q.device)
+    scale, h0, cu, empty = checks.host_args(q, v, n, scale, initial_state, cu_seqlens, output_final_state)
+    if empty is not None:
+        return empty
     reverse, store_ht = bool(reverse), bool(output_final_state)
-    if t == 0:
-        o = q.new_zeros(b, 0, h, v.shape[3])
-        ht = h0.clone() if h0 is not None else torch.zeros(n, h, d, v.shape[3], device=dev)
-        return o, (ht if store_ht else None)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     if torch.compiler.is_compiling():
         if COMPILED_FWD is None:
