@@ -137,6 +137,18 @@ def _tri_product(x, tri, DOT_PREC: tl.constexpr, LEFT: tl.constexpr):
 
 
 @triton.jit
+def _chunk_program(q, k, g, cu, T, H, HKV, KD: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
+                   IS_VARLEN: tl.constexpr):
+    """Where a program of a parallel launch (grid (P, N·H)) works: its sequence, query and kv head,
+    first row and length, the chunk rows' order, and its row's q, g and k pointers."""
+    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_hk = i_h // (H // HKV)
+    o_t, p = _order(BT, REVERSE)
+    return (i_n, i_h, i_hk, bos, seq_len, o_t, p, q + bos * (H * KD) + i_h * KD, g + bos * (H * KD) + i_h * KD,
+            k + bos * (HKV * KD) + i_hk * KD)
+
+
+@triton.jit
 def _gqk_tiles(g_base, q_base, k_base, rows, valid, o_k, m_k, H, HKV, KD: tl.constexpr):
     """A chunk's g, q, k tiles [BT, BD] in fp32, zero past the end (g = 0 there: no decay)."""
     bg = load_tile(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
@@ -205,12 +217,8 @@ def gla_prep_kernel(
     offset of s in its chunk; zero unless s ≤ t), exact at any gate: the pairs s < t one
     tensor-core product per level of ``_level`` (LEVELS = log2 BT), the pairs s = t a row sum.
     Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices of BD."""
-    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
-    o_t, p = _order(BT, REVERSE)
-    q_base = q + bos * (H * KD) + i_h * KD
-    g_base = g + bos * (H * KD) + i_h * KD
-    k_base = k + bos * (HKV * KD) + i_hk * KD
+    i_n, i_h, i_hk, bos, seq_len, o_t, p, q_base, g_base, k_base = _chunk_program(
+        q, k, g, cu, T, H, HKV, KD, BT, REVERSE, IS_VARLEN)
     qd_base = qd + bos * (H * KD) + i_h * KD
     kd_base = kd + bos * (H * KD) + i_h * KD
     a_base = A + bos * (H * BT) + i_h * BT
@@ -254,12 +262,8 @@ def gla_bwd_intra_kernel(
     largest terms at strong gates, cancel exactly there and are added to dqi, dki afterwards.
     Two tensor-core products per level, one each for dq and dk, on operands whose rounding both
     copies of a pair share (``_dot_operand``)."""
-    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
-    o_t, p = _order(BT, REVERSE)
-    q_base = q + bos * (H * KD) + i_h * KD
-    g_base = g + bos * (H * KD) + i_h * KD
-    k_base = k + bos * (HKV * KD) + i_hk * KD
+    i_n, i_h, i_hk, bos, seq_len, o_t, p, q_base, g_base, k_base = _chunk_program(
+        q, k, g, cu, T, H, HKV, KD, BT, REVERSE, IS_VARLEN)
     v_base = v + bos * (HKV * VD) + i_hk * VD
     do_base = do + bos * (H * VD) + i_h * VD
     row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
