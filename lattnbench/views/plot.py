@@ -159,6 +159,9 @@ def figure(doc: dict, kind: str, reference: str | None = None, timer: str = "dev
         first = ax.legend(handles=k_handles, title="kernel", loc="upper left", bbox_to_anchor=(1.01, 1.0),
                           fontsize=8, borderaxespad=0.0)
         ax.add_artist(first)
+        # add_artist clips an artist to the axes, and the layout engine leaves clipped artists out: the
+        # kernel legend would get no room and run into the next panel or past the figure's edge
+        first.set_clip_on(False)
         ax.legend(handles=m_handles, title="mode", loc="lower left", bbox_to_anchor=(1.01, 0.0), fontsize=8,
                   borderaxespad=0.0)
     for ax in axes[len(groups):]:

@@ -178,3 +178,29 @@ def test_host_bound_and_throttled_points_are_marked(tmp_path):
     assert any(t.startswith("host-bound") for t in legend_texts) and any(t.startswith("throttled") for t in legend_texts)
     plain = figure(load_docs([write_results(tmp_path / "plain.json")])[0], "speed").axes[0]
     assert not [line for line in plain.lines if line.get_gid() in ("host-bound", "throttled")]
+
+
+def test_every_legend_gets_room_in_the_layout(tmp_path):
+    """Several panels side by side, two legends beside each: every legend lies inside the figure
+    and clear of every other panel (a legend the layout engine left out runs into the next panel
+    or past the figure's edge)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.legend import Legend
+
+    path = write_results(tmp_path / "r.json", memory=False)
+    doc = load_docs([path])[0]
+    doc["rows"] += [dict(r, dim_qk=64, dim_v=64) for r in doc["rows"]]  # a second shape: more panels
+    fig = figure(doc, "speed")
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) >= 2
+    for ax in panels:
+        legends = [a for a in ax.get_children() if isinstance(a, Legend)]
+        assert len(legends) == 2
+        for lg in legends:
+            box = lg.get_window_extent(renderer)
+            assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 + 0.5
+            for other in panels:
+                if other is not ax:
+                    assert not box.overlaps(other.get_window_extent(renderer)), lg.get_title().get_text()
