@@ -33,3 +33,11 @@ def store_tile(base, rows, row_stride, lanes, valid, m_lanes, x):
     """x into the valid rows and lanes of a [rows, lanes] tile, in the buffer's dtype."""
     tl.store(base + rows[:, None] * row_stride + lanes[None, :], x.to(base.dtype.element_ty),
              mask=valid[:, None] & m_lanes[None, :])
+
+
+@triton.jit
+def chunk_slot(bos, i_n, i_c, BT: tl.constexpr):
+    """Slot of chunk i_c of sequence i_n (first row bos) in a per-chunk buffer: bos // BT + i_n + i_c.
+    A sequence of L rows uses cdiv(L, BT) ≤ (bos + L) // BT + 1 − bos // BT slots, so the
+    sequences' slots never overlap and all fit in (total rows) // BT + N."""
+    return (bos // BT + i_n + i_c).to(tl.int64)

@@ -222,38 +222,13 @@ def _jax_gdn(impl: str) -> Callable[[], Callable]:
     return loader
 
 
-def _forward_only(name: str, call: Callable) -> Callable:
-    """``call(*args) -> outputs`` inside an autograd function whose backward raises ``Unsupported``:
-    a kernel without a backward then records its fwd+bwd and bwd points as unsupported with the
-    reason, where the kernel's own refusal (raised inside autograd, outside any adapter) would be
-    an error. The forward runs with autograd off, as any autograd function's does."""
-    import torch
-
-    from lattnbench.errors import Unsupported
-
-    class ForwardOnly(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, *args):
-            return tuple(call(*args))
-
-        @staticmethod
-        def backward(ctx, *grads):
-            raise Unsupported(f"{name} has no backward yet (forward only)")
-
-    return ForwardOnly.apply
-
-
 def _gdn_triton() -> Callable:
     from lattnbench.kernels.gdn.triton import gdn_triton
 
-    def call(q, k, v, g, beta, scale, initial_state, cu_seqlens):
-        return gdn_triton(q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=True,
-                          cu_seqlens=cu_seqlens)
-    forward = _forward_only("gdn/triton", call)
-
     def fn(q, k, v, g, beta, scale, initial_state, reverse, cu_seqlens):
         _no_reverse("gdn/triton", reverse)
-        return forward(q, k, v, g, beta, scale, initial_state, cu_seqlens)
+        return gdn_triton(q, k, v, g, beta, scale=scale, initial_state=initial_state, output_final_state=True,
+                          cu_seqlens=cu_seqlens)
     return fn
 
 
@@ -386,8 +361,7 @@ def entries() -> list[KernelEntry]:
                     description="lax.scan gated delta rule token recurrence, checkpointed per chunk of 64"),
         KernelEntry("gdn/triton", "gdn", "torch", _gdn_triton, requires=("triton",), interpreted_on_cpu=True,
                     features=GDN_FEATURES,
-                    description="bundled fused chunked Triton gated delta rule (WY form), forward only: "
-                                "fwd+bwd and bwd points are unsupported"),
+                    description="bundled fused chunked Triton gated delta rule (WY form) and its backward"),
         KernelEntry("softmax/naive-torch", "softmax", "torch", _softmax_naive_torch,
                     dtypes=("fp64", "fp32", "bf16", "fp16"), reference=True, max_scores=2**31,
                     features=frozenset({"gqa", "dv", "any_dim"}),

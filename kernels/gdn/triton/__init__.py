@@ -1,4 +1,4 @@
-"""The gated delta rule in Triton: fused chunked forward (WY / UT-transform form), no backward yet.
+"""The gated delta rule in Triton: fused chunked kernels (WY / UT-transform form) and their backward.
 
 Public API (registered as ``gdn/triton``)::
 

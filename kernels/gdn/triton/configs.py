@@ -33,6 +33,15 @@ PREP_MAX_PROGRAMS = 64
 # BV = 32 without spilling, while BV = 64 spills 300-340 bytes at 4 and 8 warps
 # (``lattnbench static``), so only BV = 32 is tuned.
 FWD_CONFIGS = [(32, 4, 2), (32, 8, 2)]
+# The backward's launches, one fixed config each: the reverse sweep (gdn_bwd_state_kernel) holds
+# the chunk-entry state and its cotangent, both [BK, BV] fp32, so it takes value slices of 32; the
+# WY launch (gdn_bwd_wy_kernel) holds six [BT, BT] fp32 matrices (A, its inverse, K Kᵀ, the decays,
+# dA and P) beside [BT, 32] column slices.
+BWD_BV = 32
+BWD_WARPS = 4
+WY_BD = 32
+WY_BV = 32
+WY_WARPS = 8
 
 
 def prep_grid(t: int, rows: int) -> tuple[int, int]:
@@ -46,6 +55,19 @@ def prep_meta(d: int, e: int, bt: int, dot_prec: str) -> dict:
     """The launch keywords of ``gdn_prep_kernel`` at chunk bt and head dims d, e."""
     return dict(BT=bt, BD=min(PREP_BD, pow2(d)), BV=min(PREP_BV, pow2(e)), DOT_PREC=dot_prec,
                 num_warps=PREP_WARPS, num_stages=1)
+
+
+def bwd_meta(bt: int, bv_interp: int, dot_prec: str) -> dict:
+    """The launch keywords of ``gdn_bwd_state_kernel`` at chunk bt (under the interpreter its
+    slice is the forward's, bv_interp)."""
+    return dict(BT=bt, BV=bv_interp if INTERPRET else BWD_BV, DOT_PREC=dot_prec, num_warps=BWD_WARPS,
+                num_stages=1)
+
+
+def wy_meta(d: int, e: int, bt: int, dot_prec: str) -> dict:
+    """The launch keywords of ``gdn_bwd_wy_kernel`` at chunk bt and head dims d, e."""
+    return dict(BT=bt, BD=min(WY_BD, pow2(d)), BV=min(WY_BV, pow2(e)), DOT_PREC=dot_prec, num_warps=WY_WARPS,
+                num_stages=1)
 
 
 def autotune_configs(table) -> list[triton.Config]:

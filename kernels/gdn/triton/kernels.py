@@ -1,4 +1,5 @@
-"""Triton kernels of the gated delta rule (GDN), chunked in the WY / UT-transform form; forward only.
+"""Triton kernels of the gated delta rule (GDN), chunked in the WY / UT-transform form: the forward
+(the backward's: ``backward.py``).
 
 Recurrence per (sequence, query head), fp32 state ``S ∈ R^{D×E}``:
 ``S_t = α_t (I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ``, ``α_t = e^{g_t}``, ``o_t = scale·S_tᵀ q_t``,
@@ -34,7 +35,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...common.tiles import load_tile, sequence_of, store_tile
+from ...common.tiles import chunk_slot, load_tile, sequence_of, store_tile
 from .configs import FWD_CONFIGS, INTERPRET, autotune_configs, prune_configs
 
 
@@ -210,16 +211,17 @@ def gdn_prep_kernel(
 def gdn_fwd_kernel(
     q, k, g, u, w, h0, cu,
     T, H, HKV, scale, SHAPE_BUCKET,
-    o, ht,
+    o, ht, hc,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr,
-    HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PREC: tl.constexpr,
-    BT: tl.constexpr, BV: tl.constexpr,
+    HAS_H0: tl.constexpr, STORE_HT: tl.constexpr, STORE_HC: tl.constexpr, IS_VARLEN: tl.constexpr,
+    DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
 ):
     """o (and S_T into ht) from q, k, g and the prep launch's u, w; grid (cdiv(E, BV), N·H). BK is D
     padded to a power of two; SHAPE_BUCKET only steers autotuning. Per chunk, with S [BK, BV] the
     state slice entering it: ν = u − w S, o = scale·[(e^G ⊙ q) S + ((q kᵀ) ⊙ M) ν],
     S ← e^{G_last} S + (e^{G_last − G} ⊙ k)ᵀ ν. Rows past the end load zeros (g = 0, so G stays
-    at G_last), which add nothing to ν's products or to S."""
+    at G_last), which add nothing to ν's products or to S. With STORE_HC the state entering each
+    chunk goes to hc [slots, H, D, E] (fp32, ``chunk_slot``), for the backward."""
     i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t = tl.arange(0, BT)
@@ -227,7 +229,8 @@ def gdn_fwd_kernel(
     o_v = tl.program_id(0) * BV + tl.arange(0, BV)
     m_k = o_k < KD
     m_v = o_v < VD
-    s_off = i_n.to(tl.int64) * (H * KD * VD) + i_h * (KD * VD) + o_k[:, None] * VD + o_v[None, :]
+    head_off = i_h * (KD * VD) + o_k[:, None] * VD + o_v[None, :]  # the slice's place in one [H, D, E] state
+    s_off = i_n.to(tl.int64) * (H * KD * VD) + head_off
     m_s = m_k[:, None] & m_v[None, :]
     q_base = q + bos * (H * KD) + i_h * KD
     k_base = k + bos * (HKV * KD) + i_hk * KD
@@ -243,6 +246,8 @@ def gdn_fwd_kernel(
     for i_c in range(0, tl.cdiv(seq_len, BT)):
         rows = i_c * BT + o_t
         valid = rows < seq_len
+        if STORE_HC:
+            tl.store(hc + chunk_slot(bos, i_n, i_c, BT) * (H * KD * VD) + head_off, S, mask=m_s)
         G, G_last = _gates(g_base, rows, H, valid, DOT_PREC)
         bq = load_tile(q_base, rows, H * KD, o_k, valid, m_k)
         bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k)

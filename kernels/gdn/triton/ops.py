@@ -1,10 +1,11 @@
-"""torch entry point of the GDN Triton kernels: forward only (no backward yet)."""
+"""torch entry point of the GDN Triton kernels: the forward's two launches, the backward's two more."""
 from __future__ import annotations
 
 import torch
 
 from ...common import checks
 from ...common.launch import Launcher, PlainLauncher, alignment, dot_precision, raw_stream
+from . import backward as _kb
 from . import configs as _cfg
 from . import kernels as _k
 
@@ -13,9 +14,6 @@ Tensor = torch.Tensor
 # fixed launch config of the sweep under the interpreter (autotune cannot run there); tests may
 # change it. The prep launch takes BT from here too: both must cut the same chunks.
 _INTERP_META = dict(BT=_cfg.INTERP_CHUNK, BV=_cfg.INTERP_BV, num_warps=4, num_stages=1)
-
-NO_BACKWARD = "gdn/triton has no backward yet (forward only)"
-
 
 def _empty(*shape, dtype, device) -> Tensor:
     """Allocation of every buffer the kernels fully write (tests patch it to NaN-fill)."""
@@ -42,6 +40,8 @@ def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, initial_s
 
 _PREP = PlainLauncher(_k, "gdn_prep_kernel")
 _FWD = Launcher(_k, "gdn_fwd", "gdn_fwd_kernel", _INTERP_META)
+_BWD_STATE = PlainLauncher(_kb, "gdn_bwd_state_kernel")
+_BWD_WY = PlainLauncher(_kb, "gdn_bwd_wy_kernel")
 
 
 def _chunk() -> int:
@@ -50,16 +50,17 @@ def _chunk() -> int:
 
 
 def gdn_prep(k, v, g, beta, cu, n, h):
-    """(u [B, T, H, E] fp32, w [B, T, H, D] in k's dtype) from one parallel launch,
+    """(u [B, T, H, E] fp32, w [B, T, H, D] in k's dtype, fp32 for fp16 k) from one parallel launch,
     ``kernels.gdn_prep_kernel``. u stays fp32: ν = u − w S takes it as it is, so its rounding would
     reach every later state. w is an operand of the sweep's w·S product, which for 16-bit inputs
-    runs on 16-bit operands anyway; stored so, it frees the sweep's registers for a D = 128 head
-    (its rows scale as e^{G}, so where fp16 underflows them their product is negligible)."""
+    runs on 16-bit operands anyway; stored so, it frees the sweep's registers for a D = 128 head.
+    Its rows scale as e^{G}: fp16 would flush them at strong gates, where the forward's products
+    do not need them but the backward's dh0 does, so fp16 inputs keep w in fp32."""
     b, t, hkv, d = k.shape
     e = v.shape[3]
     bt = _chunk()
     u = _empty(b, t, h, e, dtype=torch.float32, device=k.device)
-    w = _empty(b, t, h, d, dtype=k.dtype, device=k.device)
+    w = _empty(b, t, h, d, dtype=torch.float32 if k.dtype == torch.float16 else k.dtype, device=k.device)
     grid = _cfg.prep_grid(t, n * h)
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, VD=e, IS_VARLEN=cu is not None, **_cfg.prep_meta(d, e, bt, dot_precision(k.dtype))))
@@ -69,37 +70,93 @@ def gdn_prep(k, v, g, beta, cu, n, h):
     return u, w
 
 
-def gdn_fwd(q, k, v, g, beta, scale, h0, cu, store_ht, n):
-    """Both launches on contiguous inputs; returns (o, final state or None)."""
+def _slots(b: int, t: int, n: int, bt: int) -> int:
+    """Chunk slots of a per-chunk buffer for b·t rows of n sequences (``tiles.chunk_slot``)."""
+    return (b * t) // bt + n
+
+
+def gdn_fwd(q, k, v, g, beta, scale, h0, cu, store_ht, n, store_hc=False):
+    """Both launches on contiguous inputs; returns (o, final state or None, chunk-entry states
+    hc [slots, H, D, E] fp32 or None): hc only with ``store_hc``, for the backward."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     u, w = gdn_prep(k, v, g, beta, cu, n, h)
     o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
     ht = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
+    hc = _empty(_slots(b, t, n, _chunk()), h, d, e, dtype=torch.float32, device=q.device) if store_hc else None
     args = (q, k, g, u, w, h0 if h0 is not None else g, cu if cu is not None else g, t, h, hkv, float(scale),
-            _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o)
+            _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o, hc if hc is not None else o)
     spec = lambda: (lambda meta: (_cfg.cdiv(e, meta["BV"]), n * h),  # noqa: E731
-                    dict(KD=d, VD=e, BK=_cfg.pow2(d), HAS_H0=h0 is not None, STORE_HT=store_ht,
+                    dict(KD=d, VD=e, BK=_cfg.pow2(d), HAS_H0=h0 is not None, STORE_HT=store_ht, STORE_HC=store_hc,
                          IS_VARLEN=cu is not None, DOT_PREC=dot_precision(q.dtype)))
-    key = ("fwd", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, store_ht, h0 is not None,
+    key = ("fwd", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, store_ht, store_hc, h0 is not None,
            cu is not None, alignment(q, k, g, h0, cu))
     _FWD(key, args, spec, raw_stream(q))
-    return o, ht
+    return o, ht, hc
+
+
+def gdn_bwd(q, k, v, g, beta, scale, h0, cu, hc, do, dht, n):
+    """(dq, dk, dv, dg, dbeta, dh0 or None) from the forward's inputs and chunk-entry states hc:
+    the prep launch again (u, w), the reverse sweep, the WY launch; the sweep's value slices and a
+    GQA group's query heads are summed here."""
+    b, t, h, d = q.shape
+    hkv, e = k.shape[2], v.shape[3]
+    bt = _chunk()
+    prec = dot_precision(q.dtype)
+    u, w = gdn_prep(k, v, g, beta, cu, n, h)
+    meta = _cfg.bwd_meta(bt, _INTERP_META["BV"], prec)
+    slices = _cfg.cdiv(e, meta["BV"])
+    f32 = dict(dtype=torch.float32, device=q.device)
+    dnu = _empty(b, t, h, e, **f32)
+    dqp, dkp, dwp = (_empty(slices, b, t, h, d, **f32) for _ in range(3))
+    dgp = _empty(slices, b, t, h, **f32)
+    dh0 = _empty(n, h, d, e, **f32) if h0 is not None else None
+    args = (q, k, g, u, w, do, dht if dht is not None else g, hc, cu if cu is not None else g, t, h, hkv, b * t,
+            float(scale), dnu, dqp, dkp, dwp, dgp, dh0 if dh0 is not None else dnu)
+    spec = lambda: (lambda meta_: (slices, n * h),  # noqa: E731
+                    dict(KD=d, VD=e, BK=_cfg.pow2(d), HAS_DHT=dht is not None, HAS_H0=h0 is not None,
+                         IS_VARLEN=cu is not None, WIDE_STATE_TERMS=q.dtype == torch.float16, **meta))
+    key = ("bwd-state", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, dht is not None, h0 is not None,
+           cu is not None, bt, alignment(q, k, g, do, dht, cu))
+    _BWD_STATE(key, args, spec, raw_stream(q))
+    dws, dks, dgs = dwp.sum(0), dkp.sum(0), dgp.sum(0)
+    dk = _empty(b, t, h, d, **f32)
+    dv = _empty(b, t, h, e, **f32)
+    dbeta = _empty(b, t, h, **f32)
+    dg = _empty(b, t, h, **f32)
+    args = (k, v, g, beta, u, w, dnu, dws, dks, dgs, cu if cu is not None else g, t, h, hkv, dk, dv, dbeta, dg)
+    grid = _cfg.prep_grid(t, n * h)
+    spec = lambda: (lambda meta_: grid,  # noqa: E731
+                    dict(KD=d, VD=e, IS_VARLEN=cu is not None, **_cfg.wy_meta(d, e, bt, prec)))
+    key = ("bwd-wy", k.shape, v.shape, h, k.dtype, g.dtype, beta.dtype, k.device, n, cu is not None, bt,
+           alignment(k, v, g, beta, cu))
+    _BWD_WY(key, args, spec, raw_stream(q))
+    group = h // hkv
+    dk = dk.view(b, t, hkv, group, d).sum(3)
+    dv = dv.view(b, t, hkv, group, e).sum(3)
+    return dqp.sum(0), dk, dv, dg, dbeta, dh0
 
 
 class GDNFunction(torch.autograd.Function):
-    """The forward launches inside an autograd function whose backward refuses: a caller that asks
-    for gradients gets ``NotImplementedError``, never a silently wrong or missing gradient. (The
-    registry entry wraps the call once more to raise the harness's ``Unsupported``: the kernels
-    import nothing of the harness.)"""
+    """The forward launches, keeping the chunk-entry states when a gradient may follow; the
+    backward's launches. Gradients for q, k, v, g, beta and the initial state, in their dtypes."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, scale, h0, cu, store_ht, n):
-        return gdn_fwd(q, k, v, g, beta, scale, h0, cu, store_ht, n)
+        store_hc = any(ctx.needs_input_grad[:5]) or (h0 is not None and ctx.needs_input_grad[6])
+        o, ht, hc = gdn_fwd(q, k, v, g, beta, scale, h0, cu, store_ht, n, store_hc=store_hc)
+        if store_hc:
+            ctx.save_for_backward(q, k, v, g, beta, h0, hc)
+            ctx.scale, ctx.cu, ctx.n = scale, cu, n
+        return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):
-        raise NotImplementedError(NO_BACKWARD)
+        q, k, v, g, beta, h0, hc = ctx.saved_tensors
+        dq, dk, dv, dg, dbeta, dh0 = gdn_bwd(q, k, v, g, beta, ctx.scale, h0, ctx.cu, hc, do.contiguous(),
+                                             None if dht is None else dht.contiguous(), ctx.n)
+        return (dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), dg.to(g.dtype), dbeta.to(beta.dtype), None,
+                None if dh0 is None else dh0.to(h0.dtype), None, None, None)
 
 
 def gdn_triton(
@@ -107,13 +164,14 @@ def gdn_triton(
     initial_state: Tensor | None = None, output_final_state: bool = True, reverse: bool = False,
     cu_seqlens=None,
 ) -> tuple[Tensor, Tensor | None]:
-    """Gated delta rule, fused chunked Triton kernels (WY form), forward only; layout [B, T, H, D].
+    """Gated delta rule, fused chunked Triton kernels (WY form), with their backward; layout [B, T, H, D].
 
     ``S_t = e^{g_t}(I − β_t k_t k_tᵀ) S_{t−1} + β_t k_t v_tᵀ``, ``o_t = scale·S_tᵀ q_t``: q
     [B, T, H, D], k [B, T, H_kv, D] (L2-normalised by the caller; used as given), v
     [B, T, H_kv, E], g ≤ 0 and beta [B, T, H] per query head, initial_state [N, H, D, E].
     Returns ``(o, S_T)``: o in the input dtype, S_T fp32 [N, H, D, E] (None unless
-    ``output_final_state``). No reverse, no backward: both raise ``NotImplementedError``.
+    ``output_final_state``). Differentiable in q, k, v, g, beta and initial_state. No reverse: it
+    raises ``NotImplementedError``.
     """
     if reverse:
         raise NotImplementedError("gdn/triton has no reverse")
