@@ -35,7 +35,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...common.tiles import load_tile, sequence_of, store_tile
+from ...common.tiles import chunk_slot, load_tile, sequence_of, store_tile
 from .configs import (BWD_K_CONFIGS, BWD_Q_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs,
                       prune_configs)
 
@@ -96,23 +96,15 @@ def _state_tile(ptr, s_off, m_s, PRESENT: tl.constexpr, ROWS: tl.constexpr, COLS
 
 
 @triton.jit
-def _slot(bos, i_n, i_c, BT: tl.constexpr):
-    """Slot of chunk i_c of sequence i_n (first row bos) in a per-chunk buffer: bos // BT + i_n + i_c.
-    A sequence of L rows uses cdiv(L, BT) ≤ (bos + L) // BT + 1 − bos // BT slots, so the
-    sequences' slots never overlap and all fit in (total rows) // BT + N."""
-    return (bos // BT + i_n + i_c).to(tl.int64)
-
-
-@triton.jit
 def _entry_state(hc, bos, i_n, i_c, i_h, H, KD: tl.constexpr, VD: tl.constexpr, o_k, o_e, BT: tl.constexpr):
     """Pointers of a program's [BS, E] tile of the state entering chunk i_c in hc [slots, H, D, E]."""
-    return hc + (_slot(bos, i_n, i_c, BT) * H + i_h) * (KD * VD) + o_k[:, None] * VD + o_e[None, :]
+    return hc + (chunk_slot(bos, i_n, i_c, BT) * H + i_h) * (KD * VD) + o_k[:, None] * VD + o_e[None, :]
 
 
 @triton.jit
 def _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD: tl.constexpr, o_k, m_k, BT: tl.constexpr):
     """Bl [channels] of chunk i_c from bl [slots, H, D], the totals ``gla_prep_kernel`` wrote."""
-    return tl.load(bl + (_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, mask=m_k, other=0.0)
+    return tl.load(bl + (chunk_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, mask=m_k, other=0.0)
 
 
 @triton.jit
@@ -213,7 +205,7 @@ def gla_prep_kernel(
 ):
     """Everything of a chunk the forward and the dv pass need that carries nothing from chunk to
     chunk: qd = q⊙e^B, kd = k⊙e^{Bl − B} [B, T, H, D] (per query head), the totals Bl into
-    bl [slots, H, D] (``_slot``) and the intra-chunk scores A [B, T, H, BT] (row t, column the
+    bl [slots, H, D] (``chunk_slot``) and the intra-chunk scores A [B, T, H, BT] (row t, column the
     offset of s in its chunk; zero unless s ≤ t), exact at any gate: the pairs s < t one
     tensor-core product per level of ``_level`` (LEVELS = log2 BT), the pairs s = t a row sum.
     Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices of BD."""
@@ -233,7 +225,7 @@ def gla_prep_kernel(
             B, Bl = _chunk_gates(bg, DOT_PREC, REVERSE)
             store_tile(qd_base, rows, H * KD, o_k, valid, m_k, bq * tl.exp(B.to(tl.float32)))
             store_tile(kd_base, rows, H * KD, o_k, valid, m_k, bk * tl.exp((Bl[None, :] - B).to(tl.float32)))
-            tl.store(bl + (_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, Bl.to(tl.float32), mask=m_k)
+            tl.store(bl + (chunk_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, Bl.to(tl.float32), mask=m_k)
             own += tl.sum(bq * bk, 1)
             for lv in range(0, LEVELS):
                 later, E = _level(B, p, lv, BT, REVERSE)

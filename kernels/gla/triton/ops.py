@@ -55,7 +55,7 @@ def _chunk() -> int:
 
 
 def _slots(b: int, t: int, n: int) -> int:
-    """Per-chunk slots of every sequence (``kernels._slot``): (total rows) // BT + N."""
+    """Per-chunk slots of every sequence (``tiles.chunk_slot``): (total rows) // BT + N."""
     return b * t // _chunk() + n
 
 
