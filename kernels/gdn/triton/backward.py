@@ -17,11 +17,11 @@ and the cumulative gate's cotangent dG (every e^{G} above, A's decays, γ's term
 dg is its suffix sum inside the chunk (G is the prefix sum of g); the pair terms (the decays
 e^{G_i − G_j}) are summed straight into dg, over the positions between their two ends.
 
-Two launches:
+Three launches:
   gdn_bwd_state_kernel  a reverse sweep per (value-column slice, sequence·head) carrying dS
-                        [BK, BV] in fp32 registers from the forward's chunk-entry states hc: dν,
-                        and each slice's share of dQ, dK's sweep terms, dw and dg (the host sums
-                        the slices), and dh0
+                        [BK, BV] in fp32 registers: ν (from the forward's chunk-entry states hc),
+                        dν, each chunk's dS' and dh0
+  gdn_bwd_chunk_kernel  parallel over chunks: dQ, dK's sweep terms, dw and dg's sweep terms
   gdn_bwd_wy_kernel     parallel over chunks: (I + A)⁻¹ again, the WY terms, dV, dβ, dK and dg
 
 Products take operands in the input dtype (fp32 inputs: IEEE dots) and accumulate in fp32, as
@@ -48,38 +48,37 @@ def _straddling(X, o_t):
 @triton.jit
 def gdn_bwd_state_kernel(
     q, k, g, u, w, do, dht, hc, cu,
-    T, H, HKV, ROWS, scale,
-    dnu, dqp, dkp, dwp, dgp, dh0,
+    T, H, HKV, scale,
+    nu, dnu, dhc, dh0,
     KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr,
     HAS_DHT: tl.constexpr, HAS_H0: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PREC: tl.constexpr,
     WIDE_STATE_TERMS: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr,
 ):
-    """The reverse sweep; grid (cdiv(E, BV), N·H). WIDE_STATE_TERMS (fp16 inputs) takes the state
-    cotangent's own terms, Qᵀ(e^G ⊙ dO) and wᵀ dν, on fp32 operands: their rows scale as e^G, which
-    fp16's range loses at strong gates, and dh0 is made of nothing else. Writes dν [B, T, H, E] (fp32), this slice's
-    shares of dQ, of dK's sweep terms and of dw into dqp, dkp, dwp [slices, B, T, H, D] and of dg
-    into dgp [slices, B, T, H] (ROWS = B·T rows a slice), and its columns of dh0."""
-    i_v = tl.program_id(0)
+    """The reverse sweep; grid (cdiv(E, BV), N·H). Carries dS [BK, BV] and writes, per chunk, the
+    cotangent dS' of the state leaving it into dhc [slots, H, D, E] (fp32, ``chunk_slot``), ν and dν
+    [B, T, H, E] (fp32), and at the end its columns of dh0. WIDE_STATE_TERMS (fp16 inputs) takes the
+    state cotangent's own terms, Qᵀ(e^G ⊙ dO) and wᵀ dν, on fp32 operands: their rows scale as e^G,
+    which fp16's range loses at strong gates, and dh0 is made of nothing else."""
     i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)
     o_t = tl.arange(0, BT)
     o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
+    o_v = tl.program_id(0) * BV + tl.arange(0, BV)
     m_k = o_k < KD
     m_v = o_v < VD
     head_off = i_h * (KD * VD) + o_k[:, None] * VD + o_v[None, :]
     s_off = i_n.to(tl.int64) * (H * KD * VD) + head_off
     m_s = m_k[:, None] & m_v[None, :]
-    part_d = i_v.to(tl.int64) * ROWS * (H * KD) + bos * (H * KD) + i_h * KD  # a slice's share, per-head [.., D]
     q_base = q + bos * (H * KD) + i_h * KD
     k_base = k + bos * (HKV * KD) + i_hk * KD
     g_base = g + bos * H + i_h
-    u_base = u + bos * (H * VD) + i_h * VD
     w_base = w + bos * (H * KD) + i_h * KD
-    do_base = do + bos * (H * VD) + i_h * VD
-    dnu_base = dnu + bos * (H * VD) + i_h * VD
-    dg_base = dgp + i_v.to(tl.int64) * ROWS * H + bos * H + i_h
+    he = bos * (H * VD) + i_h * VD  # every per-query-head [.., E] tensor
     dt = q.dtype.element_ty
+    if WIDE_STATE_TERMS:
+        sd = tl.float32
+    else:
+        sd = dt
     if HAS_DHT:
         dS = tl.load(dht + s_off, mask=m_s, other=0.0).to(tl.float32)
     else:
@@ -88,54 +87,108 @@ def gdn_bwd_state_kernel(
         i_c = tl.cdiv(seq_len, BT) - 1 - i_r
         rows = i_c * BT + o_t
         valid = rows < seq_len
+        slot = chunk_slot(bos, i_n, i_c, BT) * (H * KD * VD) + head_off
+        tl.store(dhc + slot, dS, mask=m_s)
         G, G_last = _gates(g_base, rows, H, valid, DOT_PREC)
-        eG = tl.exp(G.to(tl.float32))
-        eL = tl.exp((G_last - G).to(tl.float32))
-        eGL = tl.exp(G_last.to(tl.float32))
         bq = load_tile(q_base, rows, H * KD, o_k, valid, m_k)
         bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k)
         bw = load_tile(w_base, rows, H * KD, o_k, valid, m_k)
-        bu = load_tile(u_base, rows, H * VD, o_v, valid, m_v)
-        bdo = load_tile(do_base, rows, H * VD, o_v, valid, m_v)
-        Sc = tl.load(hc + chunk_slot(bos, i_n, i_c, BT) * (H * KD * VD) + head_off, mask=m_s, other=0.0)
-        Scd = Sc.to(dt)
-        dSd = dS.to(dt)
-        nu = bu - tl.dot(bw.to(dt), Scd, input_precision=DOT_PREC)
-        nud = nu.to(dt)
-        M = _pair_decay(G, o_t, False)
-        QK = tl.dot(bq, tl.trans(bk), input_precision=DOT_PREC)
-        W = tl.dot(bdo, tl.trans(nud), input_precision=DOT_PREC) * M * scale
+        bdo = load_tile(do + he, rows, H * VD, o_v, valid, m_v)
+        Sc = tl.load(hc + slot, mask=m_s, other=0.0)
+        store_tile(nu + he, rows, H * VD, o_v, valid, m_v,
+                   load_tile(u + he, rows, H * VD, o_v, valid, m_v) - tl.dot(bw.to(dt), Sc.to(dt), input_precision=DOT_PREC))
         # dν = scale·((Q Kᵀ) ⊙ M)ᵀ dO + e^{γ−G} ⊙ (K dS')
-        d_nu = tl.dot(tl.trans(QK * M).to(dt), bdo, input_precision=DOT_PREC) * scale
-        d_nu += tl.dot(bk, dSd, input_precision=DOT_PREC) * eL[:, None]
-        store_tile(dnu_base, rows, H * VD, o_v, valid, m_v, d_nu)
-        # each [BT, D] share is stored as soon as it is made, so that few are live at once; dg (G is
-        # g's prefix sum, γ = G at the chunk's last row): a term of row i in dG reaches dg_t for
-        # t ≤ i; a pair's two ends, +x at i and −x at j < i, reach only j < t ≤ i, and are summed so
-        # (``_straddling``) rather than as two suffix sums that would have to cancel
-        dg = _straddling(W * QK, o_t) + eGL * tl.sum(tl.sum(Sc * dS, 1), 0)
-        dq = tl.dot(bdo, tl.trans(Scd), input_precision=DOT_PREC) * (eG * scale)[:, None]
-        dg += tl.cumsum(tl.sum(dq * bq.to(tl.float32), 1), 0, reverse=True)
-        dq = tl.dot(W.to(dt), bk, dq, input_precision=DOT_PREC)
-        store_tile(dqp + part_d, rows, H * KD, o_k, valid, m_k, dq)
-        dk = tl.dot(nud, tl.trans(dSd), input_precision=DOT_PREC) * eL[:, None]
-        z = tl.sum(dk * bk.to(tl.float32), 1)  # e^{γ−G_i}: +z_i through γ, −z_i through G_i
-        dg += tl.cumsum(z, 0) - z
-        dk = tl.dot(tl.trans(W).to(dt), bq, dk, input_precision=DOT_PREC)
-        store_tile(dkp + part_d, rows, H * KD, o_k, valid, m_k, dk)
-        store_tile(dwp + part_d, rows, H * KD, o_k, valid, m_k, -tl.dot(d_nu.to(dt), tl.trans(Scd),
-                                                                      input_precision=DOT_PREC))
-        tl.store(dg_base + rows * H, dg, mask=valid)
+        scores = tl.dot(bq, tl.trans(bk), input_precision=DOT_PREC) * _pair_decay(G, o_t, False)
+        d_nu = tl.dot(tl.trans(scores).to(dt), bdo, input_precision=DOT_PREC) * scale
+        d_nu += tl.dot(bk, dS.to(dt), input_precision=DOT_PREC) * tl.exp((G_last - G).to(tl.float32))[:, None]
+        store_tile(dnu + he, rows, H * VD, o_v, valid, m_v, d_nu)
         # the state entering the chunk: e^γ dS' + scale·Qᵀ(e^G ⊙ dO) − wᵀ dν
-        if WIDE_STATE_TERMS:
-            sd = tl.float32
-        else:
-            sd = dt
-        dS = tl.dot(tl.trans(bq.to(sd)), (bdo.to(tl.float32) * (eG * scale)[:, None]).to(sd), dS * eGL,
-                    input_precision=DOT_PREC)
+        eG = tl.exp(G.to(tl.float32)) * scale
+        dS = tl.dot(tl.trans(bq.to(sd)), (bdo.to(tl.float32) * eG[:, None]).to(sd),
+                    dS * tl.exp(G_last.to(tl.float32)), input_precision=DOT_PREC)
         dS -= tl.dot(tl.trans(bw.to(sd)), d_nu.to(sd), input_precision=DOT_PREC)
     if HAS_H0:
         tl.store(dh0 + s_off, dS, mask=m_s)
+
+
+@triton.jit
+def gdn_bwd_chunk_kernel(
+    q, k, g, do, nu, dnu, hc, dhc, cu,
+    T, H, HKV, scale,
+    dq, dks, dw, dgs,
+    KD: tl.constexpr, VD: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PREC: tl.constexpr,
+    BT: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
+):
+    """Everything of a chunk's backward that needs the states but carries nothing: dq, dk's sweep
+    terms dks (fp32), dw (fp32) [B, T, H, D] and dg's sweep terms dgs [B, T, H] (fp32), from the
+    chunk-entry states hc, the sweep's dS' (dhc), ν and dν; grid (P, N·H) as the prep launch's, D in
+    slices of BD, E in slices of BV."""
+    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
+    i_hk = i_h // (H // HKV)
+    o_t = tl.arange(0, BT)
+    q_base = q + bos * (H * KD) + i_h * KD
+    k_base = k + bos * (HKV * KD) + i_hk * KD
+    g_base = g + bos * H + i_h
+    hd = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
+    he = bos * (H * VD) + i_h * VD  # every per-query-head [.., E] tensor
+    dt = q.dtype.element_ty
+    for i_c in range(tl.program_id(0), tl.cdiv(seq_len, BT), tl.num_programs(0)):
+        rows = i_c * BT + o_t
+        valid = rows < seq_len
+        G, G_last = _gates(g_base, rows, H, valid, DOT_PREC)
+        slot = chunk_slot(bos, i_n, i_c, BT) * (H * KD * VD) + i_h * (KD * VD)
+        W = tl.zeros([BT, BT], dtype=tl.float32)
+        for i_e in range(0, tl.cdiv(VD, BV)):
+            o_e = i_e * BV + tl.arange(0, BV)
+            m_e = o_e < VD
+            W = tl.dot(load_tile(do + he, rows, H * VD, o_e, valid, m_e),
+                       tl.trans(load_tile(nu + he, rows, H * VD, o_e, valid, m_e).to(dt)), W, input_precision=DOT_PREC)
+        W = W * _pair_decay(G, o_t, False) * scale  # W = scale·(dO νᵀ) ⊙ M
+        QK = tl.zeros([BT, BT], dtype=tl.float32)
+        for i_d in range(0, tl.cdiv(KD, BD)):
+            o_k = i_d * BD + tl.arange(0, BD)
+            m_k = o_k < KD
+            QK = tl.dot(load_tile(q_base, rows, H * KD, o_k, valid, m_k),
+                        tl.trans(load_tile(k_base, rows, HKV * KD, o_k, valid, m_k)), QK, input_precision=DOT_PREC)
+        # dg (G is g's prefix sum, γ = G at the chunk's last row): a term of row i in dG reaches dg_t
+        # for t ≤ i; a pair's two ends, +x at i and −x at j < i, reach only j < t ≤ i, and are summed
+        # so (``_straddling``) rather than as two suffix sums that would have to cancel
+        dg = _straddling(W * QK, o_t)
+        rq = tl.zeros([BT], dtype=tl.float32)  # e^{G_i} of o's state term
+        z = tl.zeros([BT], dtype=tl.float32)  # e^{γ−G_i} of the leaving state: +z_i through γ, −z_i through G_i
+        d_gamma = tl.zeros([BT], dtype=tl.float32)  # e^γ of the leaving state (every entry the same)
+        for i_d in range(0, tl.cdiv(KD, BD)):
+            o_k = i_d * BD + tl.arange(0, BD)
+            m_k = o_k < KD
+            bq = load_tile(q_base, rows, H * KD, o_k, valid, m_k)
+            bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k)
+            a_q = tl.zeros([BT, BD], dtype=tl.float32)  # dO Sᵀ
+            a_k = tl.zeros([BT, BD], dtype=tl.float32)  # ν dS'ᵀ
+            a_w = tl.zeros([BT, BD], dtype=tl.float32)  # dν Sᵀ
+            for i_e in range(0, tl.cdiv(VD, BV)):
+                o_e = i_e * BV + tl.arange(0, BV)
+                m_e = o_e < VD
+                s_off = slot + o_k[:, None] * VD + o_e[None, :]
+                m_s = m_k[:, None] & m_e[None, :]
+                Sc = tl.load(hc + s_off, mask=m_s, other=0.0)
+                dSn = tl.load(dhc + s_off, mask=m_s, other=0.0)
+                d_gamma += tl.sum(tl.sum(Sc * dSn, 1), 0)
+                a_q = tl.dot(load_tile(do + he, rows, H * VD, o_e, valid, m_e), tl.trans(Sc.to(dt)), a_q,
+                             input_precision=DOT_PREC)
+                a_k = tl.dot(load_tile(nu + he, rows, H * VD, o_e, valid, m_e).to(dt), tl.trans(dSn.to(dt)), a_k,
+                             input_precision=DOT_PREC)
+                a_w = tl.dot(load_tile(dnu + he, rows, H * VD, o_e, valid, m_e).to(dt), tl.trans(Sc.to(dt)), a_w,
+                             input_precision=DOT_PREC)
+            a_q = a_q * (tl.exp(G.to(tl.float32)) * scale)[:, None]
+            a_k = a_k * tl.exp((G_last - G).to(tl.float32))[:, None]
+            rq += tl.sum(a_q * bq.to(tl.float32), 1)
+            z += tl.sum(a_k * bk.to(tl.float32), 1)
+            store_tile(dq + hd, rows, H * KD, o_k, valid, m_k, tl.dot(W.to(dt), bk, a_q, input_precision=DOT_PREC))
+            store_tile(dks + hd, rows, H * KD, o_k, valid, m_k,
+                       tl.dot(tl.trans(W).to(dt), bq, a_k, input_precision=DOT_PREC))
+            store_tile(dw + hd, rows, H * KD, o_k, valid, m_k, -a_w)
+        dg += tl.cumsum(rq, 0, reverse=True) + tl.cumsum(z, 0) - z + tl.exp(G_last.to(tl.float32)) * d_gamma
+        tl.store(dgs + bos * H + i_h + rows * H, dg, mask=valid)
 
 
 @triton.jit
@@ -154,7 +207,7 @@ def gdn_bwd_wy_kernel(
 ):
     """The WY terms of every chunk and the gradients they complete: dv, dk [B, T, H, ·] per query
     head (fp32; the host sums a GQA group), dβ and dg [B, T, H] (fp32), from the prep launch's u, w,
-    the sweep's du = dν, dw, dK terms dks and dg terms dgs (slices summed). Grid (P, N·H) as the prep
+    du = dν, and the chunk launch's dw, dK terms dks and dg terms dgs. Grid (P, N·H) as the prep
     launch's. (I + A)⁻¹ is solved over the whole chunk by forward substitution in fp32."""
     i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
     i_hk = i_h // (H // HKV)

@@ -33,14 +33,20 @@ PREP_MAX_PROGRAMS = 64
 # BV = 32 without spilling, while BV = 64 spills 300-340 bytes at 4 and 8 warps
 # (``lattnbench static``), so only BV = 32 is tuned.
 FWD_CONFIGS = [(32, 4, 2), (32, 8, 2)]
-# The backward's launches, one fixed config each: the reverse sweep (gdn_bwd_state_kernel) holds
-# the chunk-entry state and its cotangent, both [BK, BV] fp32, so it takes value slices of 32; the
-# WY launch (gdn_bwd_wy_kernel) holds six [BT, BT] fp32 matrices (A, its inverse, K Kᵀ, the decays,
-# dA and P) beside [BT, 32] column slices.
+# The backward's launches, one fixed config each, the least spilling at D = E = 128 bf16 for sm_90
+# (``lattnbench static``): the reverse sweep (gdn_bwd_state_kernel) carries dS [BK, BV] fp32 beside
+# the chunk's q, k, w tiles: value slices of 32 at 8 warps spill 16 bytes (4 warps: 480); the chunk
+# launch (gdn_bwd_chunk_kernel) holds two [BT, BT] fp32 matrices and three [BT, BD] accumulators
+# (about 800 bytes at any slice and warps tried); the WY launch (gdn_bwd_wy_kernel) holds six
+# [BT, BT] fp32 matrices (A, its inverse, K Kᵀ, the decays, dA and P): slices of 16 at 8 warps
+# spill 840 bytes, of 32 3.3 KB.
 BWD_BV = 32
-BWD_WARPS = 4
-WY_BD = 32
-WY_BV = 32
+BWD_WARPS = 8
+CHUNK_BD = 32
+CHUNK_BV = 32
+CHUNK_WARPS = 4
+WY_BD = 16
+WY_BV = 16
 WY_WARPS = 8
 
 
@@ -62,6 +68,12 @@ def bwd_meta(bt: int, bv_interp: int, dot_prec: str) -> dict:
     slice is the forward's, bv_interp)."""
     return dict(BT=bt, BV=bv_interp if INTERPRET else BWD_BV, DOT_PREC=dot_prec, num_warps=BWD_WARPS,
                 num_stages=1)
+
+
+def chunk_meta(d: int, e: int, bt: int, dot_prec: str) -> dict:
+    """The launch keywords of ``gdn_bwd_chunk_kernel`` at chunk bt and head dims d, e."""
+    return dict(BT=bt, BD=min(CHUNK_BD, pow2(d)), BV=min(CHUNK_BV, pow2(e)), DOT_PREC=dot_prec,
+                num_warps=CHUNK_WARPS, num_stages=1)
 
 
 def wy_meta(d: int, e: int, bt: int, dot_prec: str) -> dict:

@@ -1,4 +1,4 @@
-"""torch entry point of the GDN Triton kernels: the forward's two launches, the backward's two more."""
+"""torch entry point of the GDN Triton kernels: the forward's two launches, the backward's four."""
 from __future__ import annotations
 
 import torch
@@ -41,6 +41,7 @@ def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, initial_s
 _PREP = PlainLauncher(_k, "gdn_prep_kernel")
 _FWD = Launcher(_k, "gdn_fwd", "gdn_fwd_kernel", _INTERP_META)
 _BWD_STATE = PlainLauncher(_kb, "gdn_bwd_state_kernel")
+_BWD_CHUNK = PlainLauncher(_kb, "gdn_bwd_chunk_kernel")
 _BWD_WY = PlainLauncher(_kb, "gdn_bwd_wy_kernel")
 
 
@@ -97,35 +98,41 @@ def gdn_fwd(q, k, v, g, beta, scale, h0, cu, store_ht, n, store_hc=False):
 
 def gdn_bwd(q, k, v, g, beta, scale, h0, cu, hc, do, dht, n):
     """(dq, dk, dv, dg, dbeta, dh0 or None) from the forward's inputs and chunk-entry states hc:
-    the prep launch again (u, w), the reverse sweep, the WY launch; the sweep's value slices and a
-    GQA group's query heads are summed here."""
+    the prep launch again (u, w), the reverse sweep, the chunk launch, the WY launch; a GQA
+    group's query heads are summed here."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     bt = _chunk()
     prec = dot_precision(q.dtype)
     u, w = gdn_prep(k, v, g, beta, cu, n, h)
-    meta = _cfg.bwd_meta(bt, _INTERP_META["BV"], prec)
-    slices = _cfg.cdiv(e, meta["BV"])
     f32 = dict(dtype=torch.float32, device=q.device)
-    dnu = _empty(b, t, h, e, **f32)
-    dqp, dkp, dwp = (_empty(slices, b, t, h, d, **f32) for _ in range(3))
-    dgp = _empty(slices, b, t, h, **f32)
+    nu, dnu = _empty(b, t, h, e, **f32), _empty(b, t, h, e, **f32)
+    dhc = _empty(*hc.shape, **f32)
     dh0 = _empty(n, h, d, e, **f32) if h0 is not None else None
-    args = (q, k, g, u, w, do, dht if dht is not None else g, hc, cu if cu is not None else g, t, h, hkv, b * t,
-            float(scale), dnu, dqp, dkp, dwp, dgp, dh0 if dh0 is not None else dnu)
-    spec = lambda: (lambda meta_: (slices, n * h),  # noqa: E731
+    meta = _cfg.bwd_meta(bt, _INTERP_META["BV"], prec)
+    args = (q, k, g, u, w, do, dht if dht is not None else g, hc, cu if cu is not None else g, t, h, hkv,
+            float(scale), nu, dnu, dhc, dh0 if dh0 is not None else dnu)
+    spec = lambda: (lambda meta_: (_cfg.cdiv(e, meta["BV"]), n * h),  # noqa: E731
                     dict(KD=d, VD=e, BK=_cfg.pow2(d), HAS_DHT=dht is not None, HAS_H0=h0 is not None,
                          IS_VARLEN=cu is not None, WIDE_STATE_TERMS=q.dtype == torch.float16, **meta))
     key = ("bwd-state", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, dht is not None, h0 is not None,
            cu is not None, bt, alignment(q, k, g, do, dht, cu))
     _BWD_STATE(key, args, spec, raw_stream(q))
-    dws, dks, dgs = dwp.sum(0), dkp.sum(0), dgp.sum(0)
+    grid = _cfg.prep_grid(t, n * h)
+    dq = _empty(b, t, h, d, dtype=q.dtype, device=q.device)
+    dks, dws = _empty(b, t, h, d, **f32), _empty(b, t, h, d, **f32)
+    dgs = _empty(b, t, h, **f32)
+    args = (q, k, g, do, nu, dnu, hc, dhc, cu if cu is not None else g, t, h, hkv, float(scale), dq, dks, dws, dgs)
+    spec = lambda: (lambda meta_: grid,  # noqa: E731
+                    dict(KD=d, VD=e, IS_VARLEN=cu is not None, **_cfg.chunk_meta(d, e, bt, prec)))
+    key = ("bwd-chunk", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, cu is not None, bt,
+           alignment(q, k, g, do, cu))
+    _BWD_CHUNK(key, args, spec, raw_stream(q))
     dk = _empty(b, t, h, d, **f32)
     dv = _empty(b, t, h, e, **f32)
     dbeta = _empty(b, t, h, **f32)
     dg = _empty(b, t, h, **f32)
     args = (k, v, g, beta, u, w, dnu, dws, dks, dgs, cu if cu is not None else g, t, h, hkv, dk, dv, dbeta, dg)
-    grid = _cfg.prep_grid(t, n * h)
     spec = lambda: (lambda meta_: grid,  # noqa: E731
                     dict(KD=d, VD=e, IS_VARLEN=cu is not None, **_cfg.wy_meta(d, e, bt, prec)))
     key = ("bwd-wy", k.shape, v.shape, h, k.dtype, g.dtype, beta.dtype, k.device, n, cu is not None, bt,
@@ -134,7 +141,7 @@ def gdn_bwd(q, k, v, g, beta, scale, h0, cu, hc, do, dht, n):
     group = h // hkv
     dk = dk.view(b, t, hkv, group, d).sum(3)
     dv = dv.view(b, t, hkv, group, e).sum(3)
-    return dqp.sum(0), dk, dv, dg, dbeta, dh0
+    return dq, dk, dv, dg, dbeta, dh0
 
 
 class GDNFunction(torch.autograd.Function):

@@ -1,7 +1,7 @@
 """The jobs of the bundled GDN Triton kernels at the seed shape (D = E = 128, bf16) with the
 default call's flags (no initial state, final state returned, no varlen): the parallel launch at
-its one config, every default autotune config of the forward sweep, and the backward's two
-launches at their one config each."""
+its one config, every default autotune config of the forward sweep, and the backward's three
+launches of their own at their one config each."""
 from __future__ import annotations
 
 from lattnbench.static.triton_aot import Job
@@ -45,10 +45,24 @@ def bwd_state_job() -> Job:
     w = meta.pop("num_warps")
     meta.pop("num_stages")
     types = dict(q=_BF, k=_BF, g=_F32, u=_F32, w=_BF, do=_BF, dht=_F32, hc=_F32, cu=_F32, T="i32", H="i32",
-                 HKV="i32", ROWS="i32", scale="fp32", dnu=_F32, dqp=_F32, dkp=_F32, dwp=_F32, dgp=_F32, dh0=_F32)
+                 HKV="i32", scale="fp32", nu=_F32, dnu=_F32, dhc=_F32, dh0=_F32)
     return Job(kernel="gdn/triton:bwd-state", config=f"BT={meta['BT']} BV={meta['BV']} w{w} s1", module=BWD_MODULE,
                function="gdn_bwd_state_kernel", types=types,
                constexprs=dict(_FLAGS, **meta, BK=D, HAS_DHT=True, HAS_H0=False, WIDE_STATE_TERMS=False),
+               num_warps=w, num_stages=1, aligned=("T", "H", "HKV"), shape=SEED_SHAPE)
+
+
+def bwd_chunk_job() -> Job:
+    """The backward's chunk launch (``ops.gdn_bwd``)."""
+    from lattnbench.kernels.gdn.triton import configs as C
+
+    meta = C.chunk_meta(D, E, C.CHUNK, "tf32")
+    w = meta.pop("num_warps")
+    meta.pop("num_stages")
+    types = dict(q=_BF, k=_BF, g=_F32, do=_BF, nu=_F32, dnu=_F32, hc=_F32, dhc=_F32, cu=_F32, T="i32", H="i32",
+                 HKV="i32", scale="fp32", dq=_BF, dks=_F32, dw=_F32, dgs=_F32)
+    return Job(kernel="gdn/triton:bwd-chunk", config=f"BT={meta['BT']} BD={meta['BD']} BV={meta['BV']} w{w} s1",
+               module=BWD_MODULE, function="gdn_bwd_chunk_kernel", types=types, constexprs=dict(_FLAGS, **meta),
                num_warps=w, num_stages=1, aligned=("T", "H", "HKV"), shape=SEED_SHAPE)
 
 
@@ -71,4 +85,4 @@ def default_jobs() -> list[Job]:
     from lattnbench.kernels.gdn.triton import configs as C
 
     return ([prep_job()] + [fwd_job(C.CHUNK, bv, w, s) for bv, w, s in C.FWD_CONFIGS]
-            + [bwd_state_job(), bwd_wy_job()])
+            + [bwd_state_job(), bwd_chunk_job(), bwd_wy_job()])

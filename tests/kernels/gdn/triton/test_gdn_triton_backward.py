@@ -4,8 +4,8 @@ dq, dk, dv, dg, dβ and dh0 for random cotangents of o and S_T, within the dtype
 the same dtype-rounded inputs as the forward's tests (fp32 and fp16 in the interpreter; bf16 on
 the GPU through ``lattnbench check-grad -k gdn/triton``). Every buffer the kernels must fully
 write is NaN-poisoned first (the fixture of test_gdn_triton.py). The interpreter's chunk is 16
-tokens and its value slice 16 columns, so E = 40 splits the reverse sweep into three slices whose
-shares the host sums, and D = 40 makes the WY launch take two key slices. Inputs are drawn afresh
+tokens and its value slice 16 columns, so E = 40 splits the reverse sweep into three slices, and
+D = 40 makes the parallel launches take two key slices. Inputs are drawn afresh
 every run; a failure names the seed, and GDN_TEST_SEED=<seed> replays it.
 """
 from __future__ import annotations
@@ -92,13 +92,15 @@ def test_without_a_final_state(seed):
 
 def test_the_backward_launches_and_their_grids(monkeypatch, seed):
     # forward: prep, sweep (keeping the chunk-entry states); backward: prep again, the reverse sweep
-    # over E-slices and (sequence, head) rows, the WY launch striding the chunks
+    # over E-slices and (sequence, head) rows, the chunk and WY launches striding the chunks
     log = record_launches(monkeypatch, gdn_kernels, ("gdn_prep_kernel", "gdn_fwd_kernel"))
-    log_b = record_launches(monkeypatch, gdn_backward, ("gdn_bwd_state_kernel", "gdn_bwd_wy_kernel"))
+    log_b = record_launches(monkeypatch, gdn_backward,
+                            ("gdn_bwd_state_kernel", "gdn_bwd_chunk_kernel", "gdn_bwd_wy_kernel"))
     check_grad(seed, b=2, t=37, h=2, hkv=1, d=24, e=40)
     assert [(name, grid) for name, grid, _ in log] == [("gdn_prep_kernel", (2, 4)), ("gdn_fwd_kernel", (3, 4)),
                                                       ("gdn_prep_kernel", (2, 4))]
     assert [(name, grid) for name, grid, _ in log_b] == [("gdn_bwd_state_kernel", (3, 4)),
+                                                        ("gdn_bwd_chunk_kernel", (2, 4)),
                                                         ("gdn_bwd_wy_kernel", (2, 4))]
     assert dict(log[1][2])["STORE_HC"] is True
 
