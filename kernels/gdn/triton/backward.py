@@ -32,8 +32,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...common.tiles import chunk_slot, load_tile, sequence_of, store_tile
-from .kernels import _gates, _pair_decay, _unit_lower_inverse
+from ...common.tiles import chunk_slot, load_tile, store_tile
+from .kernels import _gates, _kv_bases, _pair_decay, _program_row, _unit_lower_inverse
 
 
 @triton.jit
@@ -59,8 +59,7 @@ def gdn_bwd_state_kernel(
     [B, T, H, E] (fp32), and at the end its columns of dh0. WIDE_STATE_TERMS (fp16 inputs) takes the
     state cotangent's own terms, Qᵀ(e^G ⊙ dO) and wᵀ dν, on fp32 operands: their rows scale as e^G,
     which fp16's range loses at strong gates, and dh0 is made of nothing else."""
-    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
+    i_n, i_h, i_hk, bos, seq_len = _program_row(cu, T, H, HKV, IS_VARLEN)
     o_t = tl.arange(0, BT)
     o_k = tl.arange(0, BK)
     o_v = tl.program_id(0) * BV + tl.arange(0, BV)
@@ -123,8 +122,7 @@ def gdn_bwd_chunk_kernel(
     terms dks (fp32), dw (fp32) [B, T, H, D] and dg's sweep terms dgs [B, T, H] (fp32), from the
     chunk-entry states hc, the sweep's dS' (dhc), ν and dν; grid (P, N·H) as the prep launch's, D in
     slices of BD, E in slices of BV."""
-    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
+    i_n, i_h, i_hk, bos, seq_len = _program_row(cu, T, H, HKV, IS_VARLEN)
     o_t = tl.arange(0, BT)
     q_base = q + bos * (H * KD) + i_h * KD
     k_base = k + bos * (HKV * KD) + i_hk * KD
@@ -209,11 +207,9 @@ def gdn_bwd_wy_kernel(
     head (fp32; the host sums a GQA group), dβ and dg [B, T, H] (fp32), from the prep launch's u, w,
     du = dν, and the chunk launch's dw, dK terms dks and dg terms dgs. Grid (P, N·H) as the prep
     launch's. (I + A)⁻¹ is solved over the whole chunk by forward substitution in fp32."""
-    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
+    i_n, i_h, i_hk, bos, seq_len = _program_row(cu, T, H, HKV, IS_VARLEN)
     o_t = tl.arange(0, BT)
-    k_base = k + bos * (HKV * KD) + i_hk * KD
-    v_base = v + bos * (HKV * VD) + i_hk * VD
+    k_base, v_base = _kv_bases(k, v, bos, i_hk, HKV, KD, VD)
     g_base = g + bos * H + i_h
     b_base = beta + bos * H + i_h
     hd = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor

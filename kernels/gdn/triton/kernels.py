@@ -40,6 +40,19 @@ from .configs import FWD_CONFIGS, INTERPRET, autotune_configs, prune_configs
 
 
 @triton.jit
+def _program_row(cu, T, H, HKV, IS_VARLEN: tl.constexpr):
+    """(sequence, query head, kv head, first row, length) of a program of row program_id(1) = n·H + h."""
+    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
+    return i_n, i_h, i_h // (H // HKV), bos, seq_len
+
+
+@triton.jit
+def _kv_bases(k, v, bos, i_hk, HKV, KD: tl.constexpr, VD: tl.constexpr):
+    """Pointers of a sequence's first k and v rows of kv head i_hk."""
+    return k + bos * (HKV * KD) + i_hk * KD, v + bos * (HKV * VD) + i_hk * VD
+
+
+@triton.jit
 def _gates(g_base, rows, H, valid, DOT_PREC: tl.constexpr):
     """(G [BT], G_last): a chunk's inclusive cumulative gate and its total, from g [B, T, H]
     (zero past the end, so G_last is G at the last valid row). fp64 for fp32 inputs: the
@@ -156,11 +169,9 @@ def gdn_prep_kernel(
     steps, not BT), then T_IJ = −T_II Σ_{J≤K<I} A_IK T_KJ by fp32 block products. Rows past the end
     have β = 0 (A's rows and columns zero there), so they solve to identity rows and write nothing."""
     BC: tl.constexpr = BT // 4
-    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
+    i_n, i_h, i_hk, bos, seq_len = _program_row(cu, T, H, HKV, IS_VARLEN)
     o_c = tl.arange(0, BC)
-    k_base = k + bos * (HKV * KD) + i_hk * KD
-    v_base = v + bos * (HKV * VD) + i_hk * VD
+    k_base, v_base = _kv_bases(k, v, bos, i_hk, HKV, KD, VD)
     g_base = g + bos * H + i_h
     b_base = beta + bos * H + i_h
     u_base = u + bos * (H * VD) + i_h * VD
@@ -222,8 +233,7 @@ def gdn_fwd_kernel(
     S ← e^{G_last} S + (e^{G_last − G} ⊙ k)ᵀ ν. Rows past the end load zeros (g = 0, so G stays
     at G_last), which add nothing to ν's products or to S. With STORE_HC the state entering each
     chunk goes to hc [slots, H, D, E] (fp32, ``chunk_slot``), for the backward."""
-    i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
+    i_n, i_h, i_hk, bos, seq_len = _program_row(cu, T, H, HKV, IS_VARLEN)
     o_t = tl.arange(0, BT)
     o_k = tl.arange(0, BK)
     o_v = tl.program_id(0) * BV + tl.arange(0, BV)
