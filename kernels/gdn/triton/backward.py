@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 from ...common.tiles import chunk_slot, load_tile, store_tile
-from .kernels import _gates, _kv_bases, _pair_decay, _program_row, _unit_lower_inverse
+from .kernels import _gates, _gram, _kv_bases, _pair_decay, _program_row, _unit_lower_inverse, _value_slice
 
 
 @triton.jit
@@ -59,20 +59,13 @@ def gdn_bwd_state_kernel(
     [B, T, H, E] (fp32), and at the end its columns of dh0. WIDE_STATE_TERMS (fp16 inputs) takes the
     state cotangent's own terms, Qᵀ(e^G ⊙ dO) and wᵀ dν, on fp32 operands: their rows scale as e^G,
     which fp16's range loses at strong gates, and dh0 is made of nothing else."""
-    i_n, i_h, i_hk, bos, seq_len = _program_row(cu, T, H, HKV, IS_VARLEN)
+    i_n, i_h, i_hk, bos, seq_len, o_k, o_v, m_k, m_v, head_off, s_off, m_s = _value_slice(
+        cu, T, H, HKV, KD, VD, BK, BV, IS_VARLEN)
     o_t = tl.arange(0, BT)
-    o_k = tl.arange(0, BK)
-    o_v = tl.program_id(0) * BV + tl.arange(0, BV)
-    m_k = o_k < KD
-    m_v = o_v < VD
-    head_off = i_h * (KD * VD) + o_k[:, None] * VD + o_v[None, :]
-    s_off = i_n.to(tl.int64) * (H * KD * VD) + head_off
-    m_s = m_k[:, None] & m_v[None, :]
-    q_base = q + bos * (H * KD) + i_h * KD
+    hd = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
+    he = bos * (H * VD) + i_h * VD  # every per-query-head [.., E] tensor
     k_base = k + bos * (HKV * KD) + i_hk * KD
     g_base = g + bos * H + i_h
-    w_base = w + bos * (H * KD) + i_h * KD
-    he = bos * (H * VD) + i_h * VD  # every per-query-head [.., E] tensor
     dt = q.dtype.element_ty
     if WIDE_STATE_TERMS:
         sd = tl.float32
@@ -89,9 +82,9 @@ def gdn_bwd_state_kernel(
         slot = chunk_slot(bos, i_n, i_c, BT) * (H * KD * VD) + head_off
         tl.store(dhc + slot, dS, mask=m_s)
         G, G_last = _gates(g_base, rows, H, valid, DOT_PREC)
-        bq = load_tile(q_base, rows, H * KD, o_k, valid, m_k)
+        bq = load_tile(q + hd, rows, H * KD, o_k, valid, m_k)
         bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k)
-        bw = load_tile(w_base, rows, H * KD, o_k, valid, m_k)
+        bw = load_tile(w + hd, rows, H * KD, o_k, valid, m_k)
         bdo = load_tile(do + he, rows, H * VD, o_v, valid, m_v)
         Sc = tl.load(hc + slot, mask=m_s, other=0.0)
         store_tile(nu + he, rows, H * VD, o_v, valid, m_v,
@@ -142,12 +135,7 @@ def gdn_bwd_chunk_kernel(
             W = tl.dot(load_tile(do + he, rows, H * VD, o_e, valid, m_e),
                        tl.trans(load_tile(nu + he, rows, H * VD, o_e, valid, m_e).to(dt)), W, input_precision=DOT_PREC)
         W = W * _pair_decay(G, o_t, False) * scale  # W = scale·(dO νᵀ) ⊙ M
-        QK = tl.zeros([BT, BT], dtype=tl.float32)
-        for i_d in range(0, tl.cdiv(KD, BD)):
-            o_k = i_d * BD + tl.arange(0, BD)
-            m_k = o_k < KD
-            QK = tl.dot(load_tile(q_base, rows, H * KD, o_k, valid, m_k),
-                        tl.trans(load_tile(k_base, rows, HKV * KD, o_k, valid, m_k)), QK, input_precision=DOT_PREC)
+        QK = _gram(q_base, H * KD, rows, valid, k_base, HKV * KD, rows, valid, KD, BD, BT, BT, DOT_PREC)
         # dg (G is g's prefix sum, γ = G at the chunk's last row): a term of row i in dG reaches dg_t
         # for t ≤ i; a pair's two ends, +x at i and −x at j < i, reach only j < t ≤ i, and are summed
         # so (``_straddling``) rather than as two suffix sums that would have to cancel
@@ -220,11 +208,7 @@ def gdn_bwd_wy_kernel(
         G, _ = _gates(g_base, rows, H, valid, DOT_PREC)
         eG = tl.exp(G.to(tl.float32))
         b = tl.load(b_base + rows * H, mask=valid, other=0.0).to(tl.float32)
-        KK = tl.zeros([BT, BT], dtype=tl.float32)
-        for i_d in range(0, tl.cdiv(KD, BD)):
-            o_k = i_d * BD + tl.arange(0, BD)
-            bk = load_tile(k_base, rows, HKV * KD, o_k, valid, o_k < KD)
-            KK = tl.dot(bk, tl.trans(bk), KK, input_precision=DOT_PREC)
+        KK = _gram(k_base, HKV * KD, rows, valid, k_base, HKV * KD, rows, valid, KD, BD, BT, BT, DOT_PREC)
         decay = _pair_decay(G, o_t, True)
         A = b[:, None] * KK * decay
         Ti = _unit_lower_inverse(A, BT)

@@ -53,6 +53,22 @@ def _kv_bases(k, v, bos, i_hk, HKV, KD: tl.constexpr, VD: tl.constexpr):
 
 
 @triton.jit
+def _value_slice(cu, T, H, HKV, KD: tl.constexpr, VD: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                 IS_VARLEN: tl.constexpr):
+    """Where a program of a sweep over value slices (grid (cdiv(E, BV), N·H)) works: its row
+    (``_program_row``), its BK key lanes and BV value columns with their masks, its [BK, BV] slice's
+    offset in one [H, D, E] state (head_off) and in an [N, H, D, E] one (s_off), and that slice's mask."""
+    i_n, i_h, i_hk, bos, seq_len = _program_row(cu, T, H, HKV, IS_VARLEN)
+    o_k = tl.arange(0, BK)
+    o_v = tl.program_id(0) * BV + tl.arange(0, BV)
+    m_k = o_k < KD
+    m_v = o_v < VD
+    head_off = i_h * (KD * VD) + o_k[:, None] * VD + o_v[None, :]
+    s_off = i_n.to(tl.int64) * (H * KD * VD) + head_off
+    return i_n, i_h, i_hk, bos, seq_len, o_k, o_v, m_k, m_v, head_off, s_off, m_k[:, None] & m_v[None, :]
+
+
+@triton.jit
 def _gates(g_base, rows, H, valid, DOT_PREC: tl.constexpr):
     """(G [BT], G_last): a chunk's inclusive cumulative gate and its total, from g [B, T, H]
     (zero past the end, so G_last is G at the last valid row). fp64 for fp32 inputs: the
@@ -85,17 +101,25 @@ def _block_gates(g_base, rows, H, valid, DOT_PREC: tl.constexpr):
 
 
 @triton.jit
+def _gram(a_base, a_stride, rows_a, valid_a, b_base, b_stride, rows_b, valid_b, KD: tl.constexpr, BD: tl.constexpr,
+          M: tl.constexpr, N: tl.constexpr, DOT_PREC: tl.constexpr):
+    """[M, N] fp32: the rows of one [.., D] tensor times those of another, Σ over D in slices of BD."""
+    acc = tl.zeros([M, N], dtype=tl.float32)
+    for i_d in range(0, tl.cdiv(KD, BD)):
+        o_k = i_d * BD + tl.arange(0, BD)
+        m_k = o_k < KD
+        acc = tl.dot(load_tile(a_base, rows_a, a_stride, o_k, valid_a, m_k),
+                     tl.trans(load_tile(b_base, rows_b, b_stride, o_k, valid_b, m_k)), acc, input_precision=DOT_PREC)
+    return acc
+
+
+@triton.jit
 def _block_a(k_base, rows_i, valid_i, rows_j, valid_j, b_i, G_i, G_j, HKV, KD: tl.constexpr, BD: tl.constexpr,
              BC: tl.constexpr, DIAG: tl.constexpr, DOT_PREC: tl.constexpr):
     """A's block [BC, BC] of row blocks I ≥ J: β_i (k_i·k_j) e^{G_i − G_j} for j before i, k_I k_Jᵀ
     summed over D in slices of BD. Off the diagonal every row of J is before every row of I
     (G_i ≤ G_j); on it the exponent is −inf on and above the diagonal before the exponential."""
-    kk = tl.zeros([BC, BC], dtype=tl.float32)
-    for i_d in range(0, tl.cdiv(KD, BD)):
-        o_k = i_d * BD + tl.arange(0, BD)
-        m_k = o_k < KD
-        kk = tl.dot(load_tile(k_base, rows_i, HKV * KD, o_k, valid_i, m_k),
-                    tl.trans(load_tile(k_base, rows_j, HKV * KD, o_k, valid_j, m_k)), kk, input_precision=DOT_PREC)
+    kk = _gram(k_base, HKV * KD, rows_i, valid_i, k_base, HKV * KD, rows_j, valid_j, KD, BD, BC, BC, DOT_PREC)
     x = G_i[:, None] - G_j[None, :]
     if DIAG:
         o = tl.arange(0, BC)
@@ -233,15 +257,9 @@ def gdn_fwd_kernel(
     S ← e^{G_last} S + (e^{G_last − G} ⊙ k)ᵀ ν. Rows past the end load zeros (g = 0, so G stays
     at G_last), which add nothing to ν's products or to S. With STORE_HC the state entering each
     chunk goes to hc [slots, H, D, E] (fp32, ``chunk_slot``), for the backward."""
-    i_n, i_h, i_hk, bos, seq_len = _program_row(cu, T, H, HKV, IS_VARLEN)
+    i_n, i_h, i_hk, bos, seq_len, o_k, o_v, m_k, m_v, head_off, s_off, m_s = _value_slice(
+        cu, T, H, HKV, KD, VD, BK, BV, IS_VARLEN)
     o_t = tl.arange(0, BT)
-    o_k = tl.arange(0, BK)
-    o_v = tl.program_id(0) * BV + tl.arange(0, BV)
-    m_k = o_k < KD
-    m_v = o_v < VD
-    head_off = i_h * (KD * VD) + o_k[:, None] * VD + o_v[None, :]  # the slice's place in one [H, D, E] state
-    s_off = i_n.to(tl.int64) * (H * KD * VD) + head_off
-    m_s = m_k[:, None] & m_v[None, :]
     q_base = q + bos * (H * KD) + i_h * KD
     k_base = k + bos * (HKV * KD) + i_hk * KD
     g_base = g + bos * H + i_h

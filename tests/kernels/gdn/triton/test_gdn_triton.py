@@ -72,7 +72,11 @@ def check(seed, scale=None, cu_seqlens=None, **kw):
     assert st.dtype == torch.float32 and st.shape == (n, q.shape[2], q.shape[3], v.shape[3])
     ro, rs = gdn_naive(*(x.double() for x in (q, k, v, g, beta)), scale=scale,
                        initial_state=None if s0 is None else s0.double(), cu_seqlens=cu_seqlens)
-    errs = {"o": err_ratio(o, ro), "final_state": err_ratio(st, rs)}
+    return within_tolerance({"o": err_ratio(o, ro), "final_state": err_ratio(st, rs)}, dtype, seed)
+
+
+def within_tolerance(errs: dict, dtype, seed: int) -> dict:
+    """Assert every error within the dtype's tolerance, naming the seed; return the errors."""
     tol = TOLERANCE[NAMES[dtype]]
     assert all(err <= tol for err in errs.values()), f"seed {seed}: errors above {tol}: {errs}"
     return errs

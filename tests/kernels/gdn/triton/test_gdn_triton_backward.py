@@ -18,8 +18,8 @@ from lattnbench.kernels.gdn.triton import backward as gdn_backward
 from lattnbench.kernels.gdn.triton import gdn_triton
 from lattnbench.kernels.gdn.triton import kernels as gdn_kernels
 from lattnbench.kernels.gdn.triton import ops as gdn_ops
-from lattnbench.measure.tolerance import TOLERANCE, err_ratio
-from test_gdn_triton import DEV, NAMES, inputs, poison, seed  # noqa: F401 — fixtures
+from lattnbench.measure.tolerance import err_ratio
+from test_gdn_triton import DEV, inputs, poison, seed, within_tolerance  # noqa: F401 — fixtures
 from triton_testutil import record_launches
 
 GRADS = ("dq", "dk", "dv", "dg", "dbeta", "dh0")
@@ -47,10 +47,7 @@ def check_grad(seed, scale=0.3, cu_seqlens=None, final_state=True, **kw):
     want = torch.autograd.grad(rloss, refs)
     for x, gx in zip(leaves, got):
         assert gx.dtype == x.dtype and gx.shape == x.shape
-    errs = {name: err_ratio(a.cpu(), b) for name, a, b in zip(GRADS, got, want)}
-    tol = TOLERANCE[NAMES[dtype]]
-    assert all(err <= tol for err in errs.values()), f"seed {seed}: errors above {tol}: {errs}"
-    return errs
+    return within_tolerance({name: err_ratio(a.cpu(), b) for name, a, b in zip(GRADS, got, want)}, dtype, seed)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
