@@ -1,5 +1,6 @@
-"""Host arithmetic of the Triton launches: ceil division, padded head widths, the autotune-key
-bucket of a shape, and the switch that turns autotuning off (``LIGHTNING_TRITON_AUTOTUNE``)."""
+"""Host arithmetic of the Triton launches: ceil division, padded head widths, per-chunk slots, the
+autotune-key bucket of a shape, pruning configs wider than a dimension, and the switch that turns
+autotuning off (``LIGHTNING_TRITON_AUTOTUNE``)."""
 from __future__ import annotations
 
 import os
@@ -21,6 +22,21 @@ def cdiv(a: int, b: int) -> int:
 def pow2(x: int) -> int:
     """max(16, next power of two >= x): the padded width of a head dim."""
     return max(16, 1 << (int(x) - 1).bit_length())
+
+
+def chunk_slots(b: int, t: int, n: int, bt: int) -> int:
+    """Slots of a per-chunk buffer (``tiles.chunk_slot``) for b·t rows of n sequences at chunk bt:
+    (total rows) // bt + n."""
+    return b * t // bt + n
+
+
+def narrow_configs(configs: list, args: dict, block: str, dim: str) -> list:
+    """The configs whose ``block`` slice is no wider than the launch argument ``dim`` needs (wider
+    ones duplicate one of them); all of them when the launch does not name ``dim``."""
+    if dim not in args:
+        return configs
+    keep = [c for c in configs if c.kwargs[block] <= pow2(args[dim])]
+    return keep or configs[:1]
 
 
 def shape_bucket(t: int, rows: int = 128) -> int:

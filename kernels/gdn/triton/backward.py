@@ -87,8 +87,8 @@ def gdn_bwd_state_kernel(
         bw = load_tile(w + hd, rows, H * KD, o_k, valid, m_k)
         bdo = load_tile(do + he, rows, H * VD, o_v, valid, m_v)
         Sc = tl.load(hc + slot, mask=m_s, other=0.0)
-        store_tile(nu + he, rows, H * VD, o_v, valid, m_v,
-                   load_tile(u + he, rows, H * VD, o_v, valid, m_v) - tl.dot(bw.to(dt), Sc.to(dt), input_precision=DOT_PREC))
+        store_tile(nu + he, rows, H * VD, o_v, valid, m_v, load_tile(u + he, rows, H * VD, o_v, valid, m_v)
+                   - tl.dot(bw.to(dt), Sc.to(dt), input_precision=DOT_PREC))
         # dν = scale·((Q Kᵀ) ⊙ M)ᵀ dO + e^{γ−G} ⊙ (K dS')
         scores = tl.dot(bq, tl.trans(bk), input_precision=DOT_PREC) * _pair_decay(G, o_t, False)
         d_nu = tl.dot(tl.trans(scores).to(dt), bdo, input_precision=DOT_PREC) * scale
@@ -238,6 +238,8 @@ def gdn_bwd_wy_kernel(
             o_k = i_d * BD + tl.arange(0, BD)
             m_k = o_k < KD
             bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
+            # dX_w again: P needs all of dA, so the first pass cannot finish dk; redoing the product
+            # costs less than keeping [BT, D] fp32 across it
             dXw = _mm(tl.trans(Ti), load_tile(dw + hd, rows, H * KD, o_k, valid, m_k))
             acc = load_tile(dks + hd, rows, H * KD, o_k, valid, m_k) + dXw * (b * eG)[:, None]
             acc += tl.dot(P.to(bk.dtype), bk, input_precision=DOT_PREC) * b[:, None]

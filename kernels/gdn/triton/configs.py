@@ -11,7 +11,8 @@ import os
 
 import triton
 
-from ...common.arith import AUTOTUNE, cdiv, pow2, shape_bucket  # noqa: F401 — ops takes them from here
+# ops takes the launch arithmetic from here
+from ...common.arith import AUTOTUNE, cdiv, chunk_slots, narrow_configs, pow2, shape_bucket  # noqa: F401
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -92,8 +93,4 @@ def autotune_configs(table) -> list[triton.Config]:
 
 def prune_configs(configs, named_args, **kwargs):
     """Configs whose slice is no wider than E needs (the rest duplicate one)."""
-    allargs = {**named_args, **kwargs}
-    if "VD" not in allargs:
-        return configs
-    keep = [c for c in configs if c.kwargs["BV"] <= pow2(allargs["VD"])]
-    return keep or configs[:1]
+    return narrow_configs(configs, {**named_args, **kwargs}, "BV", "VD")

@@ -71,11 +71,6 @@ def gdn_prep(k, v, g, beta, cu, n, h):
     return u, w
 
 
-def _slots(b: int, t: int, n: int, bt: int) -> int:
-    """Chunk slots of a per-chunk buffer for b·t rows of n sequences (``tiles.chunk_slot``)."""
-    return (b * t) // bt + n
-
-
 def gdn_fwd(q, k, v, g, beta, scale, h0, cu, store_ht, n, store_hc=False):
     """Both launches on contiguous inputs; returns (o, final state or None, chunk-entry states
     hc [slots, H, D, E] fp32 or None): hc only with ``store_hc``, for the backward."""
@@ -84,7 +79,8 @@ def gdn_fwd(q, k, v, g, beta, scale, h0, cu, store_ht, n, store_hc=False):
     u, w = gdn_prep(k, v, g, beta, cu, n, h)
     o = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
     ht = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if store_ht else None
-    hc = _empty(_slots(b, t, n, _chunk()), h, d, e, dtype=torch.float32, device=q.device) if store_hc else None
+    hc = (_empty(_cfg.chunk_slots(b, t, n, _chunk()), h, d, e, dtype=torch.float32, device=q.device)
+          if store_hc else None)
     args = (q, k, g, u, w, h0 if h0 is not None else g, cu if cu is not None else g, t, h, hkv, float(scale),
             _cfg.shape_bucket(t, n * h), o, ht if ht is not None else o, hc if hc is not None else o)
     spec = lambda: (lambda meta: (_cfg.cdiv(e, meta["BV"]), n * h),  # noqa: E731

@@ -11,7 +11,8 @@ import os
 
 import triton
 
-from ...common.arith import AUTOTUNE, cdiv, pow2, shape_bucket  # noqa: F401 — ops and jax_bridge take them from here
+# ops and jax_bridge take the launch arithmetic from here
+from ...common.arith import AUTOTUNE, cdiv, chunk_slots, narrow_configs, pow2, shape_bucket  # noqa: F401
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -99,8 +100,4 @@ def autotune_configs(table) -> list[triton.Config]:
 
 def prune_configs(configs, named_args, **kwargs):
     """Configs whose slice is no wider than the split dimension needs (the rest duplicate one)."""
-    allargs = {**named_args, **kwargs}
-    if "SPLIT" not in allargs:
-        return configs
-    keep = [c for c in configs if c.kwargs["BS"] <= pow2(allargs["SPLIT"])]
-    return keep or configs[:1]
+    return narrow_configs(configs, {**named_args, **kwargs}, "BS", "SPLIT")

@@ -39,7 +39,8 @@ def prep_call(q, k, g, reverse):
     bt = _cfg.CHUNK
     gdt = q.dtype if q.dtype == jnp.bfloat16 else jnp.float32
     outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), gdt),
-            jax.ShapeDtypeStruct((b * t // bt + b, h, d), jnp.float32), jax.ShapeDtypeStruct((b, t, h, bt), q.dtype)]
+            jax.ShapeDtypeStruct((_cfg.chunk_slots(b, t, b, bt), h, d), jnp.float32),
+            jax.ShapeDtypeStruct((b, t, h, bt), q.dtype)]
     meta = _cfg.prep_meta(d, bt, dot_precision(q.dtype))
     return tuple(jax_triton().triton_call(
         q, k, g, g, t, h, k.shape[2], kernel=_k.gla_prep_kernel, out_shape=outs, grid=_cfg.prep_grid(t, b * h),
@@ -89,7 +90,7 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
         grid=_cfg.prep_grid(t, b * h), **flags, **_cfg.intra_meta(d, e, bt))
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_Q_CONFIG, d, e, name)
     outs = [per_head, jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
-            jax.ShapeDtypeStruct((b * t // bt + b, h, d, e), q.dtype)]  # chunk entry states (scratch)
+            jax.ShapeDtypeStruct((_cfg.chunk_slots(b, t, b, bt), h, d, e), q.dtype)]  # chunk entry states (scratch)
     dq, dgq, hc = jt.triton_call(
         q, kd, bl, v, g, do, h0_arg, g, dqi, dga, t_, h_, hkv_, sc, bucket, kernel=_k.gla_bwd_q_kernel,
         out_shape=outs, grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)

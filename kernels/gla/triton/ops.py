@@ -54,10 +54,6 @@ def _chunk() -> int:
     return _INTERP_META["BT"] if _cfg.INTERPRET else _cfg.CHUNK
 
 
-def _slots(b: int, t: int, n: int) -> int:
-    """Per-chunk slots of every sequence (``tiles.chunk_slot``): (total rows) // BT + N."""
-    return b * t // _chunk() + n
-
 
 def gla_prep(q, k, g, reverse, cu, n):
     """(qd, kd, bl, A): the decayed operands q⊙e^B, k⊙e^{Bl−B} per query head (bf16 for bf16
@@ -69,7 +65,7 @@ def gla_prep(q, k, g, reverse, cu, n):
     gdt = q.dtype if q.dtype == torch.bfloat16 else torch.float32
     qd = _empty(b, t, h, d, dtype=gdt, device=q.device)
     kd = _empty(b, t, h, d, dtype=gdt, device=q.device)
-    bl = _empty(_slots(b, t, n), h, d, dtype=torch.float32, device=q.device)
+    bl = _empty(_cfg.chunk_slots(b, t, n, _chunk()), h, d, dtype=torch.float32, device=q.device)
     scores = _empty(b, t, h, bt, dtype=q.dtype, device=q.device)
     grid = _cfg.prep_grid(t, n * h)
     spec = lambda: (lambda meta: grid,  # noqa: E731
@@ -120,7 +116,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     dki = _empty(b, t, h, d, dtype=gdt, device=q.device)
     dga = _empty(*q.shape, dtype=torch.float32, device=q.device)
     dgq = _empty(*q.shape, dtype=torch.float32, device=q.device)
-    hc = _empty(_slots(b, t, n), h, d, e, dtype=q.dtype, device=q.device)
+    hc = _empty(_cfg.chunk_slots(b, t, n, _chunk()), h, d, e, dtype=q.dtype, device=q.device)
     ph = g  # placeholder pointer for absent tensors
     bucket = _cfg.shape_bucket(t, n * h)
     flags = dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=cu is not None, **_flags(q))
