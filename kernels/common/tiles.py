@@ -1,5 +1,5 @@
 """Triton helpers the chunked kernels of every family share: where a program's sequence lies,
-and masked [rows, lanes] tiles of a contiguous ``[B, T, heads, dim]`` tensor."""
+and masked [rows, lanes] tiles (or their transposes) of a contiguous ``[B, T, heads, dim]`` tensor."""
 from __future__ import annotations
 
 import triton
@@ -25,6 +25,15 @@ def sequence_of(cu_ptr, i_nh, T, H, IS_VARLEN: tl.constexpr):
 def load_tile(base, rows, row_stride, lanes, valid, m_lanes):
     """A [rows, lanes] tile, zero outside the valid rows and lanes."""
     return tl.load(base + rows[:, None] * row_stride + lanes[None, :], mask=valid[:, None] & m_lanes[None, :],
+                   other=0.0)
+
+
+@triton.jit
+def load_tile_t(base, rows, row_stride, lanes, valid, m_lanes):
+    """The transpose of ``load_tile``'s tile, [lanes, rows], read so from memory: an MMA operand that
+    would otherwise be a register tile transposed (Triton 3.6 on sm_90 miscompiles some of those
+    into out-of-range shared-memory reads)."""
+    return tl.load(base + rows[None, :] * row_stride + lanes[:, None], mask=valid[None, :] & m_lanes[:, None],
                    other=0.0)
 
 

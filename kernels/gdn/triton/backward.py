@@ -32,7 +32,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...common.tiles import chunk_slot, load_tile, store_tile
+from ...common.tiles import chunk_slot, load_tile, load_tile_t, store_tile
 from .kernels import _gates, _gram, _kv_bases, _pair_decay, _program_row, _unit_lower_inverse, _value_slice
 
 
@@ -43,6 +43,13 @@ def _straddling(X, o_t):
     One fp32 product with the 0/1 matrix [j < t], then a masked column sum."""
     C = tl.dot(X, tl.where(o_t[:, None] < o_t[None, :], 1.0, 0.0), input_precision="ieee")
     return tl.sum(tl.where(o_t[:, None] >= o_t[None, :], C, 0.0), 0)
+
+
+@triton.jit
+def _pair_decay_t(G, o_t):
+    """The transpose of ``_pair_decay(G, o_t, False)``: [j, i] = e^{G_i − G_j} for i ≥ j, else 0."""
+    x = tl.where(o_t[None, :] >= o_t[:, None], G[None, :] - G[:, None], -float("inf"))
+    return tl.exp(x.to(tl.float32))
 
 
 @triton.jit
@@ -75,6 +82,9 @@ def gdn_bwd_state_kernel(
         dS = tl.load(dht + s_off, mask=m_s, other=0.0).to(tl.float32)
     else:
         dS = tl.zeros([BK, BV], dtype=tl.float32)
+    # q and w come in transposed as [BK, BT] tiles and the intra-chunk scores are formed transposed
+    # (K Qᵀ), so that no MMA operand is a register tile transposed: Triton 3.6 on sm_90 compiled
+    # this sweep with those into out-of-range shared-memory reads at 16-bit inputs
     for i_r in range(0, tl.cdiv(seq_len, BT)):
         i_c = tl.cdiv(seq_len, BT) - 1 - i_r
         rows = i_c * BT + o_t
@@ -82,23 +92,24 @@ def gdn_bwd_state_kernel(
         slot = chunk_slot(bos, i_n, i_c, BT) * (H * KD * VD) + head_off
         tl.store(dhc + slot, dS, mask=m_s)
         G, G_last = _gates(g_base, rows, H, valid, DOT_PREC)
-        bq = load_tile(q + hd, rows, H * KD, o_k, valid, m_k)
+        bqt = load_tile_t(q + hd, rows, H * KD, o_k, valid, m_k)
         bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k)
         bw = load_tile(w + hd, rows, H * KD, o_k, valid, m_k)
+        bwt = load_tile_t(w + hd, rows, H * KD, o_k, valid, m_k)
         bdo = load_tile(do + he, rows, H * VD, o_v, valid, m_v)
         Sc = tl.load(hc + slot, mask=m_s, other=0.0)
         store_tile(nu + he, rows, H * VD, o_v, valid, m_v, load_tile(u + he, rows, H * VD, o_v, valid, m_v)
                    - tl.dot(bw.to(dt), Sc.to(dt), input_precision=DOT_PREC))
-        # dν = scale·((Q Kᵀ) ⊙ M)ᵀ dO + e^{γ−G} ⊙ (K dS')
-        scores = tl.dot(bq, tl.trans(bk), input_precision=DOT_PREC) * _pair_decay(G, o_t, False)
-        d_nu = tl.dot(tl.trans(scores).to(dt), bdo, input_precision=DOT_PREC) * scale
+        # dν = scale·((Q Kᵀ) ⊙ M)ᵀ dO + e^{γ−G} ⊙ (K dS'), the first term as ((K Qᵀ) ⊙ Mᵀ) dO
+        scores_t = tl.dot(bk, bqt, input_precision=DOT_PREC) * _pair_decay_t(G, o_t)
+        d_nu = tl.dot(scores_t.to(dt), bdo, input_precision=DOT_PREC) * scale
         d_nu += tl.dot(bk, dS.to(dt), input_precision=DOT_PREC) * tl.exp((G_last - G).to(tl.float32))[:, None]
         store_tile(dnu + he, rows, H * VD, o_v, valid, m_v, d_nu)
         # the state entering the chunk: e^γ dS' + scale·Qᵀ(e^G ⊙ dO) − wᵀ dν
         eG = tl.exp(G.to(tl.float32)) * scale
-        dS = tl.dot(tl.trans(bq.to(sd)), (bdo.to(tl.float32) * eG[:, None]).to(sd),
+        dS = tl.dot(bqt.to(sd), (bdo.to(tl.float32) * eG[:, None]).to(sd),
                     dS * tl.exp(G_last.to(tl.float32)), input_precision=DOT_PREC)
-        dS -= tl.dot(tl.trans(bw.to(sd)), d_nu.to(sd), input_precision=DOT_PREC)
+        dS -= tl.dot(bwt.to(sd), d_nu.to(sd), input_precision=DOT_PREC)
     if HAS_H0:
         tl.store(dh0 + s_off, dS, mask=m_s)
 
