@@ -76,8 +76,10 @@ def gdn_bwd_state_kernel(
     dt = q.dtype.element_ty
     if WIDE_STATE_TERMS:
         sd = tl.float32
+        sp: tl.constexpr = "ieee"
     else:
         sd = dt
+        sp: tl.constexpr = DOT_PREC
     if HAS_DHT:
         dS = tl.load(dht + s_off, mask=m_s, other=0.0).to(tl.float32)
     else:
@@ -108,8 +110,8 @@ def gdn_bwd_state_kernel(
         # the state entering the chunk: e^γ dS' + scale·Qᵀ(e^G ⊙ dO) − wᵀ dν
         eG = tl.exp(G.to(tl.float32)) * scale
         dS = tl.dot(bqt.to(sd), (bdo.to(tl.float32) * eG[:, None]).to(sd),
-                    dS * tl.exp(G_last.to(tl.float32)), input_precision=DOT_PREC)
-        dS -= tl.dot(bwt.to(sd), d_nu.to(sd), input_precision=DOT_PREC)
+                    dS * tl.exp(G_last.to(tl.float32)), input_precision=sp)
+        dS -= tl.dot(bwt.to(sd), d_nu.to(sd), input_precision=sp)
     if HAS_H0:
         tl.store(dh0 + s_off, dS, mask=m_s)
 
