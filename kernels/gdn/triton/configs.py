@@ -34,14 +34,17 @@ PREP_MAX_PROGRAMS = 64
 # BV = 32 without spilling, while BV = 64 spills 300-340 bytes at 4 and 8 warps
 # (``lattnbench static``), so only BV = 32 is tuned.
 FWD_CONFIGS = [(32, 4, 2), (32, 8, 2)]
-# The backward's launches, one fixed config each, the least spilling at D = E = 128 bf16 for sm_90
-# (``lattnbench static``): the reverse sweep (gdn_bwd_state_kernel) carries dS [BK, BV] fp32 beside
-# the chunk's q, k, w tiles: value slices of 32 at 8 warps spill 16 bytes (4 warps: 480); the chunk
-# launch (gdn_bwd_chunk_kernel) holds two [BT, BT] fp32 matrices and three [BT, BD] accumulators
-# (about 800 bytes at any slice and warps tried); the WY launch (gdn_bwd_wy_kernel) holds six
-# [BT, BT] fp32 matrices (A, its inverse, K Kᵀ, the decays, dA and P): slices of 16 at 8 warps
-# spill 840 bytes, of 32 3.3 KB.
-BWD_BV = 32
+# The backward's launches, one fixed config each. The reverse sweep (gdn_bwd_state_kernel) carries
+# dS [BK, BV] fp32 beside the chunk's q, k, w tiles; its value slice is 64 at 8 warps, the one
+# config that Triton 3.6 compiles correctly for sm_90 at 16-bit inputs: slices of 16 and 32, at 4 or
+# 8 warps, run into out-of-range shared-memory reads or garbage on the H200 (compute-sanitizer),
+# while fp32 inputs (FMA products) run right at any slice. The other two launches take the least
+# spilling config at D = E = 128 bf16 for sm_90 (``lattnbench static``): the chunk launch
+# (gdn_bwd_chunk_kernel) holds two [BT, BT] fp32 matrices and three [BT, BD] accumulators (about
+# 800 bytes at any slice and warps tried); the WY launch (gdn_bwd_wy_kernel) holds six [BT, BT] fp32
+# matrices (A, its inverse, K Kᵀ, the decays, dA and P): slices of 16 at 8 warps spill 840 bytes,
+# of 32 3.3 KB.
+BWD_BV = 64
 BWD_WARPS = 8
 CHUNK_BD = 32
 CHUNK_BV = 32
