@@ -30,9 +30,9 @@ def load_tile(base, rows, row_stride, lanes, valid, m_lanes):
 
 @triton.jit
 def load_tile_t(base, rows, row_stride, lanes, valid, m_lanes):
-    """The transpose of ``load_tile``'s tile, [lanes, rows], read so from memory: an MMA operand that
-    would otherwise be a register tile transposed (Triton 3.6 on sm_90 miscompiles some of those
-    into out-of-range shared-memory reads)."""
+    """The transpose of ``load_tile``'s tile, [lanes, rows] (a chunk transposed), read so from
+    memory: an MMA operand without a register transpose (Triton 3.6 on sm_90 miscompiles some
+    products of transposed register tiles into out-of-range shared-memory reads)."""
     return tl.load(base + rows[None, :] * row_stride + lanes[:, None], mask=valid[None, :] & m_lanes[:, None],
                    other=0.0)
 
@@ -42,6 +42,13 @@ def store_tile(base, rows, row_stride, lanes, valid, m_lanes, x):
     """x into the valid rows and lanes of a [rows, lanes] tile, in the buffer's dtype."""
     tl.store(base + rows[:, None] * row_stride + lanes[None, :], x.to(base.dtype.element_ty),
              mask=valid[:, None] & m_lanes[None, :])
+
+
+@triton.jit
+def store_tile_t(base, rows, row_stride, lanes, valid, m_lanes, x):
+    """x [lanes, rows] into the valid rows and lanes (``load_tile_t``'s layout), in the buffer's dtype."""
+    tl.store(base + rows[None, :] * row_stride + lanes[:, None], x.to(base.dtype.element_ty),
+             mask=valid[None, :] & m_lanes[:, None])
 
 
 @triton.jit

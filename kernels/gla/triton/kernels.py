@@ -35,7 +35,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ...common.tiles import chunk_slot, load_tile, sequence_of, store_tile
+from ...common.tiles import chunk_slot, load_tile, load_tile_t, sequence_of, store_tile, store_tile_t
 from .configs import (BWD_K_CONFIGS, BWD_Q_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs,
                       prune_configs)
 
@@ -70,19 +70,6 @@ def _chunk_start(seq_len, i_c, BT: tl.constexpr, BACK: tl.constexpr):
 def _chunk_rows(seq_len, i_c, o_t, p, BT: tl.constexpr, BACK: tl.constexpr):
     """Rows (ascending addresses) of the chunk at processing index i_c, and which are valid."""
     return _chunk_start(seq_len, i_c, BT, BACK) + o_t, p < seq_len - i_c * BT
-
-
-@triton.jit
-def _load_t(base, rows, row_stride, lanes, valid, m_lanes):
-    """A [lanes, rows] tile (a chunk transposed), zero outside the valid rows and lanes."""
-    return tl.load(base + rows[None, :] * row_stride + lanes[:, None], mask=valid[None, :] & m_lanes[:, None],
-                   other=0.0)
-
-
-@triton.jit
-def _store_t(base, rows, row_stride, lanes, valid, m_lanes, x):
-    tl.store(base + rows[None, :] * row_stride + lanes[:, None], x.to(base.dtype.element_ty),
-             mask=valid[None, :] & m_lanes[:, None])
 
 
 @triton.jit
@@ -356,7 +343,7 @@ def gla_fwd_kernel(
         bqd = load_tile(qd_base, rows, H * KD, o_k, valid, m_k)
         bkd = load_tile(kd_base, rows, H * KD, o_k, valid, m_k)
         bv = load_tile(v_base, rows, HKV * VD, o_v, valid, m_v)
-        At = _load_t(a_base, rows, H * BT, o_t, valid, o_t < BT)  # [s, t]
+        At = load_tile_t(a_base, rows, H * BT, o_t, valid, o_t < BT)  # [s, t]
         Bl = _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)
         acc = tl.dot(St.to(dt), tl.trans(bqd.to(dt)), input_precision=DOT_PREC)
         acc = tl.dot(tl.trans(bv), At.to(dt), acc, input_precision=DOT_PREC) * scale
@@ -391,17 +378,17 @@ def gla_bwd_q_kernel(
     for i_c in range(0, tl.cdiv(seq_len, BT)):
         tl.store(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), S.to(hc.dtype.element_ty), mask=m_s)
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
-        gt = _load_t(g + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        gt = load_tile_t(g + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         bdo = load_tile(do_base, rows, H * VD, o_e, valid, m_e)
         Bt = _tri_product(gt, (p[:, None] <= p[None, :]).to(tl.float32), DOT_PREC, False)
         dq_x = tl.dot(S.to(dt), tl.trans(bdo), input_precision=DOT_PREC) * tl.exp(Bt) * scale
-        dqit = _load_t(dqi + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-        _store_t(dq + row_off, rows, H * KD, o_k, valid, m_k, dq_x + dqit)
-        qt = _load_t(q + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        dqit = load_tile_t(dqi + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        store_tile_t(dq + row_off, rows, H * KD, o_k, valid, m_k, dq_x + dqit)
+        qt = load_tile_t(q + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         after = tl.cumsum(qt * dq_x, 1, reverse=not REVERSE)
-        _store_t(dgq + row_off, rows, H * KD, o_k, valid, m_k, after + _load_t(dga + row_off, rows, H * KD, o_k, valid,
+        store_tile_t(dgq + row_off, rows, H * KD, o_k, valid, m_k, after + load_tile_t(dga + row_off, rows, H * KD, o_k, valid,
                                                                                 m_k))
-        kdt = _load_t(kd + row_off, rows, H * KD, o_k, valid, m_k)
+        kdt = load_tile_t(kd + row_off, rows, H * KD, o_k, valid, m_k)
         bv = load_tile(v_base, rows, HKV * VD, o_e, valid, m_e)
         Bl = _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)
         S = tl.dot(kdt.to(dt), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
@@ -451,22 +438,22 @@ def gla_bwd_k_kernel(
     for i_r in range(0, n_chunks):
         i_c = n_chunks - 1 - i_r
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
-        gt = _load_t(g + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+        gt = load_tile_t(g + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
         bv = load_tile(v_base, rows, HKV * VD, o_e, valid, m_e)
         Bl = tl.sum(gt, 1)
         # Bl − B as an exclusive suffix sum: the sum of the gates it crosses, no difference of two
         # large cumulative gates
         dk_x = tl.dot(Y.to(dt), tl.trans(bv), input_precision=DOT_PREC) * tl.exp(
             tl.cumsum(gt, 1, reverse=not REVERSE) - gt) * scale
-        _store_t(dk + row_off, rows, H * KD, o_k, valid, m_k,
-                 dk_x + _load_t(dki + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32))
-        kt = _load_t(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
+        store_tile_t(dk + row_off, rows, H * KD, o_k, valid, m_k,
+                 dk_x + load_tile_t(dki + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32))
+        kt = load_tile_t(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
         before = _before(kt * dk_x, p, DOT_PREC, REVERSE)
         S_in = tl.load(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), mask=m_s, other=0.0)
         through = tl.exp(Bl) * tl.sum(Y * S_in.to(tl.float32), 1) * scale
-        _store_t(dg + row_off, rows, H * KD, o_k, valid, m_k,
-                 before + through[:, None] + _load_t(dgq + row_off, rows, H * KD, o_k, valid, m_k))
-        qdt = _load_t(qd + row_off, rows, H * KD, o_k, valid, m_k)
+        store_tile_t(dg + row_off, rows, H * KD, o_k, valid, m_k,
+                 before + through[:, None] + load_tile_t(dgq + row_off, rows, H * KD, o_k, valid, m_k))
+        qdt = load_tile_t(qd + row_off, rows, H * KD, o_k, valid, m_k)
         bdo = load_tile(do_base, rows, H * VD, o_e, valid, m_e)
         Y = tl.dot(qdt.to(dt), bdo, Y * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
     if HAS_H0:
