@@ -105,12 +105,15 @@ def gdn_bwd(q, k, v, g, beta, scale, h0, cu, hc, do, dht, n):
     nu, dnu = _empty(b, t, h, e, **f32), _empty(b, t, h, e, **f32)
     dhc = _empty(*hc.shape, **f32)
     dh0 = _empty(n, h, d, e, **f32) if h0 is not None else None
-    meta = _cfg.bwd_meta(bt, _INTERP_META["BV"], prec)
-    args = (q, k, g, u, w, do, dht if dht is not None else g, hc, cu if cu is not None else g, t, h, hkv,
-            float(scale), nu, dnu, dhc, dh0 if dh0 is not None else dnu)
-    spec = lambda: (lambda meta_: (_cfg.cdiv(e, meta["BV"]), n * h),  # noqa: E731
-                    dict(KD=d, VD=e, BK=_cfg.pow2(d), HAS_DHT=dht is not None, HAS_H0=h0 is not None,
-                         IS_VARLEN=cu is not None, WIDE_STATE_TERMS=q.dtype == torch.float16, **meta))
+    cu_arg = cu if cu is not None else g
+    args = (q, k, g, u, w, do, dht if dht is not None else g, hc, cu_arg, t, h, hkv, float(scale), nu, dnu, dhc,
+            dh0 if dh0 is not None else dnu)
+
+    def spec():
+        meta = _cfg.bwd_meta(bt, _INTERP_META["BV"], prec)
+        return (lambda _: (_cfg.cdiv(e, meta["BV"]), n * h),
+                dict(KD=d, VD=e, BK=_cfg.pow2(d), HAS_DHT=dht is not None, HAS_H0=h0 is not None,
+                     IS_VARLEN=cu is not None, WIDE_STATE_TERMS=q.dtype == torch.float16, **meta))
     key = ("bwd-state", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, dht is not None, h0 is not None,
            cu is not None, bt, alignment(q, k, g, do, dht, cu))
     _BWD_STATE(key, args, spec, raw_stream(q))
@@ -118,8 +121,8 @@ def gdn_bwd(q, k, v, g, beta, scale, h0, cu, hc, do, dht, n):
     dq = _empty(b, t, h, d, dtype=q.dtype, device=q.device)
     dks, dws = _empty(b, t, h, d, **f32), _empty(b, t, h, d, **f32)
     dgs = _empty(b, t, h, **f32)
-    args = (q, k, g, do, nu, dnu, hc, dhc, cu if cu is not None else g, t, h, hkv, float(scale), dq, dks, dws, dgs)
-    spec = lambda: (lambda meta_: grid,  # noqa: E731
+    args = (q, k, g, do, nu, dnu, hc, dhc, cu_arg, t, h, hkv, float(scale), dq, dks, dws, dgs)
+    spec = lambda: (lambda _: grid,  # noqa: E731
                     dict(KD=d, VD=e, IS_VARLEN=cu is not None, **_cfg.chunk_meta(d, e, bt, prec)))
     key = ("bwd-chunk", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, cu is not None, bt,
            alignment(q, k, g, do, cu))
@@ -128,8 +131,8 @@ def gdn_bwd(q, k, v, g, beta, scale, h0, cu, hc, do, dht, n):
     dv = _empty(b, t, h, e, **f32)
     dbeta = _empty(b, t, h, **f32)
     dg = _empty(b, t, h, **f32)
-    args = (k, v, g, beta, u, w, dnu, dws, dks, dgs, cu if cu is not None else g, t, h, hkv, dk, dv, dbeta, dg)
-    spec = lambda: (lambda meta_: grid,  # noqa: E731
+    args = (k, v, g, beta, u, w, dnu, dws, dks, dgs, cu_arg, t, h, hkv, dk, dv, dbeta, dg)
+    spec = lambda: (lambda _: grid,  # noqa: E731
                     dict(KD=d, VD=e, IS_VARLEN=cu is not None, **_cfg.wy_meta(d, e, bt, prec)))
     key = ("bwd-wy", k.shape, v.shape, h, k.dtype, g.dtype, beta.dtype, k.device, n, cu is not None, bt,
            alignment(k, v, g, beta, cu))
