@@ -25,7 +25,8 @@ CASES = [(dt, t, norm) for dt in DTYPES for t, norm in ((100, 16.0), (100, 0.1),
 def test_every_tensor_within_tolerance(case):
     name, t, norm = case
     dtype = DTYPES[name]
-    gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ())))
+    seed = int(torch.randint(0, 2**31, ()))
+    gen = torch.Generator(device="cuda").manual_seed(seed)
 
     def rnd(*shape):
         return torch.randn(*shape, generator=gen, device="cuda")
@@ -42,4 +43,4 @@ def test_every_tensor_within_tolerance(case):
     ref = dict(zip(NAMES, (ro, rs, *torch.autograd.grad((ro, rs), refs, (do.double(), ds.double())))))
     errs = {n: err_ratio(got[n].float(), ref[n]) for n in NAMES}
     bad = {n: e for n, e in errs.items() if not e <= TOLERANCE[name]}
-    assert not bad, f"{name} T{t} norm {norm}: over {TOLERANCE[name]}: {bad} (all: {errs})"
+    assert not bad, f"{name} T{t} norm {norm} seed {seed}: over {TOLERANCE[name]}: {bad} (all: {errs})"
