@@ -1,4 +1,5 @@
-"""Ahead-of-time sm_90 compile of the Gluon Lightning forward, and what its binary shows.
+"""Ahead-of-time sm_90 compile of the Gluon Lightning kernels (the forward, the dk / dv pass), and
+what their binaries show.
 
 Gluon kernels compile through ``GluonASTSource`` (``triton.experimental.gluon._runtime``) on the
 same ``triton.compile`` path as ``@triton.jit`` kernels (``triton_aot._compile``). Their tensor
@@ -66,7 +67,35 @@ def forward_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: boo
                       H0_MODE=h0_mode, STORE_HT=store_ht, NBUF=cfg.load_stages, NS=cfg.state_stages,
                       NO=cfg.out_stages, LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1],
                       LOAD_REGS=cfg.worker_regs[0], STATE_REGS=cfg.worker_regs[1])
-    fn = K.lightning_fwd_kernel
+    return _source(K.lightning_fwd_kernel, types, constexprs), _options(cfg)
+
+
+def dkdv_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool = True, from_dst: bool = True,
+                store_ht: bool = True):
+    """(GluonASTSource, launch options) of the dk / dv pass (``dkdv``) at ``configs.DKDV_CONFIG``;
+    ``reverse`` is the pass's direction, ``from_dst`` whether dS_T is given."""
+    from lattnbench.kernels.lightning.gluon import configs as C
+    from lattnbench.kernels.lightning.gluon import dkdv as K
+    from lattnbench.kernels.lightning.gluon.compat import gl
+
+    cfg = C.DKDV_CONFIG
+    elem = gl.bfloat16 if dtype == "bf16" else gl.float16
+    types = dict(q_desc=_desc_type([1, C.BT, d], dtype), k_desc=_desc_type([1, C.BT, d], dtype),
+                 v_desc=_desc_type([1, C.BT, e], dtype), do_desc=_desc_type([1, C.BT, e], dtype),
+                 dk_desc=_desc_type([1, C.BT, d], dtype), dv_desc=_desc_type([1, C.BT, e], dtype),
+                 dst="*fp32", ht="*fp32", g="*fp32", T="i32", H="i32", scale="fp32")
+    constexprs = dict(REVERSE=reverse, FROM_DST=from_dst, STORE_HT=store_ht, NBUF=cfg.load_stages,
+                      NS=cfg.state_stages, NO=cfg.out_stages, LOAD_WARPS=cfg.worker_warps[0],
+                      STATE_WARPS=cfg.worker_warps[1], LOAD_REGS=cfg.worker_regs[0], STATE_REGS=cfg.worker_regs[1],
+                      S_LAYOUT=gl.NVMMASharedLayout.get_default_for([d, e], elem))
+    return _source(K.lightning_dkdv_kernel, types, constexprs), _options(cfg)
+
+
+def _source(fn, types: dict, constexprs: dict):
+    """The GluonASTSource of ``fn``: ``types`` for its runtime arguments (pointers 16-divisible),
+    ``constexprs`` for the rest."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
     sig, consts, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if fn.params[i].is_constexpr:
@@ -76,16 +105,29 @@ def forward_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: boo
             sig[name] = types[name]
             if types[name].startswith("*"):
                 attrs[(i,)] = [["tt.divisibility", 16]]
-    options = dict(num_warps=cfg.num_warps, num_stages=1, maxnreg=cfg.maxnreg, enable_fp_fusion=True)
-    return GluonASTSource(fn, sig, constexprs=consts, attrs=attrs), options
+    return GluonASTSource(fn, sig, constexprs=consts, attrs=attrs)
+
+
+def _options(cfg) -> dict:
+    return dict(num_warps=cfg.num_warps, num_stages=1, maxnreg=cfg.maxnreg, enable_fp_fusion=True)
 
 
 def compile_forward(**kw) -> dict:
-    """Compile the forward for sm_90 and return its metrics: registers and spills (ptxas -v),
-    shared bytes, wgmma count, the distinct ``wgmma.wait_group`` depths (a depth above 0 is a
-    deferred wait), the per-partition register limits (``setmaxnreg``) and the PTX itself."""
+    """Compile the forward for sm_90 and return its metrics (``_metrics``)."""
+    return _metrics(*forward_source(**kw))
+
+
+def compile_dkdv(**kw) -> dict:
+    """Compile the dk / dv pass for sm_90 and return its metrics (``_metrics``)."""
+    return _metrics(*dkdv_source(**kw))
+
+
+def _metrics(src, options) -> dict:
+    """Compile for sm_90; the metrics: registers and spills (ptxas -v), shared bytes, wgmma count,
+    the distinct ``wgmma.wait_group`` depths (a depth above 0 is a deferred wait), the
+    per-partition register limits (``setmaxnreg``), TMA copies, mbarrier waits, the scalar
+    pointer offsets and the PTX itself."""
     os.environ.pop("TRITON_INTERPRET", None)
-    src, options = forward_source(**kw)
     ck, log = _compile(src, options)
     text = ck.asm["ptx"]
     counts = ptxmod.count(text)

@@ -84,6 +84,54 @@ def test_gluon_forward_and_its_gradients_match_the_fp64_reference(b, t, h, hkv, 
     assert all(err <= tol for err in errs.values()), errs
 
 
+DKDV_CASES = [  # b, t, h, d, e, pass direction, dS_T given, R wanted
+    (2, 1000, 4, 128, 128, True, True, True),
+    (1, 333, 2, 64, 128, False, True, True),
+    (2, 517, 2, 128, 64, True, False, True),
+    (1, 40, 2, 64, 64, True, True, False),
+    (1, 4096, 8, 128, 128, False, True, True),
+]
+
+
+@pytest.mark.parametrize("b,t,h,d,e,reverse,has_dst,want_r", DKDV_CASES,
+                         ids=[f"T{c[1]}-D{c[3]}E{c[4]}-{'reverse' if c[5] else 'forward'}" for c in DKDV_CASES])
+def test_the_dkdv_pass_matches_the_two_forward_passes(b, t, h, d, e, reverse, has_dst, want_r):
+    """The one-kernel dk / dv pass against the same two outputs and R from two passes of the Gluon
+    forward (each tested against fp64 above), on poisoned outputs: within the bf16 tolerance (the
+    passes round the decayed operand to bf16 before the state product, the one kernel decays the
+    product's fp32 rows), and R to fp32 summation order."""
+    from lattnbench.kernels.lightning.gluon.backward import dkdv_by_forwards
+
+    x = _draw(t + 3 * d, b, t, h, h, d, e, torch.bfloat16, False)
+    gamma = -torch.linspace(0.01, 0.5, h, device=DEV)
+    dst = x["ds"] if has_dst else None
+    got = gops.gluon_dkdv(x["q"], x["k"], x["v"], x["do"], gamma, d**-0.5, dst, reverse, want_r)
+    want = dkdv_by_forwards(gops.gluon_fwd)(x["q"], x["k"], x["v"], x["do"], gamma, d**-0.5, dst, reverse, want_r)
+    assert torch.isfinite(got[0]).all() and torch.isfinite(got[1]).all()
+    assert err_ratio(got[0], want[0]) <= TOLERANCE["bf16"] and err_ratio(got[1], want[1]) <= TOLERANCE["bf16"]
+    if want_r:
+        assert err_ratio(got[2], want[2]) <= 1e-5
+    else:
+        assert got[2] is None
+
+
+@pytest.mark.parametrize("b,t,h,hkv,d,e,reverse,h0,strong", [c for c in CASES if c[2] == c[3]],
+                         ids=[f"T{c[1]}-{'reverse' if c[6] else 'forward'}" for c in CASES if c[2] == c[3]])
+def test_the_backward_through_the_dkdv_pass_matches_the_fp64_reference(monkeypatch, b, t, h, hkv, d, e, reverse,
+                                                                       h0, strong):
+    """The whole fwd+bwd with the Gluon backward's dk and dv from the one-kernel pass, in bf16,
+    against fp64: every tensor, with h0, reverse, partial chunks and strong decay."""
+    monkeypatch.setattr(gcfg, "BACKWARD_ON_GLUON", True)
+    monkeypatch.setattr(gcfg, "BACKWARD_MODE", "1")
+    monkeypatch.setattr(gcfg, "FUSED_DKDV", True)
+    calls = []
+    real = gops.gluon_dkdv
+    monkeypatch.setattr(gops, "gluon_dkdv", lambda *a: calls.append(1) or real(*a))
+    test_gluon_forward_and_its_gradients_match_the_fp64_reference(b, t, h, hkv, d, e, reverse, h0, strong,
+                                                                  torch.bfloat16)
+    assert calls == [1]
+
+
 def test_no_grad_forward_matches_the_triton_forward_closely():
     """The same forward by both kernels, no autograd: both within the bf16 tolerance of each other
     (they round differently: Q·diag(λ^(p+1)) is rounded to bf16 before Q·S here)."""

@@ -17,8 +17,11 @@ well) and the last token takes the missing part, ``w = 1 − scale·λ·c``, fro
 the other tokens then miss less than λ ≤ 2e-9 of their dS_T term. For every other head w is
 exactly 0. A reversed forward swaps the directions of the three passes, and "last" is row 0.
 
-Each pass reads three [B, T, H, ·] tensors and writes one. Heads must not be grouped (GQA): the
-dk and dv passes take dO, which has a query head's worth of heads, as their keys.
+Each pass reads three [B, T, H, ·] tensors and writes one. The dk and dv passes share their state
+(R, and its transpose), so a kernel that does both at once (``DkDv``; the Gluon ``dkdv`` kernel)
+reads q, k, v and dO once each instead; ``dkdv_by_forwards`` is the same contract as the two
+passes. Heads must not be grouped (GQA): the dk and dv passes take dO, which has a query head's
+worth of heads, as their keys.
 """
 from __future__ import annotations
 
@@ -33,6 +36,10 @@ Tensor = torch.Tensor
 # forward; h0_mode (configs.H0_*) says how the start state comes from h0
 Forward = Callable[[Tensor, Tensor, Tensor, Tensor, float, Tensor | None, bool, bool, int],
                    tuple[Tensor, Tensor | None]]
+# (q, k, v, dO, g, scale, dS_T or None, the passes' direction, want R after the last chunk)
+# -> (dk, dv, that R or None): the dk and dv passes together
+DkDv = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, float, Tensor | None, bool, bool],
+                tuple[Tensor, Tensor, Tensor | None]]
 
 
 def start_state_torch(h0: Tensor, g: Tensor, scale: float, h0_mode: int) -> Tensor:
@@ -72,6 +79,17 @@ def end_terms_torch(dht: Tensor | None, k: Tensor, v: Tensor, dk: Tensor, dv: Te
     return dh0
 
 
+def dkdv_by_forwards(fwd: Forward) -> DkDv:
+    """The dk and dv passes as two calls of ``fwd``."""
+    def dkdv(q, k, v, do, g, scale, dht, reverse, want_s_end):
+        # q:[B,T,H,E] k:[B,T,H,E] v:[B,T,H,D], from (c·dS_T)ᵀ
+        dk, _ = fwd(v, do, q, g, scale, dht, reverse, False, H0_FROM_DST | H0_TRANSPOSED)
+        # q:[B,T,H,D] k:[B,T,H,D] v:[B,T,H,E], from c·dS_T
+        dv, s_end = fwd(k, q, do, g, scale, dht, reverse, want_s_end, H0_FROM_DST)
+        return dk, dv, s_end
+    return dkdv
+
+
 def _end_terms_for(q: Tensor):
     """The end terms' implementation for ``q``'s device: one Triton launch on a GPU, torch calls
     elsewhere (the CPU's reference forwards run in fp64)."""
@@ -83,20 +101,20 @@ def _end_terms_for(q: Tensor):
 
 def backward_by_forwards(fwd: Forward, q: Tensor, k: Tensor, v: Tensor, do: Tensor, dht: Tensor | None,
                          g: Tensor, scale: float, h0: Tensor | None, reverse: bool, want_dh0: bool,
-                         end=None, stream=None) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """(dq, dk, dv, dS_0 or None) of Lightning Attention, from three calls of ``fwd``.
+                         end=None, stream=None, dkdv: DkDv | None = None,
+                         ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """(dq, dk, dv, dS_0 or None) of Lightning Attention: dq from a call of ``fwd``, dk and dv from
+    ``dkdv`` (by default two more calls of ``fwd``, ``dkdv_by_forwards``).
 
     Inputs contiguous, [B, T, H, ·] with as many kv heads as query heads; ``do`` in q's dtype; ``g``
     fp32 [H]; ``dht`` and ``h0`` fp32 [B, H, D, E] or None. ``end``: the end terms, by default
     ``_end_terms_for(q)``; ``stream``: the raw CUDA stream, if the caller has it.
     """
     end = end if end is not None else _end_terms_for(q)
+    dkdv = dkdv if dkdv is not None else dkdv_by_forwards(fwd)
     # q:[B,T,H,E] k:[B,T,H,E] v:[B,T,H,D], from S_0ᵀ
     dq, _ = fwd(do, v, k, g, scale, h0, reverse, False, H0_TRANSPOSED)
-    # q:[B,T,H,E] k:[B,T,H,E] v:[B,T,H,D], from (c·dS_T)ᵀ
-    dk, _ = fwd(v, do, q, g, scale, dht, not reverse, False, H0_FROM_DST | H0_TRANSPOSED)
-    # q:[B,T,H,D] k:[B,T,H,D] v:[B,T,H,E], from c·dS_T
-    dv, s_end = fwd(k, q, do, g, scale, dht, not reverse, want_dh0, H0_FROM_DST)
+    dk, dv, s_end = dkdv(q, k, v, do, g, scale, dht, not reverse, want_dh0)
     last = 0 if reverse else q.shape[1] - 1
     dh0 = end(dht, k, v, dk, dv, s_end, g, scale, LOG_DECAY_FLOOR, last, stream=stream)
     return dq, dk, dv, dh0

@@ -26,6 +26,12 @@ BACKWARD_ON_GLUON = BACKWARD_MODE != "0"
 # passes outgrows that (docs/design/lightning-gluon.md).
 GLUON_BACKWARD_MIN_ROWS = 4 * 4096 * 32
 
+# Whether the Gluon backward makes dk and dv in one pass (``dkdv``: q, k, v and dO read once, R kept
+# once, the two halves' wgmma chains interleaved) instead of two passes of the forward
+# (LIGHTNING_GLUON_DKDV=1 turns it on; read at import, and by a forward call for its backward).
+# Off until it is timed faster than the two passes on the GPU.
+FUSED_DKDV = os.environ.get("LIGHTNING_GLUON_DKDV", "0").strip() == "1"
+
 # The forward's start state from its h0 argument (the kernel's H0_MODE, bit flags): absent; h0
 # itself; its transpose (the dq pass's S_0ᵀ, the dk pass's dS_Tᵀ); and, for dS_T, scaled by the
 # start factor c = exp(min(−γ, −LOG_DECAY_FLOOR)) / scale (the reversed passes, see ``backward``).
@@ -46,6 +52,12 @@ class Config:
     worker_warps: tuple[int, int] = (1, 4)      # load, state
     worker_regs: tuple[int, int] = (24, 240)    # load, state: registers per thread after setmaxnreg
     maxnreg: int = 168     # per thread at launch: 168 x 384 threads fits the 64 K register file
+
+
+# The dk / dv pass: one program per (sequence, head), four input tiles a ring slot (192 KB of ring
+# and state buffers at D = E = 128, bf16) and one dk and one dv tile in flight, within the
+# 232,448 B of shared memory an sm_90 block may have.
+DKDV_CONFIG = Config(bv=0, load_stages=2, state_stages=2, out_stages=1)  # bv 0: all of E, no slices
 
 
 def config_for(e: int) -> Config:

@@ -5,7 +5,7 @@ Gluon forward where ``gluon_path`` says it can (a CUDA sm_90 device, Gluon impor
 fp16, D and E in {64, 128}, no varlen); every other call goes to the Triton kernel whole, so the
 function is correct everywhere and fast where the Gluon kernel applies. The backward of a Gluon
 forward is three passes of the Gluon forward (``backward``) where ``configs.backward_reason``
-allows, else the Triton kernel's three backward passes (``LightningAttnFunction.backward``): the
+allows (with ``configs.FUSED_DKDV``, a dq pass and the one-kernel dk / dv pass, ``gluon_dkdv``), else the Triton kernel's three backward passes (``LightningAttnFunction.backward``): the
 forward saves the same tensors the Triton forward saves, so either can run.
 """
 from __future__ import annotations
@@ -139,6 +139,47 @@ def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tens
     return o, ht
 
 
+_DKDV_LAUNCH: PlainLauncher | None = None
+
+
+def _dkdv_launcher() -> PlainLauncher:
+    """The dk / dv pass's launcher, made at its first launch (the kernel module needs Gluon)."""
+    global _DKDV_LAUNCH
+    if _DKDV_LAUNCH is None:
+        from . import dkdv as _k
+        _DKDV_LAUNCH = PlainLauncher(_k, "lightning_dkdv_kernel")
+    return _DKDV_LAUNCH
+
+
+def gluon_dkdv(q: Tensor, k: Tensor, v: Tensor, do: Tensor, g: Tensor, scale: float, dht: Tensor | None,
+               reverse: bool, want_s_end: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """(dk, dv, R after the last chunk or None) of the backward in one pass (``dkdv``), on
+    contiguous [B, T, H, ·] inputs with H = H_kv; ``reverse`` is the pass's direction (the
+    forward's reversed); ``dht`` fp32 [B, H, D, E] or None. The ``backward.DkDv`` contract."""
+    b, t, h, d = q.shape
+    e = v.shape[3]
+    cfg = _cfg.DKDV_CONFIG
+    dk = _empty(b, t, h, d, dtype=q.dtype, device=q.device)
+    dv = _empty(b, t, h, e, dtype=q.dtype, device=q.device)
+    s_end = _empty(b, h, d, e, dtype=torch.float32, device=q.device) if want_s_end else None
+    args = (_descriptor(q, d, _cfg.BT), _descriptor(k, d, _cfg.BT), _descriptor(v, e, _cfg.BT),
+            _descriptor(do, e, _cfg.BT), _descriptor(dk, d, _cfg.BT), _descriptor(dv, e, _cfg.BT),
+            dht if dht is not None else g, s_end if s_end is not None else g, g, t, h, scale)
+    key = (q.shape, e, q.dtype, q.get_device(), bool(reverse), dht is not None, bool(want_s_end),
+           alignment(dht, g))
+
+    def spec():
+        grid = lambda meta: (b * h,)  # noqa: E731
+        return grid, dict(
+            REVERSE=bool(reverse), FROM_DST=dht is not None, STORE_HT=bool(want_s_end), NBUF=cfg.load_stages,
+            NS=cfg.state_stages, NO=cfg.out_stages, LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1],
+            LOAD_REGS=cfg.worker_regs[0], STATE_REGS=cfg.worker_regs[1], S_LAYOUT=_layout((d, e), q.dtype),
+            num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
+
+    _dkdv_launcher()(key, args, spec, raw_stream(q))
+    return dk, dv, s_end
+
+
 def gluon_backward_path(q: Tensor, k: Tensor) -> str | None:
     """None when the backward of a Gluon forward on these inputs runs on the Gluon kernel, else why
     the Triton kernel's backward does."""
@@ -158,6 +199,7 @@ class GluonForwardFunction(triton_ops.LightningAttnFunction):
         ctx.save_for_backward(q, k, v, h0)
         ctx.rest, ctx.align = rest, alignment(q, k, v, g, h0, cu)
         ctx.on_gluon = gluon_backward_path(q, k) is None
+        ctx.fused_dkdv = _cfg.FUSED_DKDV
         ctx.set_materialize_grads(False)
         return o, ht
 
@@ -169,7 +211,8 @@ class GluonForwardFunction(triton_ops.LightningAttnFunction):
         g, scale, reverse, _, _, _ = ctx.rest
         do, dht = triton_ops.grad_outputs(q, v, do, dht)
         dq, dk, dv, dh0 = backward_by_forwards(gluon_fwd, q, k, v, do, dht, g, scale, h0, reverse,
-                                               want_dh0=h0 is not None, stream=raw_stream(q))
+                                               want_dh0=h0 is not None, stream=raw_stream(q),
+                                               dkdv=gluon_dkdv if ctx.fused_dkdv else None)
         return dq, dk, dv, dh0, None
 
 

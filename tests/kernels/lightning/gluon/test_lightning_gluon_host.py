@@ -14,7 +14,7 @@ import torch
 from lattnbench.kernels.lightning.gluon import compat, gluon_path, lightning_attn_gluon
 from lattnbench.kernels.lightning.gluon import configs as gcfg
 from lattnbench.kernels.lightning.gluon import ops as gops
-from lattnbench.kernels.lightning.gluon.backward import with_start_states
+from lattnbench.kernels.lightning.gluon.backward import dkdv_by_forwards, with_start_states
 from lattnbench.kernels.naive.torch_ref import lightning_naive
 from lattnbench.kernels.lightning.triton import lightning_attn_triton
 from lattnbench.kernels.lightning.triton import ops as tops
@@ -110,27 +110,41 @@ def test_the_registry_entry_refuses_cpu_fp32_and_a_gpu_without_sm90(monkeypatch)
         assert "sm_100" in entry.available("cuda")
 
 
-def test_the_forward_compiles_for_sm90_with_async_wgmma_and_warp_specialization():
-    """The AOT compile: every wgmma on tensor cores, a wait with a group still in flight (the QKᵀ
-    wait deferred past the issue of Q·S), per-partition register limits, shared memory within the
-    H200's 227 KB, and no spills without h0 / final state (the chunk loops are spill-free). In a
-    fresh process: a Triton kernel interpreted in this one leaves Triton's language patched."""
+def test_the_forward_and_the_dkdv_pass_compile_for_sm90_with_async_wgmma_and_warp_specialization():
+    """The AOT compiles, in one fresh process (a Triton kernel interpreted in this one leaves
+    Triton's language patched).
+
+    The forward: every wgmma on tensor cores, a wait with a group still in flight (the QKᵀ wait
+    deferred past the issue of Q·S), per-partition register limits, shared memory within the
+    H200's 227 KB, and no spills without h0 / final state (the chunk loops are spill-free).
+
+    The dk / dv pass: its two halves interleaved, so a wait leaves three groups in flight (both
+    state products and the second score product issued before the first score is read); the
+    forward's register split; its 4-tile ring, state and output buffers within the 227 KB. A few
+    scalar spills are not asserted away (Triton 3.6, the GPU image's, spills 56 B, 3.9 120 B)."""
     if compat.IMPORT_ERROR is not None:
         pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    code = ("import json; from lattnbench.static.gluon_aot import compile_forward; "
+    code = ("import json; from lattnbench.static.gluon_aot import compile_forward, compile_dkdv; "
             "m = compile_forward(d=128, e=128, dtype='bf16', reverse=False, has_h0=False, store_ht=False); "
+            "m.pop('ptx'); print('METRICS', json.dumps(m)); "
+            "m = compile_dkdv(d=128, e=128, dtype='bf16', reverse=True, from_dst=True, store_ht=True); "
             "m.pop('ptx'); print('METRICS', json.dumps(m))")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    line = [ln for ln in run.stdout.splitlines() if ln.startswith("METRICS ")]
-    assert run.returncode == 0 and line, run.stderr[-2000:]
-    m = json.loads(line[0].removeprefix("METRICS "))
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("METRICS ")]
+    assert run.returncode == 0 and len(lines) == 2, run.stderr[-2000:]
+    fwd, dkdv = (json.loads(ln.removeprefix("METRICS ")) for ln in lines)
     cfg = gcfg.config_for(128)
-    assert m["wgmma"] > 0 and 1 in m["wait_depths"] and 0 in m["wait_depths"]
-    assert {cfg.worker_regs[0], cfg.worker_regs[1]} <= set(m["setmaxnreg"])
-    assert m["registers"] <= cfg.maxnreg and m["spilled_bytes"] == 0
-    assert 0 < m["shared_bytes"] <= 227 * 1024
-    assert m["tma_stores"] >= 1 and m["mbarrier_waits"] >= 4
+    assert fwd["wgmma"] > 0 and 1 in fwd["wait_depths"] and 0 in fwd["wait_depths"]
+    assert {cfg.worker_regs[0], cfg.worker_regs[1]} <= set(fwd["setmaxnreg"])
+    assert fwd["registers"] <= cfg.maxnreg and fwd["spilled_bytes"] == 0
+    assert 0 < fwd["shared_bytes"] <= 227 * 1024
+    assert fwd["tma_stores"] >= 1 and fwd["mbarrier_waits"] >= 4
+    cfg = gcfg.DKDV_CONFIG
+    assert dkdv["wgmma"] > fwd["wgmma"] and dkdv["wait_depths"] == [0, 1, 2, 3]
+    assert {cfg.worker_regs[0], cfg.worker_regs[1]} <= set(dkdv["setmaxnreg"]) and dkdv["registers"] <= cfg.maxnreg
+    assert 0 < dkdv["shared_bytes"] <= 227 * 1024
+    assert dkdv["tma_loads"] >= 4 and dkdv["tma_stores"] >= 2 and dkdv["mbarrier_waits"] >= 4
 
 
 def test_the_gluon_backward_takes_long_bf16_calls_without_grouped_heads_unless_told(monkeypatch):
@@ -153,11 +167,14 @@ def test_the_gluon_backward_takes_long_bf16_calls_without_grouped_heads_unless_t
     assert "32 rows" in gops.gluon_backward_path(wide, wide)  # B·T·H = 1·8·4
 
 
-@pytest.mark.parametrize("on_gluon", [True, False], ids=["gluon-backward", "triton-backward"])
-def test_a_gluon_forward_takes_the_backward_its_rule_names(monkeypatch, on_gluon):
+@pytest.mark.parametrize("on_gluon,fused", [(True, False), (True, True), (False, True)],
+                         ids=["gluon-backward-passes", "gluon-backward-dkdv", "triton-backward"])
+def test_a_gluon_forward_takes_the_backward_its_rule_names(monkeypatch, on_gluon, fused):
     """The autograd wiring, with the interpreter's Triton forward standing in for the Gluon one
-    (same contract): three more forward calls when the rule says Gluon, none otherwise, and the
-    fp64 gradients either way."""
+    (same contract) and two of its passes for the dk / dv kernel: three more forward calls when
+    the rule says Gluon, or a dq pass and one dk / dv call with that kernel on (as the forward call
+    found the switch, though it flips before the backward), none otherwise, and the fp64 gradients
+    every way."""
     calls = []
 
     @with_start_states
@@ -168,8 +185,14 @@ def test_a_gluon_forward_takes_the_backward_its_rule_names(monkeypatch, on_gluon
         calls.append(reverse)
         return triton_fwd(q, k, v, g, scale, h0, reverse, store_ht, h0_mode)
 
+    def dkdv_stand_in(q, k, v, do, g, scale, dht, reverse, want_s_end):
+        calls.append(("dkdv", reverse))
+        return dkdv_by_forwards(triton_fwd)(q, k, v, do, g, scale, dht, reverse, want_s_end)
+
     monkeypatch.setattr(gops, "gluon_path", lambda q, v, cu_seqlens=None: None)
     monkeypatch.setattr(gops, "gluon_fwd", stand_in)
+    monkeypatch.setattr(gops, "gluon_dkdv", dkdv_stand_in)
+    monkeypatch.setattr(gcfg, "FUSED_DKDV", fused)
     monkeypatch.setattr(gops, "gluon_backward_path", lambda q, k: None if on_gluon else "off")
     gen = torch.Generator().manual_seed(11)
     q, k, v = _qkv(gen, b=2, t=37, h=4, hkv=4, d=16, e=8)
@@ -178,8 +201,11 @@ def test_a_gluon_forward_takes_the_backward_its_rule_names(monkeypatch, on_gluon
     do, ds = torch.randn(2, 37, 4, 8, generator=gen), torch.randn(2, 4, 16, 8, generator=gen)
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v, h0)]
     o, s = lightning_attn_gluon(*leaves[:3], gamma=gamma, initial_state=leaves[3], reverse=True)
+    monkeypatch.setattr(gcfg, "FUSED_DKDV", not fused)
     grads = torch.autograd.grad((o, s), leaves, (do, ds))
-    assert calls == ([True, True, False, False] if on_gluon else [True])  # the dq pass keeps the order
+    # the dq pass keeps the forward's order, the dk and dv passes reverse it
+    passes = [True, True, ("dkdv", False)] if fused else [True, True, False, False]
+    assert calls == (passes if on_gluon else [True])
     ref = [x.double().requires_grad_(True) for x in (q, k, v, h0)]
     ro, rs = lightning_naive(*ref[:3], gamma.double(), 16**-0.5, ref[3], True)
     want = torch.autograd.grad((ro, rs), ref, (do.double(), ds.double()))
