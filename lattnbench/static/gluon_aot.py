@@ -91,6 +91,22 @@ def dkdv_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool =
     return _source(K.lightning_dkdv_kernel, types, constexprs), _options(cfg)
 
 
+def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, varlen: bool = False,
+                    row_lanes: int | None = None):
+    """(GluonASTSource, launch options) of ``gla/triton``'s Gluon prep launch (``kernels.gla.gluon.prep``)
+    as ``gla.gluon.host.launch_prep`` launches it: qd and kd in bf16 for bf16 inputs, fp32 for fp16."""
+    from lattnbench.kernels.gla.gluon import host as C
+    from lattnbench.kernels.gla.gluon import prep as K
+
+    dec = dtype if dtype == "bf16" else "fp32"
+    types = dict(q=f"*{dtype}", k=f"*{dtype}", g="*fp32", cu="*i32", T="i32", H="i32", HKV="i32",
+                 qd=f"*{dec}", kd=f"*{dec}", bl="*fp32", A=f"*{dtype}")
+    lanes = row_lanes or C.ROW_LANES
+    constexprs = dict(KD=d, REVERSE=reverse, IS_VARLEN=varlen, BT=C.CHUNK, ROW_LANES=lanes)
+    options = dict(num_warps=C.warps(d, lanes), num_stages=1, enable_fp_fusion=True)
+    return _source(K.gla_prep_gluon_kernel, types, constexprs), options
+
+
 def _source(fn, types: dict, constexprs: dict):
     """The GluonASTSource of ``fn``: ``types`` for its runtime arguments (pointers 16-divisible),
     ``constexprs`` for the rest."""
@@ -122,6 +138,11 @@ def compile_dkdv(**kw) -> dict:
     return _metrics(*dkdv_source(**kw))
 
 
+def compile_gla_prep(**kw) -> dict:
+    """Compile ``gla/triton``'s Gluon prep launch for sm_90 and return its metrics (``_metrics``)."""
+    return _metrics(*gla_prep_source(**kw))
+
+
 def _metrics(src, options) -> dict:
     """Compile for sm_90; the metrics: registers and spills (ptxas -v), shared bytes, wgmma count,
     the distinct ``wgmma.wait_group`` depths (a depth above 0 is a deferred wait), the
@@ -137,6 +158,7 @@ def _metrics(src, options) -> dict:
             "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global", text)),
             "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", text)),
             "mbarrier_waits": len(re.findall(r"mbarrier\.try_wait", text)),
+            "barriers": len(re.findall(r"\bbar(?:rier)?\.sync", text)),
             "scalar_offsets": scalar_offsets(ck.asm["ttgir"]), "ptx": text}
 
 

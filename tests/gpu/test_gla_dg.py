@@ -119,3 +119,23 @@ def test_gla_jax_triton_every_tensor_within_tolerance(problem):
     grads = vjp((arr(x["do"], jdt), arr(x["ds"], jnp.float32)))
     got = {n: np.asarray(a.astype(jnp.float32)) for n, a in zip(NAMES, (o, s, *grads))}
     _assert_within_tolerance(name, got, ref)
+
+
+def test_gla_triton_with_the_gluon_prep_launch_every_tensor_within_tolerance(problem, monkeypatch):
+    """The same recipes with the prep launch in Gluon (``GLA_GLUON_PREP``): every tensor, dg at
+    fla's rule, and the Gluon launch really taken."""
+    from lattnbench.kernels.gla.gluon import host
+
+    monkeypatch.setattr(host, "ON", True)
+    name, x, ref = problem
+    reason = host.prep_reason(x["q"], 64)
+    if reason is not None:
+        pytest.skip(reason)
+    launched = []
+    real = host.launch_prep
+    monkeypatch.setattr(host, "launch_prep", lambda *a: launched.append(1) or real(*a))
+    leaves = [x[n].clone().requires_grad_() for n in ("q", "k", "v", "g", "h0") if x[n] is not None]
+    o, s = gla_triton(*leaves[:4], initial_state=leaves[4] if len(leaves) > 4 else None)
+    grads = torch.autograd.grad((o, s), leaves, (x["do"], x["ds"]))
+    assert launched
+    _assert_within_tolerance(name, dict(zip(NAMES, (o, s, *grads))), ref)

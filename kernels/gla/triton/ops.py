@@ -5,6 +5,7 @@ import torch
 
 from ...common import checks
 from ...common.launch import Launcher, PlainLauncher, alignment, dot_precision, raw_stream
+from ..gluon import host as _gluon_host
 from . import configs as _cfg
 from . import kernels as _k
 
@@ -59,7 +60,8 @@ def gla_prep(q, k, g, reverse, cu, n):
     """(qd, kd, bl, A): the decayed operands q⊙e^B, k⊙e^{Bl−B} per query head (bf16 for bf16
     inputs, fp32 otherwise: fp16 would underflow where fp32 keeps them), the chunk totals Bl
     [slots, H, D] fp32 and the intra-chunk scores A [B, T, H, BT] (input dtype), from one parallel
-    launch, ``kernels.gla_prep_kernel``."""
+    launch, ``kernels.gla_prep_kernel`` or, where ``gluon.host.prep_reason`` allows, its Gluon
+    form."""
     b, t, h, d = q.shape
     bt = _chunk()
     gdt = q.dtype if q.dtype == torch.bfloat16 else torch.float32
@@ -73,7 +75,11 @@ def gla_prep(q, k, g, reverse, cu, n):
                          **_cfg.prep_meta(d, bt, dot_precision(q.dtype))))
     key = ("prep", q.shape, k.shape, q.dtype, g.dtype, q.device, n, cu is not None, bool(reverse), bt,
            alignment(q, k, g, cu))
-    _PREP(key, (q, k, g, cu if cu is not None else g, t, h, k.shape[2], qd, kd, bl, scores), spec, raw_stream(q))
+    args = (q, k, g, cu if cu is not None else g, t, h, k.shape[2], qd, kd, bl, scores)
+    if _gluon_host.prep_reason(q, bt) is None:
+        _gluon_host.launch_prep(key, args, grid, d, reverse, cu is not None, bt, raw_stream(q))
+    else:
+        _PREP(key, args, spec, raw_stream(q))
     return qd, kd, bl, scores
 
 

@@ -41,6 +41,8 @@ def _tma_copies():
 
 
 tma_load, tma_store = _tma_copies() if IMPORT_ERROR is None else (None, None)
+# a barrier of all the program's threads: ``gl.thread_barrier`` up to 3.6, ``gl.barrier`` later
+cta_barrier = (getattr(gl, "thread_barrier", None) or gl.barrier) if IMPORT_ERROR is None else None
 LIST_FORM: bool = IMPORT_ERROR is None and _list_form()
 # the same as a constexpr the kernels read as a global
 WS_LIST_FORM = gl.constexpr(LIST_FORM) if gl is not None else LIST_FORM

@@ -1,0 +1,62 @@
+"""When ``gla/triton`` takes the Gluon prep launch (``prep``), and its launch.
+
+The rule: ``GLA_GLUON_PREP=1`` (read at import; off until the launch is timed faster than the
+Triton one on the GPU), Gluon's Hopper API importable, a CUDA sm_90 device, bf16 or fp16 inputs,
+D 64 or 128 (one warp per 16 key channels) and chunks of 64 (six levels). Every other call runs the
+Triton prep launch, with the same outputs.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ...common.launch import PlainLauncher
+from ...lightning.gluon import compat
+
+ON = os.environ.get("GLA_GLUON_PREP", "0").strip() == "1"
+HEAD_DIMS = (64, 128)
+CHUNK = 64
+# lanes sharing a key channel's rows: each thread holds CHUNK / ROW_LANES of them
+ROW_LANES = int(os.environ.get("GLA_GLUON_PREP_ROW_LANES", "2"))
+
+
+def warps(d: int, row_lanes: int = ROW_LANES) -> int:
+    """Warps of the prep launch: one thread per (key channel, row share)."""
+    return d * row_lanes // 32
+
+_SM90: dict[int, bool] = {}
+
+
+def prep_reason(q: torch.Tensor, bt: int) -> str | None:
+    """None when the prep launch of a call on ``q`` runs in Gluon, else why the Triton one runs."""
+    if not ON:
+        return "the Gluon prep launch is off (GLA_GLUON_PREP=1 turns it on)"
+    if compat.IMPORT_ERROR is not None:
+        return compat.unavailable_reason()
+    if q.dtype not in (torch.bfloat16, torch.float16):
+        return f"dtype {str(q.dtype).removeprefix('torch.')} (the Gluon prep launch is bf16 / fp16 only)"
+    if q.shape[3] not in HEAD_DIMS or bt != CHUNK:
+        return f"D={q.shape[3]}, chunk {bt} (the Gluon prep launch takes D in {HEAD_DIMS}, chunk {CHUNK})"
+    if q.device.type != "cuda":
+        return f"the Gluon prep launch needs a CUDA sm_90 GPU, not {q.device.type}"
+    index = q.get_device()
+    if index not in _SM90:
+        _SM90[index] = torch.cuda.get_device_capability(q.device) == (9, 0)
+    return None if _SM90[index] else "the Gluon prep launch is written for sm_90 (Hopper)"
+
+
+_LAUNCH: PlainLauncher | None = None
+
+
+def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse: bool, varlen: bool, bt: int,
+                stream) -> None:
+    """Launch ``prep.gla_prep_gluon_kernel`` with ``gla_prep_kernel``'s arguments ``args``."""
+    global _LAUNCH
+    if _LAUNCH is None:
+        from . import prep as _k
+        _LAUNCH = PlainLauncher(_k, "gla_prep_gluon_kernel")
+    spec = lambda: (lambda meta: grid,  # noqa: E731
+                    dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), BT=bt, ROW_LANES=ROW_LANES,
+                         num_warps=warps(d)))
+    _LAUNCH(("gluon",) + key, args, spec, stream)

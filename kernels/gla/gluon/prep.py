@@ -1,0 +1,139 @@
+"""The GLA prep launch in Gluon for sm_90: the binary tree's exponents without leaving the thread.
+
+Why: ``gla_prep_kernel`` (Triton) spends most of its time moving a chunk's cumulative gate between
+threads: its tiles spread a column's rows over threads and warps, so every level's boundary value R
+goes through shared memory with a barrier, per level and key slice. Here a chunk's [BT, D] tiles
+use a layout in which each thread holds half a column (32 of its 64 rows; the lane beside it holds
+the rest): the cumulative gate, every level's R and its exponents are register arithmetic and one
+shuffle. Only the level products leave the registers: q⊙E and k⊙E go to shared memory once per
+level as fp32 and meet in one tf32 wgmma over all of D.
+
+Same arguments, outputs and numerics as ``triton.kernels.gla_prep_kernel``: qd = q⊙e^B,
+kd = k⊙e^{Bl − B}, the totals Bl, and the scores A, every exponent ≤ 0 at any gate. Rows in the
+tiles are processing positions (reversed rows under REVERSE), so one code path serves both orders.
+"""
+from __future__ import annotations
+
+from ...lightning.gluon.compat import IMPORT_ERROR, cta_barrier, fence_async_shared, gl, gluon, warpgroup_mma
+
+if IMPORT_ERROR is None:
+
+    @gluon.jit
+    def _add(a, b):
+        return a + b
+
+    @gluon.jit
+    def _level(B, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr, SPAN: gl.constexpr):
+        """E [BT, KD] of the tree level with groups of SPAN positions: e^{B − R} on the later halves'
+        rows and e^{R − B} on the earlier ones', R the cumulative gate at the group's boundary (its
+        earlier half's last row), found in registers by a reshape; every exponent ≤ 0."""
+        B3 = gl.reshape(B, [BT // SPAN, SPAN, KD])
+        L3: gl.constexpr = B3.type.layout
+        i3 = gl.arange(0, SPAN, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
+        R = gl.sum(gl.where((i3 == SPAN // 2 - 1)[None, :, None], B3, 0.0), axis=1)
+        X3 = B3 - gl.expand_dims(R, 1)
+        E = gl.exp(gl.where((i3 >= SPAN // 2)[None, :, None], X3, -X3))
+        return gl.convert_layout(gl.reshape(E, [BT, KD]), L)
+
+    @gluon.jit
+    def _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L: gl.constexpr, BT: gl.constexpr,
+                    KD: gl.constexpr, SPAN: gl.constexpr):
+        """The scores of the level's pairs: (q⊙E)·(k⊙E)ᵀ with q on the later halves' rows and k on
+        the earlier ones', through shared memory as one tf32 wgmma over all of D, masked to the
+        pairs of one group. q and k come back from shared memory, so that only B stays in
+        registers across the levels."""
+        E = _level(B, L, BT, KD, SPAN)
+        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
+        cta_barrier()  # every warpgroup's product of the last level has read the buffers
+        qe_s.store(gl.where(later, q_s.load(L).to(gl.float32) * E, 0.0))
+        ke_s.store(gl.where(later, 0.0, k_s.load(L).to(gl.float32) * E))
+        fence_async_shared()
+        cta_barrier()
+        s = warpgroup_mma(qe_s, ke_s.permute((1, 0)), zero, use_acc=False)  # tf32: the default precision
+        return gl.where((pos_r[:, None] // SPAN) == (pos_c[None, :] // SPAN), s, 0.0)
+
+    @gluon.jit
+    def gla_prep_gluon_kernel(
+        q, k, g, cu,
+        T, H, HKV,
+        qd, kd, bl, A,
+        KD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
+        ROW_LANES: gl.constexpr,
+    ):
+        """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …; KD // 16 warps;
+        BT = 64 (six levels), KD 64 or 128."""
+        WARPS: gl.constexpr = KD * ROW_LANES // 32
+        # a thread holds BT / ROW_LANES rows of one key channel; ROW_LANES lanes a column
+        L: gl.constexpr = gl.BlockedLayout([BT // ROW_LANES, 1], [ROW_LANES, 32 // ROW_LANES], [1, WARPS], [0, 1])
+        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
+                                                      instr_shape=[16, BT // (WARPS // 4), 8])
+        OP: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, KD], gl.float32)
+        qe_s = gl.allocate_shared_memory(gl.float32, [BT, KD], OP)
+        ke_s = gl.allocate_shared_memory(gl.float32, [BT, KD], OP)
+        RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+        q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KD], RAW)
+        k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KD], RAW)
+
+        i_nh = gl.program_id(1)
+        i_n = i_nh // H
+        i_h = i_nh % H
+        if IS_VARLEN:
+            bos = gl.load(cu + i_n).to(gl.int64)
+            seq_len = (gl.load(cu + i_n + 1).to(gl.int64) - bos).to(gl.int32)
+        else:
+            bos = i_n.to(gl.int64) * T
+            seq_len = T
+        i_hk = i_h // (H // HKV)
+        slot0 = bos // BT + i_n  # chunk slots of this sequence in bl (``tiles.chunk_slot``)
+
+        pos = gl.arange(0, BT, layout=gl.SliceLayout(1, L))        # processing position of a tile row
+        col = gl.arange(0, KD, layout=gl.SliceLayout(0, L))
+        pos_r = gl.arange(0, BT, layout=gl.SliceLayout(1, MMA))
+        pos_c = gl.arange(0, BT, layout=gl.SliceLayout(0, MMA))
+        if REVERSE:
+            off, off_c = BT - 1 - pos, BT - 1 - pos_c
+            off_r = BT - 1 - pos_r
+        else:
+            off, off_c, off_r = pos, pos_c, pos_r
+        zero = gl.zeros([BT, BT], gl.float32, MMA)
+        diag = pos_r[:, None] == pos_c[None, :]
+
+        n_chunks = (seq_len + BT - 1) // BT
+        for i_c in range(gl.program_id(0), n_chunks, gl.num_programs(0)):
+            if REVERSE:
+                start = seq_len - i_c * BT - BT
+            else:
+                start = i_c * BT
+            valid = pos < seq_len - i_c * BT
+            m = valid[:, None]
+            # scalar int64 bases at the chunk's first row, int32 offsets inside it
+            row0 = bos + start
+            x_base = row0 * (H * KD) + i_h * KD
+            k_base = row0 * (HKV * KD) + i_hk * KD
+            x_off = off[:, None] * (H * KD) + col[None, :]
+            k_off = off[:, None] * (HKV * KD) + col[None, :]
+            gg = gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32)
+            q_in = gl.load(q + x_base + x_off, mask=m, other=0.0)
+            k_in = gl.load(k + k_base + k_off, mask=m, other=0.0)
+            cta_barrier()  # the last chunk's levels have read q_s and k_s
+            q_s.store(q_in)
+            k_s.store(k_in)
+            qq = q_in.to(gl.float32)
+            kk = k_in.to(gl.float32)
+            B = gl.associative_scan(gg, 0, _add)
+            Bl = gl.sum(gg, axis=0)
+            gl.store(qd + x_base + x_off, (qq * gl.exp(B)).to(qd.dtype.element_ty), mask=m)
+            gl.store(kd + x_base + x_off, (kk * gl.exp(Bl[None, :] - B)).to(kd.dtype.element_ty), mask=m)
+            gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, Bl)
+            own = gl.convert_layout(gl.sum(qq * kk, axis=1), gl.SliceLayout(1, MMA))
+            scores = gl.where(diag, own[:, None], 0.0)
+            # the six levels of BT = 64, groups of 64 down to 2 positions
+            scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 64)
+            scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 32)
+            scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 16)
+            scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 8)
+            scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 4)
+            scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 2)
+            a_ptr = A + (row0 * (H * BT) + i_h * BT) + (off_r[:, None] * (H * BT) + off_c[None, :])
+            a_valid = (pos_r < seq_len - i_c * BT)[:, None]
+            gl.store(a_ptr, scores.to(A.dtype.element_ty), mask=a_valid)
