@@ -65,6 +65,9 @@ if IMPORT_ERROR is None:
         WARPS: gl.constexpr = KD * ROW_LANES // 32
         # a thread holds BT / ROW_LANES rows of one key channel; ROW_LANES lanes a column
         L: gl.constexpr = gl.BlockedLayout([BT // ROW_LANES, 1], [ROW_LANES, 32 // ROW_LANES], [1, WARPS], [0, 1])
+        # global loads and stores go through a row-major layout (4 contiguous channels a thread):
+        # in L every element of a thread is another row, an address of its own
+        LD: gl.constexpr = gl.BlockedLayout([1, 4], [32 * 4 // KD, KD // 4], [WARPS, 1], [1, 0])
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
                                                       instr_shape=[16, BT // (WARPS // 4), 8])
         OP: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, KD], gl.float32)
@@ -88,13 +91,15 @@ if IMPORT_ERROR is None:
 
         pos = gl.arange(0, BT, layout=gl.SliceLayout(1, L))        # processing position of a tile row
         col = gl.arange(0, KD, layout=gl.SliceLayout(0, L))
+        pos_ld = gl.arange(0, BT, layout=gl.SliceLayout(1, LD))
+        col_ld = gl.arange(0, KD, layout=gl.SliceLayout(0, LD))
         pos_r = gl.arange(0, BT, layout=gl.SliceLayout(1, MMA))
         pos_c = gl.arange(0, BT, layout=gl.SliceLayout(0, MMA))
         if REVERSE:
-            off, off_c = BT - 1 - pos, BT - 1 - pos_c
+            off_ld, off_c = BT - 1 - pos_ld, BT - 1 - pos_c
             off_r = BT - 1 - pos_r
         else:
-            off, off_c, off_r = pos, pos_c, pos_r
+            off_ld, off_c, off_r = pos_ld, pos_c, pos_r
         zero = gl.zeros([BT, BT], gl.float32, MMA)
         diag = pos_r[:, None] == pos_c[None, :]
 
@@ -104,26 +109,28 @@ if IMPORT_ERROR is None:
                 start = seq_len - i_c * BT - BT
             else:
                 start = i_c * BT
-            valid = pos < seq_len - i_c * BT
-            m = valid[:, None]
-            # scalar int64 bases at the chunk's first row, int32 offsets inside it
+            m = (pos_ld < seq_len - i_c * BT)[:, None]
+            # scalar int64 bases at the chunk's first row, int32 offsets inside it; tile rows in
+            # processing order
             row0 = bos + start
             x_base = row0 * (H * KD) + i_h * KD
             k_base = row0 * (HKV * KD) + i_hk * KD
-            x_off = off[:, None] * (H * KD) + col[None, :]
-            k_off = off[:, None] * (HKV * KD) + col[None, :]
-            gg = gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32)
+            x_off = off_ld[:, None] * (H * KD) + col_ld[None, :]
+            k_off = off_ld[:, None] * (HKV * KD) + col_ld[None, :]
+            gg = gl.convert_layout(gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
             q_in = gl.load(q + x_base + x_off, mask=m, other=0.0)
             k_in = gl.load(k + k_base + k_off, mask=m, other=0.0)
             cta_barrier()  # the last chunk's levels have read q_s and k_s
             q_s.store(q_in)
             k_s.store(k_in)
-            qq = q_in.to(gl.float32)
-            kk = k_in.to(gl.float32)
+            cta_barrier()
+            qq = q_s.load(L).to(gl.float32)
+            kk = k_s.load(L).to(gl.float32)
             B = gl.associative_scan(gg, 0, _add)
             Bl = gl.sum(gg, axis=0)
-            gl.store(qd + x_base + x_off, (qq * gl.exp(B)).to(qd.dtype.element_ty), mask=m)
-            gl.store(kd + x_base + x_off, (kk * gl.exp(Bl[None, :] - B)).to(kd.dtype.element_ty), mask=m)
+            gl.store(qd + x_base + x_off, gl.convert_layout((qq * gl.exp(B)).to(qd.dtype.element_ty), LD), mask=m)
+            gl.store(kd + x_base + x_off,
+                     gl.convert_layout((kk * gl.exp(Bl[None, :] - B)).to(kd.dtype.element_ty), LD), mask=m)
             gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, Bl)
             own = gl.convert_layout(gl.sum(qq * kk, axis=1), gl.SliceLayout(1, MMA))
             scores = gl.where(diag, own[:, None], 0.0)
@@ -135,5 +142,5 @@ if IMPORT_ERROR is None:
             scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 4)
             scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 2)
             a_ptr = A + (row0 * (H * BT) + i_h * BT) + (off_r[:, None] * (H * BT) + off_c[None, :])
-            a_valid = (pos_r < seq_len - i_c * BT)[:, None]
+            a_valid = (pos_r < seq_len - i_c * BT)[:, None]  # every column: keys past the end score 0
             gl.store(a_ptr, scores.to(A.dtype.element_ty), mask=a_valid)

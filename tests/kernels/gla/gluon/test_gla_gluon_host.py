@@ -37,9 +37,11 @@ def test_a_cpu_call_with_the_switch_on_runs_the_triton_prep_launch(monkeypatch):
 
 
 def test_the_prep_launch_compiles_for_sm90_with_one_wgmma_per_level_over_all_of_d():
-    """Six levels, each one tf32 wgmma chain over all 128 key channels (16 k-steps of 8); a couple
-    of barriers per level (its operands staged in shared memory), not one per level and key slice;
-    shared memory within the H200's 227 KB. In a fresh process (see the Lightning Gluon test)."""
+    """Six levels, each one tf32 wgmma chain over all 128 key channels (16 k-steps of 8), unrolled;
+    a bounded number of barriers a chunk: two per level (its operands staged in shared memory) and
+    those of the loads' and stores' layout changes (33 on Triton 3.6, 46 on 3.9), where the Triton
+    launch passes a barrier for every gather of every level and key slice; shared memory within
+    the H200's 227 KB. In a fresh process (see the Lightning Gluon test)."""
     if compat.IMPORT_ERROR is not None:
         pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
     code = ("import json; from lattnbench.static.gluon_aot import compile_gla_prep; "
@@ -50,5 +52,5 @@ def test_the_prep_launch_compiles_for_sm90_with_one_wgmma_per_level_over_all_of_
     assert run.returncode == 0 and line, run.stderr[-2000:]
     m = json.loads(line[0].removeprefix("METRICS "))
     assert m["wgmma"] == 6 * 128 // 8
-    assert 0 < m["barriers"] <= 6 * 5
+    assert 12 <= m["barriers"] <= 48
     assert 0 < m["shared_bytes"] <= 227 * 1024
