@@ -38,7 +38,7 @@ def scalar_offsets(ir: str) -> list[tuple[str, str, str]]:
 
 
 def _desc_type(block: list[int], dtype: str):
-    from lattnbench.kernels.lightning.gluon.compat import gl
+    from lattnbench.kernels.common.gluon_compat import gl
 
     elem = gl.bfloat16 if dtype == "bf16" else gl.float16
     layout = gl.NVMMASharedLayout.get_default_for(block, elem)
@@ -54,7 +54,7 @@ def forward_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: boo
 
     from lattnbench.kernels.lightning.gluon import configs as C
     from lattnbench.kernels.lightning.gluon import kernels as K
-    from lattnbench.kernels.lightning.gluon.compat import gl
+    from lattnbench.kernels.common.gluon_compat import gl
 
     cfg = C.config_for(e)
     elem = gl.bfloat16 if dtype == "bf16" else gl.float16
@@ -76,7 +76,7 @@ def dkdv_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool =
     ``reverse`` is the pass's direction, ``from_dst`` whether dS_T is given."""
     from lattnbench.kernels.lightning.gluon import configs as C
     from lattnbench.kernels.lightning.gluon import dkdv as K
-    from lattnbench.kernels.lightning.gluon.compat import gl
+    from lattnbench.kernels.common.gluon_compat import gl
 
     cfg = C.DKDV_CONFIG
     elem = gl.bfloat16 if dtype == "bf16" else gl.float16

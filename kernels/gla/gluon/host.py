@@ -12,7 +12,7 @@ import os
 import torch
 
 from ...common.launch import PlainLauncher
-from ...lightning.gluon import compat
+from ...common import gluon_compat as compat
 
 ON = os.environ.get("GLA_GLUON_PREP", "0").strip() == "1"
 HEAD_DIMS = (64, 128)

@@ -14,7 +14,7 @@ tiles are processing positions (reversed rows under REVERSE), so one code path s
 """
 from __future__ import annotations
 
-from ...lightning.gluon.compat import IMPORT_ERROR, cta_barrier, fence_async_shared, gl, gluon, warpgroup_mma
+from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, fence_async_shared, gl, gluon, warpgroup_mma
 
 if IMPORT_ERROR is None:
 

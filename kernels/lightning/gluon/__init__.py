@@ -8,7 +8,7 @@ Public API (registered as ``lightning/gluon``)::
     gluon_path(q, v, cu_seqlens=None) -> None | why the Triton kernel runs the call instead
     gluon_backward_path(q, k) -> None | why a Gluon forward's backward is the Triton kernel's
 
-The kernel module imports only where Triton's Gluon Hopper API is importable (see ``compat``).
+The kernel module imports only where Triton's Gluon Hopper API is importable (see ``common.gluon_compat``).
 """
 from .ops import device_reason, gluon_backward_path, gluon_path, lightning_attn_gluon
 

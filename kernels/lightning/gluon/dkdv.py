@@ -30,8 +30,8 @@ the state and the output partitions), s_ready / s_empty per state buffer. Heads 
 """
 from __future__ import annotations
 
-from .compat import IMPORT_ERROR, WS_LIST_FORM, fence_async_shared, gl, gluon, mbarrier, tma, warpgroup_mma
-from .compat import tma_load, tma_store, warpgroup_mma_wait
+from ...common.gluon_compat import IMPORT_ERROR, WS_LIST_FORM, fence_async_shared, gl, gluon, mbarrier, tma, warpgroup_mma
+from ...common.gluon_compat import tma_load, tma_store, warpgroup_mma_wait
 
 if IMPORT_ERROR is None:
     from .kernels import START_CAP, _chunk_row, _positions

@@ -38,8 +38,8 @@ rows past the sequence. GQA: query head h reads kv head h // (H / HKV).
 """
 from __future__ import annotations
 
-from .compat import IMPORT_ERROR, WS_LIST_FORM, fence_async_shared, gl, gluon, mbarrier, tma, warpgroup_mma
-from .compat import tma_load, tma_store, warpgroup_mma_wait
+from ...common.gluon_compat import IMPORT_ERROR, WS_LIST_FORM, fence_async_shared, gl, gluon, mbarrier, tma, warpgroup_mma
+from ...common.gluon_compat import tma_load, tma_store, warpgroup_mma_wait
 from . import configs as _cfg
 
 # the start-state flags and the start factor's cap (-LOG_DECAY_FLOOR) as constexprs the kernels

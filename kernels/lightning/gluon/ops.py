@@ -18,7 +18,7 @@ import torch
 from ...common import checks
 from ...common.launch import PlainLauncher, alignment, raw_stream
 from ..triton import ops as triton_ops
-from . import compat
+from ...common import gluon_compat as compat
 from . import configs as _cfg
 from .backward import backward_by_forwards
 

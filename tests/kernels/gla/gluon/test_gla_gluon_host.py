@@ -12,7 +12,7 @@ import torch
 
 from lattnbench.kernels.gla.gluon import host
 from lattnbench.kernels.gla.triton import gla_triton
-from lattnbench.kernels.lightning.gluon import compat
+from lattnbench.kernels.common import gluon_compat as compat
 
 
 def test_the_rule_names_why_a_call_keeps_the_triton_prep_launch(monkeypatch):

@@ -11,7 +11,8 @@ import sys
 import pytest
 import torch
 
-from lattnbench.kernels.lightning.gluon import compat, gluon_path, lightning_attn_gluon
+from lattnbench.kernels.common import gluon_compat as compat
+from lattnbench.kernels.lightning.gluon import gluon_path, lightning_attn_gluon
 from lattnbench.kernels.lightning.gluon import configs as gcfg
 from lattnbench.kernels.lightning.gluon import ops as gops
 from lattnbench.kernels.lightning.gluon.backward import dkdv_by_forwards, with_start_states

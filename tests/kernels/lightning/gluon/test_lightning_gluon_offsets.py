@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from lattnbench.kernels.lightning.gluon import compat
+from lattnbench.kernels.common import gluon_compat as compat
 from lattnbench.kernels.lightning.gluon import configs as gcfg
 from lattnbench.kernels.lightning.gluon import end_terms
 from lattnbench.kernels.lightning.gluon import ops as gops

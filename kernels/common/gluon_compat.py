@@ -1,11 +1,11 @@
-"""What this Triton's Gluon offers, probed once at import: whether the Hopper pieces the kernel
-uses exist, and how ``gl.warp_specialize`` is called.
+"""What this Triton's Gluon offers, probed once at import: whether the Hopper pieces the Gluon
+kernels (``lightning/gluon``, ``gla/gluon``) use exist, and how ``gl.warp_specialize`` is called.
 
 ``gl.warp_specialize`` changed its signature in late 2025. The older form is
 ``warp_specialize(default_args, default_fn, worker_args, worker_fns, worker_num_warps,
 worker_num_regs)``; the newer one (Triton 3.6 on the GPU image, 3.9 here) takes one list of
 ``(fn, args)`` pairs, the default partition first, then the workers' warps and registers.
-The kernel branches on ``WS_LIST_FORM`` (a constexpr) and writes both calls.
+The kernels branch on ``WS_LIST_FORM`` (a constexpr) and writes both calls.
 """
 from __future__ import annotations
 
