@@ -34,7 +34,7 @@ from ...common.gluon_compat import IMPORT_ERROR, WS_LIST_FORM, fence_async_share
 from ...common.gluon_compat import tma_load, tma_store, warpgroup_mma_wait
 
 if IMPORT_ERROR is None:
-    from .kernels import START_CAP, _chunk_row, _positions
+    from .kernels import START_CAP, _chunk_row, _positions, _state_chain
 
     @gluon.jit
     def _dkdv_load_partition(descs, bufs, bars, geo, ptrs, REVERSE: gl.constexpr, FROM_DST: gl.constexpr,
@@ -67,14 +67,10 @@ if IMPORT_ERROR is None:
         register A operand; dO comes straight from the ring. Starts from c·dS_T (FROM_DST)."""
         q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc = descs
         q_bufs, k_bufs, v_bufs, do_bufs, s_bufs, dk_bufs, dv_bufs = bufs
-        ld_ready, ld_empty, s_ready, s_empty = bars
         i_b, i_h, T, H, n_chunks = geo
         dst_ptr, ht_ptr, g_ptr, scale = ptrs
-        BT: gl.constexpr = q_desc.block_type.shape[1]
         D: gl.constexpr = q_desc.block_type.shape[2]
         E: gl.constexpr = v_desc.block_type.shape[2]
-        NBUF: gl.constexpr = q_bufs.type.shape[0]
-        NS: gl.constexpr = s_bufs.type.shape[0]
         dtype: gl.constexpr = q_desc.dtype
         st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                             instr_shape=[16, E, 16])
@@ -89,32 +85,7 @@ if IMPORT_ERROR is None:
             R = gl.load(dst_ptr + state_off + s_idx) * (gl.exp(gl.minimum(-gam, START_CAP)) / scale)
         else:
             R = gl.full([D, E], 0.0, gl.float32, st_layout)
-        pk = _positions(BT, gl.SliceLayout(0, qa_layout), REVERSE)
-
-        for c in range(n_chunks):
-            # publish R_{c-1} for the output partition's chunk c
-            sb = c % NS
-            mbarrier.wait(s_empty.index(sb), ((c // NS) & 1) ^ 1)
-            s_bufs.index(sb).store(R.to(dtype))
-            fence_async_shared()
-            mbarrier.arrive(s_ready.index(sb), count=1)
-
-            slot = c % NBUF
-            mbarrier.wait(ld_ready.index(slot), (c // NBUF) & 1)
-            n_valid = gl.minimum(T - _chunk_row(c, n_chunks, BT, REVERSE), BT).to(gl.float32)
-            if REVERSE:  # a partial chunk shifts every position by L − BT; rows past T get p < 0
-                p = pk + (n_valid - BT)
-            else:
-                p = pk
-            kd = gl.where((p >= 0.0) & (p < n_valid), gl.exp(gam * gl.maximum(n_valid - 1.0 - p, 0.0)), 0.0)
-            q_t = q_bufs.index(slot).reshape([BT, D]).permute((1, 0)).load(qa_layout)
-            q_t = (q_t.to(gl.float32) * kd[None, :]).to(dtype)
-            do_s = do_bufs.index(slot).reshape([BT, E])
-            R = warpgroup_mma(q_t, do_s, R * gl.exp(gam * n_valid), is_async=True)
-            R, q_t = warpgroup_mma_wait(num_outstanding=0, deps=[R, q_t])
-            # the wgmma on this slot is complete; order the register load of q before the refill
-            fence_async_shared()
-            mbarrier.arrive(ld_empty.index(slot), count=1)
+        R = _state_chain(R, q_bufs, do_bufs, s_bufs, bars, gam, T, n_chunks, qa_layout, dtype, REVERSE)
 
         if STORE_HT:
             gl.store(ht_ptr + state_off + s_idx, R)

@@ -95,20 +95,56 @@ if IMPORT_ERROR is None:
             tma_load(v_desc, [i_b, t0, i_hk * E + i_v * BV], bar, v_bufs.index(slot))
 
     @gluon.jit
+    def _state_chain(S, x_bufs, y_bufs, s_bufs, bars, gam, T, n_chunks, xa_layout: gl.constexpr,
+                     dtype: gl.constexpr, REVERSE: gl.constexpr):
+        """The state warpgroup's loop, for the forward's S (X = K, Y = V) and the dk / dv pass's R
+        (X = Q, Y = dO): per chunk publish S_{c−1} into the state ring, then
+        S ← λ^L·S + (X ⊙ λ^(L−1−p))ᵀ·Y as one wgmma (Xᵀ, decayed per token, the register A
+        operand; Y straight from the load ring). Returns the state after the last chunk."""
+        ld_ready, ld_empty, s_ready, s_empty = bars
+        BT: gl.constexpr = x_bufs.type.shape[2]
+        D: gl.constexpr = x_bufs.type.shape[3]
+        BV: gl.constexpr = y_bufs.type.shape[3]
+        NBUF: gl.constexpr = x_bufs.type.shape[0]
+        NS: gl.constexpr = s_bufs.type.shape[0]
+        pk = _positions(BT, gl.SliceLayout(0, xa_layout), REVERSE)
+        for c in range(n_chunks):
+            # publish S_{c-1} for the output partition's chunk c
+            sb = c % NS
+            mbarrier.wait(s_empty.index(sb), ((c // NS) & 1) ^ 1)
+            s_bufs.index(sb).store(S.to(dtype))
+            fence_async_shared()
+            mbarrier.arrive(s_ready.index(sb), count=1)
+
+            slot = c % NBUF
+            mbarrier.wait(ld_ready.index(slot), (c // NBUF) & 1)
+            n_valid = gl.minimum(T - _chunk_row(c, n_chunks, BT, REVERSE), BT).to(gl.float32)
+            if REVERSE:  # a partial chunk shifts every position by L − BT; rows past T get p < 0
+                p = pk + (n_valid - BT)
+            else:
+                p = pk
+            xd = gl.where((p >= 0.0) & (p < n_valid), gl.exp(gam * gl.maximum(n_valid - 1.0 - p, 0.0)), 0.0)
+            x_t = x_bufs.index(slot).reshape([BT, D]).permute((1, 0)).load(xa_layout)
+            x_t = (x_t.to(gl.float32) * xd[None, :]).to(dtype)
+            y_s = y_bufs.index(slot).reshape([BT, BV])
+            S = warpgroup_mma(x_t, y_s, S * gl.exp(gam * n_valid), is_async=True)
+            S, x_t = warpgroup_mma_wait(num_outstanding=0, deps=[S, x_t])
+            # the wgmma on this slot is complete; order the register load of x before the refill
+            fence_async_shared()
+            mbarrier.arrive(ld_empty.index(slot), count=1)
+        return S
+
+    @gluon.jit
     def _state_partition(descs, bufs, bars, geo, ptrs, E: gl.constexpr, REVERSE: gl.constexpr,
                          H0_MODE: gl.constexpr, STORE_HT: gl.constexpr):
         """One warpgroup: the state recurrence. S [D, BV] fp32 is the wgmma accumulator; Kᵀ, decayed
         per token, is the register A operand; V comes straight from the ring."""
         q_desc, k_desc, v_desc, o_desc = descs
         q_bufs, k_bufs, v_bufs, s_bufs, o_bufs = bufs
-        ld_ready, ld_empty, s_ready, s_empty = bars
         i_b, i_h, i_v, T, H, HKV, n_chunks = geo
         h0_ptr, ht_ptr, g_ptr, scale = ptrs
-        BT: gl.constexpr = q_desc.block_type.shape[1]
         D: gl.constexpr = q_desc.block_type.shape[2]
         BV: gl.constexpr = v_desc.block_type.shape[2]
-        NBUF: gl.constexpr = q_bufs.type.shape[0]
-        NS: gl.constexpr = s_bufs.type.shape[0]
         dtype: gl.constexpr = q_desc.dtype
         st_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                             instr_shape=[16, BV, 16])
@@ -128,33 +164,7 @@ if IMPORT_ERROR is None:
                 S = S * (gl.exp(gl.minimum(-gam, START_CAP)) / scale)
         else:
             S = gl.full([D, BV], 0.0, gl.float32, st_layout)
-        pk = _positions(BT, gl.SliceLayout(0, ka_layout), REVERSE)
-
-        for c in range(n_chunks):
-            # publish S_{c-1} for the output partition's chunk c
-            sb = c % NS
-            mbarrier.wait(s_empty.index(sb), ((c // NS) & 1) ^ 1)
-            s_bufs.index(sb).store(S.to(dtype))
-            fence_async_shared()
-            mbarrier.arrive(s_ready.index(sb), count=1)
-
-            slot = c % NBUF
-            mbarrier.wait(ld_ready.index(slot), (c // NBUF) & 1)
-            n_valid = gl.minimum(T - _chunk_row(c, n_chunks, BT, REVERSE), BT).to(gl.float32)
-            if REVERSE:  # a partial chunk shifts every position by L − BT; rows past T get p < 0
-                p = pk + (n_valid - BT)
-            else:
-                p = pk
-            kd = gl.where((p >= 0.0) & (p < n_valid), gl.exp(gam * gl.maximum(n_valid - 1.0 - p, 0.0)), 0.0)
-            k_t = k_bufs.index(slot).reshape([BT, D]).permute((1, 0)).load(ka_layout)
-            k_t = (k_t.to(gl.float32) * kd[None, :]).to(dtype)
-            v_s = v_bufs.index(slot).reshape([BT, BV])
-            S = warpgroup_mma(k_t, v_s, S * gl.exp(gam * n_valid), is_async=True)
-            S, k_t = warpgroup_mma_wait(num_outstanding=0, deps=[S, k_t])
-            # the wgmma on this slot is complete; order the register load of k before the refill
-            fence_async_shared()
-            mbarrier.arrive(ld_empty.index(slot), count=1)
-
+        S = _state_chain(S, k_bufs, v_bufs, s_bufs, bars, gam, T, n_chunks, ka_layout, dtype, REVERSE)
         if STORE_HT:
             gl.store(ht_ptr + state_off + s_idx, S)
 
