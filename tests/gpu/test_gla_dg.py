@@ -121,21 +121,23 @@ def test_gla_jax_triton_every_tensor_within_tolerance(problem):
     _assert_within_tolerance(name, got, ref)
 
 
-def test_gla_triton_with_the_gluon_prep_launch_every_tensor_within_tolerance(problem, monkeypatch):
-    """The same recipes with the prep launch in Gluon (``GLA_GLUON_PREP``): every tensor, dg at
-    fla's rule, and the Gluon launch really taken."""
+def test_gla_triton_with_the_gluon_launches_every_tensor_within_tolerance(problem, monkeypatch):
+    """The same recipes with both parallel launches in Gluon (``GLA_GLUON_PREP``,
+    ``GLA_GLUON_INTRA``): every tensor, dg at fla's rule, and the Gluon launches really taken."""
     from lattnbench.kernels.gla.gluon import host
 
     monkeypatch.setattr(host, "ON", True)
+    monkeypatch.setattr(host, "INTRA_ON", True)
     name, x, ref = problem
     reason = host.prep_reason(x["q"], 64)
     if reason is not None:
         pytest.skip(reason)
     launched = []
-    real = host.launch_prep
-    monkeypatch.setattr(host, "launch_prep", lambda *a: launched.append(1) or real(*a))
+    real_prep, real_intra = host.launch_prep, host.launch_intra
+    monkeypatch.setattr(host, "launch_prep", lambda *a: launched.append("prep") or real_prep(*a))
+    monkeypatch.setattr(host, "launch_intra", lambda *a: launched.append("intra") or real_intra(*a))
     leaves = [x[n].clone().requires_grad_() for n in ("q", "k", "v", "g", "h0") if x[n] is not None]
     o, s = gla_triton(*leaves[:4], initial_state=leaves[4] if len(leaves) > 4 else None)
     grads = torch.autograd.grad((o, s), leaves, (x["do"], x["ds"]))
-    assert launched
+    assert launched == ["prep", "intra"]
     _assert_within_tolerance(name, dict(zip(NAMES, (o, s, *grads))), ref)

@@ -1,9 +1,9 @@
-"""When ``gla/triton`` takes the Gluon prep launch (``prep``), and its launch.
+"""When ``gla/triton`` takes its Gluon parallel launches (``prep``, ``bwd_intra``), and their launches.
 
-The rule: ``GLA_GLUON_PREP=1`` (read at import; off until the launch is timed faster than the
-Triton one on the GPU), Gluon's Hopper API importable, a CUDA sm_90 device, bf16 or fp16 inputs,
-D 64 or 128 (one warp per 16 key channels) and chunks of 64 (six levels). Every other call runs the
-Triton prep launch, with the same outputs.
+The rule: ``GLA_GLUON_PREP=1`` / ``GLA_GLUON_INTRA=1`` (read at import; off until each launch is
+timed faster than the Triton one on the GPU), Gluon's Hopper API importable, a CUDA sm_90 device,
+bf16 or fp16 inputs, D (and for the in-chunk backward E) 64 or 128, and chunks of 64 (six levels).
+Every other call runs the Triton launch, with the same outputs.
 """
 from __future__ import annotations
 
@@ -15,10 +15,22 @@ from ...common.launch import PlainLauncher
 from ...common import gluon_compat as compat
 
 ON = os.environ.get("GLA_GLUON_PREP", "0").strip() == "1"
+INTRA_ON = os.environ.get("GLA_GLUON_INTRA", "0").strip() == "1"
 HEAD_DIMS = (64, 128)
 CHUNK = 64
 # lanes sharing a key channel's rows: each thread holds CHUNK / ROW_LANES of them
 ROW_LANES = int(os.environ.get("GLA_GLUON_PREP_ROW_LANES", "2"))
+
+
+# the in-chunk backward launch's layout: key channels a slice takes at once, and lanes a channel
+# (its dq, dk and dg terms stay in registers across the six levels, so it takes narrower slices)
+INTRA_SLICE = int(os.environ.get("GLA_GLUON_INTRA_SLICE", "32"))
+INTRA_ROW_LANES = int(os.environ.get("GLA_GLUON_INTRA_ROW_LANES", "8"))
+
+
+def intra_slice(d: int) -> int:
+    """Key channels per slice of the in-chunk backward launch: INTRA_SLICE, at most D."""
+    return min(INTRA_SLICE, d)
 
 
 def warps(d: int, row_lanes: int = ROW_LANES) -> int:
@@ -32,21 +44,37 @@ def prep_reason(q: torch.Tensor, bt: int) -> str | None:
     """None when the prep launch of a call on ``q`` runs in Gluon, else why the Triton one runs."""
     if not ON:
         return "the Gluon prep launch is off (GLA_GLUON_PREP=1 turns it on)"
+    return _reason(q, bt)
+
+
+def intra_reason(q: torch.Tensor, v: torch.Tensor, bt: int) -> str | None:
+    """None when the in-chunk backward launch of a call on ``q``, ``v`` runs in Gluon, else why the
+    Triton one runs."""
+    if not INTRA_ON:
+        return "the Gluon in-chunk backward launch is off (GLA_GLUON_INTRA=1 turns it on)"
+    if v.shape[3] not in HEAD_DIMS:
+        return f"E={v.shape[3]} (the Gluon in-chunk backward launch takes E in {HEAD_DIMS})"
+    return _reason(q, bt)
+
+
+def _reason(q: torch.Tensor, bt: int) -> str | None:
+    """The rule both launches share: the API, the dtype, D and the chunk, an sm_90 device."""
     if compat.IMPORT_ERROR is not None:
         return compat.unavailable_reason()
     if q.dtype not in (torch.bfloat16, torch.float16):
-        return f"dtype {str(q.dtype).removeprefix('torch.')} (the Gluon prep launch is bf16 / fp16 only)"
+        return f"dtype {str(q.dtype).removeprefix('torch.')} (the Gluon launches are bf16 / fp16 only)"
     if q.shape[3] not in HEAD_DIMS or bt != CHUNK:
-        return f"D={q.shape[3]}, chunk {bt} (the Gluon prep launch takes D in {HEAD_DIMS}, chunk {CHUNK})"
+        return f"D={q.shape[3]}, chunk {bt} (the Gluon launches take D in {HEAD_DIMS}, chunk {CHUNK})"
     if q.device.type != "cuda":
-        return f"the Gluon prep launch needs a CUDA sm_90 GPU, not {q.device.type}"
+        return f"the Gluon launches need a CUDA sm_90 GPU, not {q.device.type}"
     index = q.get_device()
     if index not in _SM90:
         _SM90[index] = torch.cuda.get_device_capability(q.device) == (9, 0)
-    return None if _SM90[index] else "the Gluon prep launch is written for sm_90 (Hopper)"
+    return None if _SM90[index] else "the Gluon launches are written for sm_90 (Hopper)"
 
 
 _LAUNCH: PlainLauncher | None = None
+_INTRA: PlainLauncher | None = None
 
 
 def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse: bool, varlen: bool, bt: int,
@@ -60,3 +88,17 @@ def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse:
                     dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), BT=bt, ROW_LANES=ROW_LANES,
                          num_warps=warps(d)))
     _LAUNCH(("gluon",) + key, args, spec, stream)
+
+
+def launch_intra(key: tuple, args: tuple, grid: tuple[int, int], d: int, e: int, reverse: bool, varlen: bool,
+                 bt: int, stream) -> None:
+    """Launch ``bwd_intra.gla_bwd_intra_gluon_kernel`` with ``gla_bwd_intra_kernel``'s arguments."""
+    global _INTRA
+    if _INTRA is None:
+        from . import bwd_intra as _k
+        _INTRA = PlainLauncher(_k, "gla_bwd_intra_gluon_kernel")
+    ds = intra_slice(d)
+    spec = lambda: (lambda meta: grid,  # noqa: E731
+                    dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), BT=bt, DS=ds,
+                         ROW_LANES=INTRA_ROW_LANES, num_warps=warps(ds, INTRA_ROW_LANES)))
+    _INTRA(("gluon",) + key, args, spec, stream)

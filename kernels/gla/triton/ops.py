@@ -133,9 +133,11 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     stream = raw_stream(q)
     bt = _chunk()
     grid = _cfg.prep_grid(t, n * h)
-    _BWD_INTRA(key, (q, k, v, g, do, cu_arg, t, h, hkv, float(scale), dqi, dki, dga),
-               lambda: (lambda meta: grid, dict(flags, **_cfg.intra_meta(d, e, bt))),
-               stream)
+    intra_args = (q, k, v, g, do, cu_arg, t, h, hkv, float(scale), dqi, dki, dga)
+    if _gluon_host.intra_reason(q, v, bt) is None:
+        _gluon_host.launch_intra(key, intra_args, grid, d, e, reverse, cu is not None, bt, stream)
+    else:
+        _BWD_INTRA(key, intra_args, lambda: (lambda meta: grid, dict(flags, **_cfg.intra_meta(d, e, bt))), stream)
     d_sliced = lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
                         dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None))
     _BWD_Q(key, (q, kd, bl, v, g, do, h0 if h0 is not None else ph, cu_arg, dqi, dga, t, h, hkv, float(scale), bucket,
