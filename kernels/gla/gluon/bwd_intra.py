@@ -14,7 +14,7 @@ from __future__ import annotations
 from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, fence_async_shared, gl, gluon, warpgroup_mma
 
 if IMPORT_ERROR is None:
-    from .prep import _add, _level
+    from .prep import _add, _chunk_start, _level, _sequence
 
     @gluon.jit
     def _truncated(x):
@@ -83,16 +83,7 @@ if IMPORT_ERROR is None:
         do_s = gl.allocate_shared_memory(do.dtype.element_ty, [BT, VD], OPV)
         v_s = gl.allocate_shared_memory(v.dtype.element_ty, [BT, VD], OPV)
 
-        i_nh = gl.program_id(1)
-        i_n = i_nh // H
-        i_h = i_nh % H
-        if IS_VARLEN:
-            bos = gl.load(cu + i_n).to(gl.int64)
-            seq_len = (gl.load(cu + i_n + 1).to(gl.int64) - bos).to(gl.int32)
-        else:
-            bos = i_n.to(gl.int64) * T
-            seq_len = T
-        i_hk = i_h // (H // HKV)
+        i_n, i_h, i_hk, bos, seq_len = _sequence(cu, T, H, HKV, IS_VARLEN)
 
         pos = gl.arange(0, BT, layout=gl.SliceLayout(1, L))
         pos_ld = gl.arange(0, BT, layout=gl.SliceLayout(1, LD))
@@ -113,10 +104,7 @@ if IMPORT_ERROR is None:
 
         n_chunks = (seq_len + BT - 1) // BT
         for i_c in range(gl.program_id(0), n_chunks, gl.num_programs(0)):
-            if REVERSE:
-                start = seq_len - i_c * BT - BT
-            else:
-                start = i_c * BT
+            start = _chunk_start(seq_len, i_c, BT, REVERSE)
             n_left = seq_len - i_c * BT
             m = (pos_ld < n_left)[:, None]
             mv = (pos_ldv < n_left)[:, None]

@@ -23,6 +23,29 @@ if IMPORT_ERROR is None:
         return a + b
 
     @gluon.jit
+    def _sequence(cu, T, H, HKV, IS_VARLEN: gl.constexpr):
+        """(sequence, query head, kv head, first row, length) of the program row N·H + h."""
+        i_nh = gl.program_id(1)
+        i_n = i_nh // H
+        i_h = i_nh % H
+        if IS_VARLEN:
+            bos = gl.load(cu + i_n).to(gl.int64)
+            seq_len = (gl.load(cu + i_n + 1).to(gl.int64) - bos).to(gl.int32)
+        else:
+            bos = i_n.to(gl.int64) * T
+            seq_len = T
+        return i_n, i_h, i_h // (H // HKV), bos, seq_len
+
+    @gluon.jit
+    def _chunk_start(seq_len, i_c, BT: gl.constexpr, REVERSE: gl.constexpr):
+        """First row of the chunk at processing index i_c; reversed, a last partial chunk starts
+        below row 0 (its rows there are masked)."""
+        if REVERSE:
+            return seq_len - i_c * BT - BT
+        else:
+            return i_c * BT
+
+    @gluon.jit
     def _level(B, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr, SPAN: gl.constexpr):
         """E [BT, KD] of the tree level with groups of SPAN positions: e^{B − R} on the later halves'
         rows and e^{R − B} on the earlier ones', R the cumulative gate at the group's boundary (its
@@ -77,16 +100,7 @@ if IMPORT_ERROR is None:
         q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KD], RAW)
         k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KD], RAW)
 
-        i_nh = gl.program_id(1)
-        i_n = i_nh // H
-        i_h = i_nh % H
-        if IS_VARLEN:
-            bos = gl.load(cu + i_n).to(gl.int64)
-            seq_len = (gl.load(cu + i_n + 1).to(gl.int64) - bos).to(gl.int32)
-        else:
-            bos = i_n.to(gl.int64) * T
-            seq_len = T
-        i_hk = i_h // (H // HKV)
+        i_n, i_h, i_hk, bos, seq_len = _sequence(cu, T, H, HKV, IS_VARLEN)
         slot0 = bos // BT + i_n  # chunk slots of this sequence in bl (``tiles.chunk_slot``)
 
         pos = gl.arange(0, BT, layout=gl.SliceLayout(1, L))        # processing position of a tile row
@@ -105,10 +119,7 @@ if IMPORT_ERROR is None:
 
         n_chunks = (seq_len + BT - 1) // BT
         for i_c in range(gl.program_id(0), n_chunks, gl.num_programs(0)):
-            if REVERSE:
-                start = seq_len - i_c * BT - BT
-            else:
-                start = i_c * BT
+            start = _chunk_start(seq_len, i_c, BT, REVERSE)
             m = (pos_ld < seq_len - i_c * BT)[:, None]
             # scalar int64 bases at the chunk's first row, int32 offsets inside it; tile rows in
             # processing order
