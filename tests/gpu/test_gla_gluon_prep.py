@@ -97,5 +97,8 @@ def test_the_gluon_in_chunk_backward_matches_the_triton_one(monkeypatch, b, t, h
     want = grads()
     for name, a, w in zip(("dq", "dk", "dv", "dg", "dh0"), got, want):
         assert torch.isfinite(a).all(), name
-        tol = 2e-5 if a.dtype == torch.float32 else 0.05 * torch.finfo(a.dtype).eps
-        assert err_ratio(a.float(), w.float()) <= max(tol, 1e-4), (name, err_ratio(a.float(), w.float()))
+        # the launches sum the same terms in another order: fp32 results agree to that order, 16-bit
+        # ones but for rare last-bit flips; dg, whose terms nearly cancel at strong gates, to its
+        # accumulation order relative to what is left
+        tol = 1e-3 if name == "dg" else 2e-5 if a.dtype == torch.float32 else 0.1 * torch.finfo(a.dtype).eps
+        assert err_ratio(a.float(), w.float()) <= tol, (name, err_ratio(a.float(), w.float()))
