@@ -3,10 +3,10 @@
 Why: ``gla_prep_kernel`` (Triton) spends most of its time moving a chunk's cumulative gate between
 threads: its tiles spread a column's rows over threads and warps, so every level's boundary value R
 goes through shared memory with a barrier, per level and key slice. Here a chunk's [BT, D] tiles
-use a layout in which each thread holds half a column (32 of its 64 rows; the lane beside it holds
-the rest): the cumulative gate, every level's R and its exponents are register arithmetic and one
-shuffle. Only the level products leave the registers: q⊙E and k⊙E go to shared memory once per
-level as fp32 and meet in one tf32 wgmma over all of D.
+use a layout in which ROW_LANES adjacent lanes hold one key channel's rows (BT / ROW_LANES each):
+the cumulative gate, every level's R and its exponents are register arithmetic and a shuffle or
+two. Only the level products leave the registers: q⊙E and k⊙E go to shared memory once per level
+as fp32 and meet in one tf32 wgmma over all of D.
 
 Same arguments, outputs and numerics as ``triton.kernels.gla_prep_kernel``: qd = q⊙e^B,
 kd = k⊙e^{Bl − B}, the totals Bl, and the scores A, every exponent ≤ 0 at any gate. Rows in the
