@@ -34,7 +34,7 @@ from ...common.gluon_compat import IMPORT_ERROR, WS_LIST_FORM, fence_async_share
 from ...common.gluon_compat import tma_load, tma_store, warpgroup_mma_wait
 
 if IMPORT_ERROR is None:
-    from .kernels import START_CAP, _chunk_row, _positions, _state_chain
+    from .kernels import START_CAP, _chunk_row, _decay_mask, _positions, _shifted_decay, _state_chain
 
     @gluon.jit
     def _dkdv_load_partition(descs, bufs, bars, geo, ptrs, REVERSE: gl.constexpr, FROM_DST: gl.constexpr,
@@ -121,10 +121,7 @@ if IMPORT_ERROR is None:
         gam = gl.load(g_ptr + i_h).to(gl.float32)
         # loop invariants: the intra-chunk decay mask (scale folded in) and the carried state's
         # decay per row, λ^(p+1)·scale, put on the fp32 rows of K·R (dv) and V·Rᵀ (dk)
-        p_r = _positions(BT, gl.SliceLayout(1, sc_layout), REVERSE)
-        p_c = _positions(BT, gl.SliceLayout(0, sc_layout), REVERSE)
-        diff = p_r[:, None] - p_c[None, :]
-        mask = gl.where(diff >= 0.0, gl.exp(gam * gl.maximum(diff, 0.0)), 0.0) * scale
+        mask = _decay_mask(gam, scale, BT, sc_layout, REVERSE)
         p_v = _positions(BT, gl.SliceLayout(1, dv_layout), REVERSE)
         p_k = _positions(BT, gl.SliceLayout(1, dk_layout), REVERSE)
         kdec = gl.exp(gam * (p_v + 1.0)) * scale
@@ -144,10 +141,9 @@ if IMPORT_ERROR is None:
             s_v = warpgroup_mma(k_s, q_s.permute((1, 0)), zero_sc, use_acc=False, is_async=True)
             s_k = warpgroup_mma(v_s, do_s.permute((1, 0)), zero_sc, use_acc=False, is_async=True)
             t0 = _chunk_row(c, n_chunks, BT, REVERSE)
-            if REVERSE:  # a partial chunk shifts every position by L − BT; rows past T get 0
-                shift = (gl.minimum(T - t0, BT) - BT).to(gl.float32)
-                kdec = gl.where(p_v + shift >= 0.0, gl.exp(gam * (p_v + shift + 1.0)), 0.0) * scale
-                vdec = gl.where(p_k + shift >= 0.0, gl.exp(gam * (p_k + shift + 1.0)), 0.0) * scale
+            if REVERSE:
+                kdec = _shifted_decay(p_v, T, t0, gam, scale, BT)
+                vdec = _shifted_decay(p_k, T, t0, gam, scale, BT)
             sb = c % NS
             mbarrier.wait(s_ready.index(sb), (c // NS) & 1)
             st = s_bufs.index(sb)

@@ -71,6 +71,22 @@ if IMPORT_ERROR is None:
         return r.to(gl.float32)
 
     @gluon.jit
+    def _decay_mask(gam, scale, BT: gl.constexpr, layout: gl.constexpr, REVERSE: gl.constexpr):
+        """[BT, BT] in ``layout``: the intra-chunk decay λ^(p_t − p_s)·scale on the pairs s ≤ t of
+        processing positions, 0 elsewhere."""
+        p_r = _positions(BT, gl.SliceLayout(1, layout), REVERSE)
+        p_c = _positions(BT, gl.SliceLayout(0, layout), REVERSE)
+        diff = p_r[:, None] - p_c[None, :]
+        return gl.where(diff >= 0.0, gl.exp(gam * gl.maximum(diff, 0.0)), 0.0) * scale
+
+    @gluon.jit
+    def _shifted_decay(p, T, t0, gam, scale, BT: gl.constexpr):
+        """The carried state's decay per row, λ^(p+1)·scale, of a reversed chunk starting at row t0:
+        a partial chunk shifts every position by L − BT, and rows past T get 0."""
+        p = p + (gl.minimum(T - t0, BT) - BT).to(gl.float32)
+        return gl.where(p >= 0.0, gl.exp(gam * (p + 1.0)), 0.0) * scale
+
+    @gluon.jit
     def _load_partition(descs, bufs, bars, geo, ptrs, E: gl.constexpr, REVERSE: gl.constexpr,
                         H0_MODE: gl.constexpr, STORE_HT: gl.constexpr):
         """One warp: keep the ring of q, k, v chunk tiles full."""
@@ -195,10 +211,7 @@ if IMPORT_ERROR is None:
         gam = gl.load(g_ptr + i_h).to(gl.float32)
         # loop invariants: the intra-chunk decay mask (scale folded in) and the carried state's
         # decay per row, λ^(p+1)·scale, put on Q in registers before Q·S
-        p_r = _positions(BT, gl.SliceLayout(1, qk_layout), REVERSE)
-        p_c = _positions(BT, gl.SliceLayout(0, qk_layout), REVERSE)
-        diff = p_r[:, None] - p_c[None, :]
-        mask = gl.where(diff >= 0.0, gl.exp(gam * gl.maximum(diff, 0.0)), 0.0) * scale
+        mask = _decay_mask(gam, scale, BT, qk_layout, REVERSE)
         p_a = _positions(BT, gl.SliceLayout(1, a_layout), REVERSE)
         qd = gl.exp(gam * (p_a + 1.0)) * scale
         zero_qk = gl.full([BT, BT], 0.0, gl.float32, qk_layout)
@@ -212,9 +225,8 @@ if IMPORT_ERROR is None:
             v_s = v_bufs.index(slot).reshape([BT, BV])
             qk = warpgroup_mma(q_s, k_s.permute((1, 0)), zero_qk, use_acc=False, is_async=True)
             t0 = _chunk_row(c, n_chunks, BT, REVERSE)
-            if REVERSE:  # a partial chunk shifts every position by L − BT; rows past T get 0
-                p_q = p_a + (gl.minimum(T - t0, BT) - BT).to(gl.float32)
-                qd = gl.where(p_q >= 0.0, gl.exp(gam * (p_q + 1.0)), 0.0) * scale
+            if REVERSE:
+                qd = _shifted_decay(p_a, T, t0, gam, scale, BT)
             q_a = (q_s.load(a_layout).to(gl.float32) * qd[:, None]).to(dtype)
             sb = c % NS
             mbarrier.wait(s_ready.index(sb), (c // NS) & 1)
