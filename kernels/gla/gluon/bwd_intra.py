@@ -14,7 +14,7 @@ from __future__ import annotations
 from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, fence_async_shared, gl, gluon, warpgroup_mma
 
 if IMPORT_ERROR is None:
-    from .prep import _add, _chunk_start, _level, _sequence
+    from .prep import _add, _chunk_start, _level, _sequence, _stage_gqk
 
     @gluon.jit
     def _truncated(x):
@@ -127,13 +127,7 @@ if IMPORT_ERROR is None:
                 k_base = row0 * (HKV * KD) + i_hk * KD + i_d * DS
                 x_off = off_ld[:, None] * (H * KD) + col_ld[None, :]
                 k_off = off_ld[:, None] * (HKV * KD) + col_ld[None, :]
-                gg = gl.convert_layout(gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
-                q_in = gl.load(q + x_base + x_off, mask=m, other=0.0)
-                k_in = gl.load(k + k_base + k_off, mask=m, other=0.0)
-                cta_barrier()  # the last slice's levels have read q_s and k_s
-                q_s.store(q_in)
-                k_s.store(k_in)
-                cta_barrier()
+                gg = _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L)
                 B = gl.associative_scan(gg, 0, _add)
                 dq = gl.zeros([BT, DS], gl.float32, ACC)
                 dk = gl.zeros([BT, DS], gl.float32, ACC)

@@ -46,6 +46,21 @@ if IMPORT_ERROR is None:
             return i_c * BT
 
     @gluon.jit
+    def _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L: gl.constexpr):
+        """A chunk's gates in the column layout L (fp32, zero past the end: no decay there), and its
+        q and k tiles into q_s and k_s for the levels to read back. Loads go through the row-major
+        layout of the offsets (in L every element of a thread is another row, an address of its
+        own); the first barrier waits for the last chunk's levels to have read the buffers."""
+        gg = gl.convert_layout(gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
+        q_in = gl.load(q + x_base + x_off, mask=m, other=0.0)
+        k_in = gl.load(k + k_base + k_off, mask=m, other=0.0)
+        cta_barrier()
+        q_s.store(q_in)
+        k_s.store(k_in)
+        cta_barrier()
+        return gg
+
+    @gluon.jit
     def _level(B, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr, SPAN: gl.constexpr):
         """E [BT, KD] of the tree level with groups of SPAN positions: e^{B − R} on the later halves'
         rows and e^{R − B} on the earlier ones', R the cumulative gate at the group's boundary (its
@@ -128,13 +143,7 @@ if IMPORT_ERROR is None:
             k_base = row0 * (HKV * KD) + i_hk * KD
             x_off = off_ld[:, None] * (H * KD) + col_ld[None, :]
             k_off = off_ld[:, None] * (HKV * KD) + col_ld[None, :]
-            gg = gl.convert_layout(gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
-            q_in = gl.load(q + x_base + x_off, mask=m, other=0.0)
-            k_in = gl.load(k + k_base + k_off, mask=m, other=0.0)
-            cta_barrier()  # the last chunk's levels have read q_s and k_s
-            q_s.store(q_in)
-            k_s.store(k_in)
-            cta_barrier()
+            gg = _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L)
             qq = q_s.load(L).to(gl.float32)
             kk = k_s.load(L).to(gl.float32)
             B = gl.associative_scan(gg, 0, _add)
