@@ -1,5 +1,9 @@
 """Shared helpers of the Triton kernel tests."""
 import inspect
+import json
+import os
+import subprocess
+import sys
 
 
 class LaunchSpy:
@@ -57,3 +61,17 @@ class SignatureCheckingJaxTriton:
         self.launches.append(dict(name=kernel.fn.__name__, args=args, meta=dict(meta), grid=grid, num_warps=num_warps,
                                   outs=[tuple(o.shape) for o in out_shape]))
         return [jnp.zeros(o.shape, o.dtype) for o in out_shape]
+
+
+def gluon_aot_metrics(*calls: str) -> list[dict]:
+    """The metrics of ``lattnbench.static.gluon_aot`` compile calls (as source, e.g.
+    ``"compile_forward(d=128)"``), each without its PTX, from one fresh process without the
+    interpreter: a Triton kernel interpreted in this one leaves Triton's language patched, and a
+    compile after it fails."""
+    code = "import json\nfrom lattnbench.static import gluon_aot\n" + "".join(
+        f"m = gluon_aot.{call}\nm.pop('ptx', None)\nprint('METRICS', json.dumps(m))\n" for call in calls)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("METRICS ")]
+    assert run.returncode == 0 and len(lines) == len(calls), run.stderr[-2000:]
+    return [json.loads(ln.removeprefix("METRICS ")) for ln in lines]

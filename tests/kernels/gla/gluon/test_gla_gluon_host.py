@@ -2,17 +2,13 @@
 Triton launch, and its sm_90 compile (its kernels run on the GPU: tests/gpu/test_gla_gluon_prep.py)."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from lattnbench.kernels.gla.gluon import host
 from lattnbench.kernels.gla.triton import gla_triton
 from lattnbench.kernels.common import gluon_compat as compat
+from triton_testutil import gluon_aot_metrics
 
 
 def test_the_rule_names_why_a_call_keeps_the_triton_launches(monkeypatch):
@@ -52,14 +48,8 @@ def test_the_parallel_launches_compile_for_sm90_with_their_level_products_unroll
     the H200's 227 KB. In a fresh process (see the Lightning Gluon test)."""
     if compat.IMPORT_ERROR is not None:
         pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    code = ("import json; from lattnbench.static.gluon_aot import compile_gla_prep, compile_gla_bwd_intra; "
-            "m = compile_gla_prep(d=128, dtype='bf16', reverse=True); m.pop('ptx'); print('METRICS', json.dumps(m)); "
-            "m = compile_gla_bwd_intra(d=128, e=128, dtype='bf16'); m.pop('ptx'); print('METRICS', json.dumps(m))")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("METRICS ")]
-    assert run.returncode == 0 and len(lines) == 2, run.stderr[-2000:]
-    prep, intra = (json.loads(ln.removeprefix("METRICS ")) for ln in lines)
+    prep, intra = gluon_aot_metrics("compile_gla_prep(d=128, dtype='bf16', reverse=True)",
+                                    "compile_gla_bwd_intra(d=128, e=128, dtype='bf16')")
     assert prep["wgmma"] == 6 * 128 // 8
     assert 12 <= prep["barriers"] <= 48
     assert 0 < prep["shared_bytes"] <= 227 * 1024

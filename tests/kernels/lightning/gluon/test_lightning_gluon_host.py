@@ -3,11 +3,6 @@ Triton kernel (same numbers, same errors), the warp_specialize signature probe, 
 entry's refusals, and an ahead-of-time sm_90 compile of the kernel where this Triton has Gluon."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -22,6 +17,7 @@ from lattnbench.kernels.lightning.triton import ops as tops
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 from lattnbench.registry import default_registry
 from lattnbench.spec import Case
+from triton_testutil import gluon_aot_metrics
 
 
 def _qkv(gen, b=1, t=40, h=4, hkv=2, d=16, e=32, dtype=torch.float32):
@@ -125,16 +121,9 @@ def test_the_forward_and_the_dkdv_pass_compile_for_sm90_with_async_wgmma_and_war
     scalar spills are not asserted away (Triton 3.6, the GPU image's, spills 56 B, 3.9 120 B)."""
     if compat.IMPORT_ERROR is not None:
         pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    code = ("import json; from lattnbench.static.gluon_aot import compile_forward, compile_dkdv; "
-            "m = compile_forward(d=128, e=128, dtype='bf16', reverse=False, has_h0=False, store_ht=False); "
-            "m.pop('ptx'); print('METRICS', json.dumps(m)); "
-            "m = compile_dkdv(d=128, e=128, dtype='bf16', reverse=True, from_dst=True, store_ht=True); "
-            "m.pop('ptx'); print('METRICS', json.dumps(m))")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("METRICS ")]
-    assert run.returncode == 0 and len(lines) == 2, run.stderr[-2000:]
-    fwd, dkdv = (json.loads(ln.removeprefix("METRICS ")) for ln in lines)
+    fwd, dkdv = gluon_aot_metrics(
+        "compile_forward(d=128, e=128, dtype='bf16', reverse=False, has_h0=False, store_ht=False)",
+        "compile_dkdv(d=128, e=128, dtype='bf16', reverse=True, from_dst=True, store_ht=True)")
     cfg = gcfg.config_for(128)
     assert fwd["wgmma"] > 0 and 1 in fwd["wait_depths"] and 0 in fwd["wait_depths"]
     assert {cfg.worker_regs[0], cfg.worker_regs[1]} <= set(fwd["setmaxnreg"])

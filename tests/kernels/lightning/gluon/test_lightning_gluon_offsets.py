@@ -6,11 +6,6 @@ and the forward's TMA descriptors and grid are built over meta tensors with the 
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 import triton
@@ -21,6 +16,7 @@ from lattnbench.kernels.lightning.gluon import configs as gcfg
 from lattnbench.kernels.lightning.gluon import end_terms
 from lattnbench.kernels.lightning.gluon import ops as gops
 from lattnbench.kernels.lightning.gluon.backward import backward_by_forwards
+from triton_testutil import gluon_aot_metrics
 
 B, T, H, D = 5, 131072, 32, 128  # the long suite's check-rows shape past 2^31 elements
 INT32_MAX = 2**31 - 1
@@ -47,26 +43,14 @@ def test_the_end_terms_row_offsets_past_2_31_elements_are_exact(last):
     assert torch.equal(out.cpu(), want)
 
 
-_AOT = """
-import json
-from lattnbench.static.gluon_aot import compile_end_terms, compile_forward
-fwd = compile_forward(d=128, e=128, dtype='bf16', reverse=False, has_h0=True, store_ht=True)
-fwd.pop('ptx')
-print('METRICS', json.dumps({'end_terms': compile_end_terms(), 'forward': fwd}))
-"""
-
-
 @pytest.fixture(scope="module")
 def compiled():
-    """Both kernels of lightning/gluon that take pointers, compiled for sm_90 in a fresh process (a
-    Triton kernel interpreted in this one leaves Triton's language patched)."""
+    """Both kernels of lightning/gluon that take pointers, compiled for sm_90 in a fresh process."""
     if compat.IMPORT_ERROR is not None:
         pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", _AOT], capture_output=True, text=True, env=env, timeout=300)
-    line = [ln for ln in run.stdout.splitlines() if ln.startswith("METRICS ")]
-    assert run.returncode == 0 and line, run.stderr[-2000:]
-    return json.loads(line[0].removeprefix("METRICS "))
+    end, fwd = gluon_aot_metrics("compile_end_terms()",
+                                 "compile_forward(d=128, e=128, dtype='bf16', reverse=False, has_h0=True, store_ht=True)")
+    return {"end_terms": end, "forward": fwd}
 
 
 def test_the_end_term_launch_offsets_every_tensor_in_int64(compiled):
