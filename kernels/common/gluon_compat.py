@@ -54,3 +54,19 @@ def unavailable_reason() -> str | None:
         return f"Triton's Gluon Hopper API is not importable ({IMPORT_ERROR})"
     return None
 
+
+
+def sm90_reason(device, what: str) -> str | None:
+    """None when ``what`` (a Gluon kernel, named for the message) can run on the torch ``device``,
+    else why not (one line): the API here, a CUDA device, compute capability 9.0."""
+    reason = unavailable_reason()
+    if reason is not None:
+        return reason
+    if device.type != "cuda":
+        return f"{what} needs a CUDA sm_90 GPU, not {device.type}"
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) != (9, 0):
+        return f"{what} is written for sm_90 (Hopper), not sm_{major}{minor}"
+    return None

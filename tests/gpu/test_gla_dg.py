@@ -126,7 +126,7 @@ def test_gla_triton_with_the_gluon_launches_every_tensor_within_tolerance(proble
     ``GLA_GLUON_INTRA``): every tensor, dg at fla's rule, and the Gluon launches really taken."""
     from lattnbench.kernels.gla.gluon import host
 
-    monkeypatch.setattr(host, "ON", True)
+    monkeypatch.setattr(host, "PREP_ON", True)
     monkeypatch.setattr(host, "INTRA_ON", True)
     name, x, ref = problem
     reason = host.prep_reason(x["q"], 64)

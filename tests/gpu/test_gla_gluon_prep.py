@@ -42,12 +42,12 @@ def test_the_gluon_prep_launch_matches_the_triton_one(monkeypatch, b, t, h, hkv,
     cu = None if lens is None else torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32,
                                                 device="cuda")
     n = b if cu is None else len(lens)
-    monkeypatch.setattr(host, "ON", True)
+    monkeypatch.setattr(host, "PREP_ON", True)
     reason = host.prep_reason(q, 64)
     if reason is not None:
         pytest.skip(reason)
     got = gops.gla_prep(q, k, g, reverse, cu, n)
-    monkeypatch.setattr(host, "ON", False)
+    monkeypatch.setattr(host, "PREP_ON", False)
     want = gops.gla_prep(q, k, g, reverse, cu, n)
     for name, x, y in zip(("qd", "kd", "bl", "A"), got, want):
         if name == "bl":  # slots no chunk uses stay NaN in both

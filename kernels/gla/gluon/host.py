@@ -14,14 +14,12 @@ import torch
 from ...common.launch import PlainLauncher
 from ...common import gluon_compat as compat
 
-ON = os.environ.get("GLA_GLUON_PREP", "0").strip() == "1"
+PREP_ON = os.environ.get("GLA_GLUON_PREP", "0").strip() == "1"
 INTRA_ON = os.environ.get("GLA_GLUON_INTRA", "0").strip() == "1"
 HEAD_DIMS = (64, 128)
 CHUNK = 64
-# lanes sharing a key channel's rows: each thread holds CHUNK / ROW_LANES of them
+# lanes sharing a key channel's rows in the prep launch: each thread holds CHUNK / ROW_LANES of them
 ROW_LANES = int(os.environ.get("GLA_GLUON_PREP_ROW_LANES", "2"))
-
-
 # the in-chunk backward launch's layout: key channels a slice takes at once, and lanes a channel
 # (its dq, dk and dg terms stay in registers across the six levels, so it takes narrower slices)
 INTRA_SLICE = int(os.environ.get("GLA_GLUON_INTRA_SLICE", "32"))
@@ -34,15 +32,17 @@ def intra_slice(d: int) -> int:
 
 
 def warps(d: int, row_lanes: int = ROW_LANES) -> int:
-    """Warps of the prep launch: one thread per (key channel, row share)."""
+    """Warps of a launch over d key channels at a time: one thread per (key channel, row share)."""
     return d * row_lanes // 32
 
-_SM90: dict[int, bool] = {}
+
+# CUDA devices the sm_90 check accepted: later calls skip its device query
+_SM90_READY: set[int] = set()
 
 
 def prep_reason(q: torch.Tensor, bt: int) -> str | None:
     """None when the prep launch of a call on ``q`` runs in Gluon, else why the Triton one runs."""
-    if not ON:
+    if not PREP_ON:
         return "the Gluon prep launch is off (GLA_GLUON_PREP=1 turns it on)"
     return _reason(q, bt)
 
@@ -58,19 +58,17 @@ def intra_reason(q: torch.Tensor, v: torch.Tensor, bt: int) -> str | None:
 
 
 def _reason(q: torch.Tensor, bt: int) -> str | None:
-    """The rule both launches share: the API, the dtype, D and the chunk, an sm_90 device."""
-    if compat.IMPORT_ERROR is not None:
-        return compat.unavailable_reason()
+    """The rule both launches share: the dtype, D and the chunk, then the API and an sm_90 device."""
     if q.dtype not in (torch.bfloat16, torch.float16):
         return f"dtype {str(q.dtype).removeprefix('torch.')} (the Gluon launches are bf16 / fp16 only)"
     if q.shape[3] not in HEAD_DIMS or bt != CHUNK:
         return f"D={q.shape[3]}, chunk {bt} (the Gluon launches take D in {HEAD_DIMS}, chunk {CHUNK})"
-    if q.device.type != "cuda":
-        return f"the Gluon launches need a CUDA sm_90 GPU, not {q.device.type}"
-    index = q.get_device()
-    if index not in _SM90:
-        _SM90[index] = torch.cuda.get_device_capability(q.device) == (9, 0)
-    return None if _SM90[index] else "the Gluon launches are written for sm_90 (Hopper)"
+    if q.get_device() in _SM90_READY:
+        return None
+    reason = compat.sm90_reason(q.device, "a Gluon GLA launch")
+    if reason is None:
+        _SM90_READY.add(q.get_device())
+    return reason
 
 
 _LAUNCH: PlainLauncher | None = None

@@ -27,15 +27,7 @@ Tensor = torch.Tensor
 
 def device_reason(device: torch.device) -> str | None:
     """None when the Gluon forward can run on ``device``, else why not (one line)."""
-    reason = compat.unavailable_reason()
-    if reason is not None:
-        return reason
-    if device.type != "cuda":
-        return f"the Gluon forward needs a CUDA sm_90 GPU, not {device.type}"
-    major, minor = torch.cuda.get_device_capability(device)
-    if (major, minor) != (9, 0):
-        return f"the Gluon forward is written for sm_90 (Hopper), not sm_{major}{minor}"
-    return None
+    return compat.sm90_reason(device, "the Gluon forward")
 
 
 # CUDA devices device_reason accepted: later calls skip its device query (a visible share of a

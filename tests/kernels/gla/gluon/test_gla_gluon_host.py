@@ -1,5 +1,6 @@
-"""gla/triton's Gluon prep launch on the CPU: the rule that picks it, that a CPU call keeps the
-Triton launch, and its sm_90 compile (its kernels run on the GPU: tests/gpu/test_gla_gluon_prep.py)."""
+"""gla/triton's Gluon parallel launches on the CPU: the rule that picks them, that a CPU call keeps
+the Triton launches, and their sm_90 compile (their kernels run on the GPU:
+tests/gpu/test_gla_gluon_prep.py)."""
 from __future__ import annotations
 
 import pytest
@@ -18,7 +19,7 @@ def test_the_rule_names_why_a_call_keeps_the_triton_launches(monkeypatch):
     monkeypatch.setattr(host, "INTRA_ON", True)
     assert "E=96" in host.intra_reason(q, torch.zeros(1, 8, 2, 96, dtype=torch.bfloat16), 64)
     assert "float32" in host.intra_reason(q.float(), q.float(), 64)
-    monkeypatch.setattr(host, "ON", True)
+    monkeypatch.setattr(host, "PREP_ON", True)
     assert "float32" in host.prep_reason(q.float(), 64)
     assert "D=96" in host.prep_reason(torch.zeros(1, 8, 2, 96, dtype=torch.bfloat16), 64)
     assert "chunk 32" in host.prep_reason(q, 32)
@@ -27,7 +28,7 @@ def test_the_rule_names_why_a_call_keeps_the_triton_launches(monkeypatch):
 
 
 def test_a_cpu_call_with_the_switches_on_runs_the_triton_launches(monkeypatch):
-    monkeypatch.setattr(host, "ON", True)
+    monkeypatch.setattr(host, "PREP_ON", True)
     monkeypatch.setattr(host, "INTRA_ON", True)
     monkeypatch.setattr(host, "launch_prep", lambda *a: pytest.fail("the Gluon prep launch on a CPU"))
     monkeypatch.setattr(host, "launch_intra", lambda *a: pytest.fail("the Gluon in-chunk launch on a CPU"))
