@@ -1,6 +1,8 @@
-"""Gluon (sm_90) launches for ``gla/triton``: the prep launch with each chunk column in one thread.
+"""Gluon (sm_90) forms of ``gla/triton``'s two parallel launches, each chunk column's rows in a few
+lanes' registers: the prep launch (``prep``) and the backward's in-chunk launch (``bwd_intra``).
 
-``gla_triton`` takes ``prep.gla_prep_gluon_kernel`` in place of its Triton prep launch where
-``prep.prep_reason`` allows and ``GLA_GLUON_PREP=1`` asks for it; the Triton launch otherwise.
-The kernel module imports only where Triton's Gluon Hopper API is importable.
+``gla_triton`` takes each where ``host.prep_reason`` / ``host.intra_reason`` allow
+(``GLA_GLUON_PREP=1`` / ``GLA_GLUON_INTRA=1``, an sm_90 GPU, bf16 / fp16, D and E 64 or 128); the
+Triton launch otherwise. The kernel modules import only where Triton's Gluon Hopper API is
+importable.
 """
