@@ -49,6 +49,11 @@ def test_the_gluon_prep_launch_matches_the_triton_one(monkeypatch, b, t, h, hkv,
     got = gops.gla_prep(q, k, g, reverse, cu, n)
     monkeypatch.setattr(host, "PREP_ON", False)
     want = gops.gla_prep(q, k, g, reverse, cu, n)
+    bl_used = want[2][~torch.isnan(want[2])]
+    # both cumulate the same fp32 gates in another order, so an exponent such as Bl − B differs by
+    # about an ulp of the chunk's depth |Bl|, and a factor e^x by that relative error: 6e-5 at the
+    # ~500 of gate norm 0.1, under 1e-6 at norm 16
+    order = torch.finfo(torch.float32).eps * bl_used.abs().max().item()
     for name, x, y in zip(("qd", "kd", "bl", "A"), got, want):
         if name == "bl":  # slots no chunk uses stay NaN in both
             x, y = x[~torch.isnan(y)], y[~torch.isnan(y)]
@@ -56,7 +61,7 @@ def test_the_gluon_prep_launch_matches_the_triton_one(monkeypatch, b, t, h, hkv,
         # both sum the same fp32 terms and tf32 products, in another order: fp32 outputs agree to
         # that order, 16-bit ones but for rare last-bit flips where the fp32 value sits on a
         # rounding boundary
-        tol = 2e-5 if x.dtype == torch.float32 else 0.05 * torch.finfo(x.dtype).eps
+        tol = max(2e-5, order) if x.dtype == torch.float32 else 0.05 * torch.finfo(x.dtype).eps
         assert err_ratio(x, y) <= tol, (name, err_ratio(x, y))
 
 
