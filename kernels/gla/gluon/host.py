@@ -20,6 +20,12 @@ HEAD_DIMS = (64, 128)
 CHUNK = 64
 # lanes sharing a key channel's rows in the prep launch: each thread holds CHUNK / ROW_LANES of them
 ROW_LANES = int(os.environ.get("GLA_GLUON_PREP_ROW_LANES", "2"))
+# the prep launch's level products: fp16 operands stored channel-major (vector stores, twice the
+# tensor-core rate) instead of tf32 ones stored row-major, and each issued before the last one is
+# waited on. fp16 keeps tf32's mantissa; its range holds q⊙E and k⊙E for fp16 inputs (E ≤ 1) but not
+# for bf16 entries past 65504, so it stays a knob until it is timed and made range-safe
+PREP_OP16 = os.environ.get("GLA_GLUON_PREP_OP16", "0").strip() == "1"
+PREP_ASYNC = os.environ.get("GLA_GLUON_PREP_ASYNC", "0").strip() == "1"
 # the in-chunk backward launch's layout: key channels a slice takes at once, and lanes a channel
 # (its dq, dk and dg terms stay in registers across the six levels, so it takes narrower slices)
 INTRA_SLICE = int(os.environ.get("GLA_GLUON_INTRA_SLICE", "32"))
@@ -84,8 +90,8 @@ def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse:
         _LAUNCH = PlainLauncher(_k, "gla_prep_gluon_kernel")
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), BT=bt, ROW_LANES=ROW_LANES,
-                         num_warps=warps(d)))
-    _LAUNCH(("gluon",) + key, args, spec, stream)
+                         OP16=PREP_OP16 or PREP_ASYNC, ASYNC=PREP_ASYNC, num_warps=warps(d)))
+    _LAUNCH(("gluon", PREP_OP16, PREP_ASYNC) + key, args, spec, stream)
 
 
 def launch_intra(key: tuple, args: tuple, grid: tuple[int, int], d: int, e: int, reverse: bool, varlen: bool,

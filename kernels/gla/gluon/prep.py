@@ -15,6 +15,7 @@ tiles are processing positions (reversed rows under REVERSE), so one code path s
 from __future__ import annotations
 
 from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, fence_async_shared, gl, gluon, warpgroup_mma
+from ...common.gluon_compat import warpgroup_mma_wait
 
 if IMPORT_ERROR is None:
 
@@ -91,12 +92,52 @@ if IMPORT_ERROR is None:
         return gl.where((pos_r[:, None] // SPAN) == (pos_c[None, :] // SPAN), s, 0.0)
 
     @gluon.jit
+    def _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_t, ke_t, zero, L: gl.constexpr, BT: gl.constexpr,
+                      KD: gl.constexpr, SPAN: gl.constexpr):
+        """``_tree_level`` with fp16 operands stored channel-major: a thread's rows of one channel are
+        contiguous in qe_t / ke_t [KD, BT], so its stores are vectors, and the wgmma reads both
+        operands M/N-major (allowed for 16-bit types, not tf32). fp16 keeps tf32's 10 mantissa bits;
+        q⊙E and k⊙E are at most |q| and |k| (E ≤ 1), so they stay in fp16's range for fp16 inputs."""
+        E = _level(B, L, BT, KD, SPAN)
+        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
+        qe = gl.where(later, qq * E, 0.0).to(gl.float16)
+        ke = gl.where(later, 0.0, kk * E).to(gl.float16)
+        cta_barrier()  # every warpgroup's product of the last level has read the buffers
+        qe_t.store(gl.permute(qe, (1, 0)))
+        ke_t.store(gl.permute(ke, (1, 0)))
+        fence_async_shared()
+        cta_barrier()
+        s = warpgroup_mma(qe_t.permute((1, 0)), ke_t, zero, use_acc=False)
+        return gl.where((pos_r[:, None] // SPAN) == (pos_c[None, :] // SPAN), s, 0.0)
+
+    @gluon.jit
+    def _issue_level16(B, qq, kk, pos, qe_t, ke_t, zero, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr,
+                       SPAN: gl.constexpr):
+        """``_tree_level16``'s product issued asynchronously into its own buffers, unmasked: the caller
+        waits on it after the next level's exponentials (``_group_mask``)."""
+        E = _level(B, L, BT, KD, SPAN)
+        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
+        qe = gl.where(later, qq * E, 0.0).to(gl.float16)
+        ke = gl.where(later, 0.0, kk * E).to(gl.float16)
+        cta_barrier()  # every warpgroup has waited on the product that last read these buffers
+        qe_t.store(gl.permute(qe, (1, 0)))
+        ke_t.store(gl.permute(ke, (1, 0)))
+        fence_async_shared()
+        cta_barrier()
+        return warpgroup_mma(qe_t.permute((1, 0)), ke_t, zero, use_acc=False, is_async=True)
+
+    @gluon.jit
+    def _group_mask(s, pos_r, pos_c, SPAN: gl.constexpr):
+        """A level's products kept to the pairs of one group of SPAN positions."""
+        return gl.where((pos_r[:, None] // SPAN) == (pos_c[None, :] // SPAN), s, 0.0)
+
+    @gluon.jit
     def gla_prep_gluon_kernel(
         q, k, g, cu,
         T, H, HKV,
         qd, kd, bl, A,
         KD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
-        ROW_LANES: gl.constexpr,
+        ROW_LANES: gl.constexpr, OP16: gl.constexpr = False, ASYNC: gl.constexpr = False,
     ):
         """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …; KD // 16 warps;
         BT = 64 (six levels), KD 64 or 128."""
@@ -106,11 +147,20 @@ if IMPORT_ERROR is None:
         # global loads and stores go through a row-major layout (4 contiguous channels a thread):
         # in L every element of a thread is another row, an address of its own
         LD: gl.constexpr = gl.BlockedLayout([1, 4], [32 * 4 // KD, KD // 4], [WARPS, 1], [1, 0])
+        # the wgmma's k step: 8 for tf32 operands, 16 for fp16 ones
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
-                                                      instr_shape=[16, BT // (WARPS // 4), 8])
-        OP: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, KD], gl.float32)
-        qe_s = gl.allocate_shared_memory(gl.float32, [BT, KD], OP)
-        ke_s = gl.allocate_shared_memory(gl.float32, [BT, KD], OP)
+                                                      instr_shape=[16, BT // (WARPS // 4), 16 if OP16 else 8])
+        if OP16:
+            OPT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KD, BT], gl.float16)
+            qe_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
+            ke_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
+            if ASYNC:  # a second pair: level l + 1 is staged while level l's product runs
+                qe2_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
+                ke2_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
+        else:
+            OP: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, KD], gl.float32)
+            qe_s = gl.allocate_shared_memory(gl.float32, [BT, KD], OP)
+            ke_s = gl.allocate_shared_memory(gl.float32, [BT, KD], OP)
         RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
         q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KD], RAW)
         k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KD], RAW)
@@ -155,12 +205,39 @@ if IMPORT_ERROR is None:
             own = gl.convert_layout(gl.sum(qq * kk, axis=1), gl.SliceLayout(1, MMA))
             scores = gl.where(diag, own[:, None], 0.0)
             # the six levels of BT = 64, groups of 64 down to 2 positions
-            scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 64)
-            scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 32)
-            scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 16)
-            scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 8)
-            scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 4)
-            scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 2)
+            if ASYNC:
+                t0 = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, 64)
+                t1 = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, 32)
+                s0 = warpgroup_mma_wait(num_outstanding=1, deps=[t0])
+                scores += _group_mask(s0, pos_r, pos_c, 64)
+                t2 = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, 16)
+                s1 = warpgroup_mma_wait(num_outstanding=1, deps=[t1])
+                scores += _group_mask(s1, pos_r, pos_c, 32)
+                t3 = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, 8)
+                s2 = warpgroup_mma_wait(num_outstanding=1, deps=[t2])
+                scores += _group_mask(s2, pos_r, pos_c, 16)
+                t4 = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, 4)
+                s3 = warpgroup_mma_wait(num_outstanding=1, deps=[t3])
+                scores += _group_mask(s3, pos_r, pos_c, 8)
+                t5 = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, 2)
+                s4 = warpgroup_mma_wait(num_outstanding=1, deps=[t4])
+                scores += _group_mask(s4, pos_r, pos_c, 4)
+                s5 = warpgroup_mma_wait(num_outstanding=0, deps=[t5])
+                scores += _group_mask(s5, pos_r, pos_c, 2)
+            elif OP16:
+                scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 64)
+                scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 32)
+                scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 16)
+                scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 8)
+                scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 4)
+                scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 2)
+            else:
+                scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 64)
+                scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 32)
+                scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 16)
+                scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 8)
+                scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 4)
+                scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 2)
             a_ptr = A + (row0 * (H * BT) + i_h * BT) + (off_r[:, None] * (H * BT) + off_c[None, :])
             a_valid = (pos_r < seq_len - i_c * BT)[:, None]  # every column: keys past the end score 0
             gl.store(a_ptr, scores.to(A.dtype.element_ty), mask=a_valid)
