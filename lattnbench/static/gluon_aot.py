@@ -92,9 +92,10 @@ def dkdv_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool =
 
 
 def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, varlen: bool = False,
-                    row_lanes: int | None = None):
+                    row_lanes: int | None = None, op16: bool = False, asynchronous: bool = False):
     """(GluonASTSource, launch options) of ``gla/triton``'s Gluon prep launch (``kernels.gla.gluon.prep``)
-    as ``gla.gluon.host.launch_prep`` launches it: qd and kd in bf16 for bf16 inputs, fp32 for fp16."""
+    as ``gla.gluon.host.launch_prep`` launches it: qd and kd in bf16 for bf16 inputs, fp32 for fp16;
+    ``op16`` / ``asynchronous`` as ``GLA_GLUON_PREP_OP16`` / ``GLA_GLUON_PREP_ASYNC`` set them."""
     from lattnbench.kernels.gla.gluon import host as C
     from lattnbench.kernels.gla.gluon import prep as K
 
@@ -102,7 +103,8 @@ def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, va
     types = dict(q=f"*{dtype}", k=f"*{dtype}", g="*fp32", cu="*i32", T="i32", H="i32", HKV="i32",
                  qd=f"*{dec}", kd=f"*{dec}", bl="*fp32", A=f"*{dtype}")
     lanes = row_lanes or C.ROW_LANES
-    constexprs = dict(KD=d, REVERSE=reverse, IS_VARLEN=varlen, BT=C.CHUNK, ROW_LANES=lanes)
+    constexprs = dict(KD=d, REVERSE=reverse, IS_VARLEN=varlen, BT=C.CHUNK, ROW_LANES=lanes,
+                      OP16=op16 or asynchronous, ASYNC=asynchronous)
     options = dict(num_warps=C.warps(d, lanes), num_stages=1, enable_fp_fusion=True)
     return _source(K.gla_prep_gluon_kernel, types, constexprs), options
 
@@ -166,7 +168,8 @@ def compile_gla_bwd_intra(**kw) -> dict:
 
 
 def _metrics(src, options) -> dict:
-    """Compile for sm_90; the metrics: registers and spills (ptxas -v), shared bytes, wgmma count,
+    """Compile for sm_90; the metrics: registers and spills (ptxas -v), shared bytes, shared-memory
+    store instructions, wgmma count,
     the distinct ``wgmma.wait_group`` depths (a depth above 0 is a deferred wait), the
     per-partition register limits (``setmaxnreg``), TMA copies, mbarrier waits, the scalar
     pointer offsets and the PTX itself."""
@@ -181,6 +184,7 @@ def _metrics(src, options) -> dict:
             "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", text)),
             "mbarrier_waits": len(re.findall(r"mbarrier\.try_wait", text)),
             "barriers": len(re.findall(r"\bbar(?:rier)?\.sync", text)),
+            "shared_stores": len(re.findall(r"\bst\.shared\.", text)),
             "scalar_offsets": scalar_offsets(ck.asm["ttgir"]), "ptx": text}
 
 

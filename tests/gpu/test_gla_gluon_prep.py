@@ -143,3 +143,30 @@ def test_the_gluon_in_chunk_backward_matches_the_triton_one(monkeypatch, b, t, h
         # accumulation order relative to what is left
         tol = 1e-3 if name == "dg" else 2e-5 if a.dtype == torch.float32 else 0.1 * torch.finfo(a.dtype).eps
         assert err_ratio(a.float(), w.float()) <= tol, (name, err_ratio(a.float(), w.float()))
+
+
+@pytest.mark.parametrize("variant", ["fp16", "fp16-async"])
+def test_fp16_operands_hold_bf16_inputs_past_the_fp16_range(monkeypatch, variant):
+    """bf16 q around 1e6 and k around 1e-6 (their products past fp16's range and below its normal
+    one), some rows all zero: the per-row power-of-two scales keep every level operand in range, so
+    the scores are as close to fp64 as the Triton launch's tf32 ones, and qd, kd equal its own."""
+    monkeypatch.setattr(host, "PREP_OP16", VARIANTS[variant][0])
+    monkeypatch.setattr(host, "PREP_ASYNC", VARIANTS[variant][1])
+    gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ())))
+    b, t, h, d = 2, 300, 4, 128
+    q = (torch.randn(b, t, h, d, generator=gen, device="cuda") * 1e6).to(torch.bfloat16)
+    k = (torch.randn(b, t, h, d, generator=gen, device="cuda") * 1e-6).to(torch.bfloat16)
+    q[:, 7], k[:, 70] = 0, 0
+    g = torch.nn.functional.logsigmoid(torch.randn(b, t, h, d, generator=gen, device="cuda"))
+    monkeypatch.setattr(host, "PREP_ON", True)
+    reason = host.prep_reason(q, 64)
+    if reason is not None:
+        pytest.skip(reason)
+    got = gops.gla_prep(q, k, g, False, None, b)
+    monkeypatch.setattr(host, "PREP_ON", False)
+    want = gops.gla_prep(q, k, g, False, None, b)
+    for name, x, y in zip(("qd", "kd"), got, want):
+        assert err_ratio(x, y) <= 0.05 * torch.finfo(x.dtype).eps, (name, err_ratio(x, y))
+    a64 = _scores64(q, k, g, False, None)
+    assert torch.isfinite(got[3]).all()
+    assert err_ratio(got[3], a64) <= 1.25 * err_ratio(want[3], a64), (err_ratio(got[3], a64), err_ratio(want[3], a64))

@@ -111,6 +111,30 @@ if IMPORT_ERROR is None:
         return gl.where((pos_r[:, None] // SPAN) == (pos_c[None, :] // SPAN), s, 0.0)
 
     @gluon.jit
+    def _row_scale(x):
+        """x [BT, KD] (16-bit, row-major layout) scaled per row by a power of two into [0.5, 1) of its
+        largest entry, in x's dtype (exact: a 16-bit value times 2^j), and 2^-j per row: fp16 level
+        operands then hold any bf16 input. The power comes from the exponent bits of the row's
+        largest |x|; a row spans one warp in the row-major layout, so its max is a warp shuffle."""
+        e = (gl.max(gl.abs(x.to(gl.float32)), axis=1).to(gl.int32, bitcast=True) >> 23) & 0xFF
+        e = gl.minimum(e, 252)  # the scale's exponent stays normal (a row past 2^125 keeps up to 8)
+        scale = ((253 - e) << 23).to(gl.float32, bitcast=True)
+        return (x.to(gl.float32) * scale[:, None]).to(x.dtype), ((e + 1) << 23).to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _stage_gqk_scaled(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L: gl.constexpr):
+        """``_stage_gqk`` with q and k scaled per row (``_row_scale``) on their way to shared memory;
+        also returns the rows' inverse scales (row-major layout's rows)."""
+        gg = gl.convert_layout(gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
+        q_in, q_inv = _row_scale(gl.load(q + x_base + x_off, mask=m, other=0.0))
+        k_in, k_inv = _row_scale(gl.load(k + k_base + k_off, mask=m, other=0.0))
+        cta_barrier()
+        q_s.store(q_in)
+        k_s.store(k_in)
+        cta_barrier()
+        return gg, q_inv, k_inv
+
+    @gluon.jit
     def _issue_level16(B, qq, kk, pos, qe_t, ke_t, zero, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr,
                        SPAN: gl.constexpr):
         """``_tree_level16``'s product issued asynchronously into its own buffers, unmasked: the caller
@@ -142,6 +166,8 @@ if IMPORT_ERROR is None:
         """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …; KD // 16 warps;
         BT = 64 (six levels), KD 64 or 128."""
         WARPS: gl.constexpr = KD * ROW_LANES // 32
+        # fp16 level operands take bf16 inputs scaled per row (fp16 inputs fit as they are)
+        SCALED: gl.constexpr = OP16 and q.dtype.element_ty == gl.bfloat16
         # a thread holds BT / ROW_LANES rows of one key channel; ROW_LANES lanes a column
         L: gl.constexpr = gl.BlockedLayout([BT // ROW_LANES, 1], [ROW_LANES, 32 // ROW_LANES], [1, WARPS], [0, 1])
         # global loads and stores go through a row-major layout (4 contiguous channels a thread):
@@ -193,44 +219,61 @@ if IMPORT_ERROR is None:
             k_base = row0 * (HKV * KD) + i_hk * KD
             x_off = off_ld[:, None] * (H * KD) + col_ld[None, :]
             k_off = off_ld[:, None] * (HKV * KD) + col_ld[None, :]
-            gg = _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L)
+            if SCALED:
+                gg, q_inv, k_inv = _stage_gqk_scaled(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L)
+            else:
+                gg = _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L)
             qq = q_s.load(L).to(gl.float32)
             kk = k_s.load(L).to(gl.float32)
             B = gl.associative_scan(gg, 0, _add)
             Bl = gl.sum(gg, axis=0)
-            gl.store(qd + x_base + x_off, gl.convert_layout((qq * gl.exp(B)).to(qd.dtype.element_ty), LD), mask=m)
-            gl.store(kd + x_base + x_off,
-                     gl.convert_layout((kk * gl.exp(Bl[None, :] - B)).to(kd.dtype.element_ty), LD), mask=m)
+            qd_t = gl.convert_layout((qq * gl.exp(B)).to(qd.dtype.element_ty), LD)
+            if SCALED:  # back to the inputs' scale: exact, a power of two
+                qd_t = (qd_t.to(gl.float32) * q_inv[:, None]).to(qd.dtype.element_ty)
+            gl.store(qd + x_base + x_off, qd_t, mask=m)
+            kd_t = gl.convert_layout((kk * gl.exp(Bl[None, :] - B)).to(kd.dtype.element_ty), LD)
+            if SCALED:
+                kd_t = (kd_t.to(gl.float32) * k_inv[:, None]).to(kd.dtype.element_ty)
+            gl.store(kd + x_base + x_off, kd_t, mask=m)
             gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, Bl)
             own = gl.convert_layout(gl.sum(qq * kk, axis=1), gl.SliceLayout(1, MMA))
+            if SCALED:
+                q_inv = gl.convert_layout(q_inv, gl.SliceLayout(1, MMA))
+                own = own * q_inv * gl.convert_layout(k_inv, gl.SliceLayout(1, MMA))
+                k_inv = gl.convert_layout(k_inv, gl.SliceLayout(0, MMA))
             scores = gl.where(diag, own[:, None], 0.0)
             # the six levels of BT = 64, groups of 64 down to 2 positions
-            if ASYNC:
-                t0 = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, 64)
-                t1 = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, 32)
-                s0 = warpgroup_mma_wait(num_outstanding=1, deps=[t0])
-                scores += _group_mask(s0, pos_r, pos_c, 64)
-                t2 = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, 16)
-                s1 = warpgroup_mma_wait(num_outstanding=1, deps=[t1])
-                scores += _group_mask(s1, pos_r, pos_c, 32)
-                t3 = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, 8)
-                s2 = warpgroup_mma_wait(num_outstanding=1, deps=[t2])
-                scores += _group_mask(s2, pos_r, pos_c, 16)
-                t4 = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, 4)
-                s3 = warpgroup_mma_wait(num_outstanding=1, deps=[t3])
-                scores += _group_mask(s3, pos_r, pos_c, 8)
-                t5 = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, 2)
-                s4 = warpgroup_mma_wait(num_outstanding=1, deps=[t4])
-                scores += _group_mask(s4, pos_r, pos_c, 4)
-                s5 = warpgroup_mma_wait(num_outstanding=0, deps=[t5])
-                scores += _group_mask(s5, pos_r, pos_c, 2)
-            elif OP16:
-                scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 64)
-                scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 32)
-                scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 16)
-                scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 8)
-                scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 4)
-                scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 2)
+            if OP16:
+                lv = zero
+                if ASYNC:
+                    t0 = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, 64)
+                    t1 = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, 32)
+                    s0 = warpgroup_mma_wait(num_outstanding=1, deps=[t0])
+                    lv += _group_mask(s0, pos_r, pos_c, 64)
+                    t2 = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, 16)
+                    s1 = warpgroup_mma_wait(num_outstanding=1, deps=[t1])
+                    lv += _group_mask(s1, pos_r, pos_c, 32)
+                    t3 = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, 8)
+                    s2 = warpgroup_mma_wait(num_outstanding=1, deps=[t2])
+                    lv += _group_mask(s2, pos_r, pos_c, 16)
+                    t4 = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, 4)
+                    s3 = warpgroup_mma_wait(num_outstanding=1, deps=[t3])
+                    lv += _group_mask(s3, pos_r, pos_c, 8)
+                    t5 = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, 2)
+                    s4 = warpgroup_mma_wait(num_outstanding=1, deps=[t4])
+                    lv += _group_mask(s4, pos_r, pos_c, 4)
+                    s5 = warpgroup_mma_wait(num_outstanding=0, deps=[t5])
+                    lv += _group_mask(s5, pos_r, pos_c, 2)
+                else:
+                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 64)
+                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 32)
+                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 16)
+                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 8)
+                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 4)
+                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 2)
+                if SCALED:
+                    lv = lv * q_inv[:, None] * k_inv[None, :]
+                scores += lv
             else:
                 scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 64)
                 scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 32)

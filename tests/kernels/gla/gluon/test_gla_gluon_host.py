@@ -49,11 +49,18 @@ def test_the_parallel_launches_compile_for_sm90_with_their_level_products_unroll
     the H200's 227 KB. In a fresh process (see the Lightning Gluon test)."""
     if compat.IMPORT_ERROR is not None:
         pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    prep, intra = gluon_aot_metrics("compile_gla_prep(d=128, dtype='bf16', reverse=True)",
-                                    "compile_gla_bwd_intra(d=128, e=128, dtype='bf16')")
+    prep, prep16, intra = gluon_aot_metrics("compile_gla_prep(d=128, dtype='bf16', reverse=True)",
+                                            "compile_gla_prep(d=128, dtype='bf16', asynchronous=True)",
+                                            "compile_gla_bwd_intra(d=128, e=128, dtype='bf16')")
     assert prep["wgmma"] == 6 * 128 // 8
     assert 12 <= prep["barriers"] <= 48
     assert 0 < prep["shared_bytes"] <= 227 * 1024
+    # fp16 operands (GLA_GLUON_PREP_ASYNC): k-steps of 16, each level's product waited on one level
+    # later, and the channel-major operands written as vectors: a third of the shared stores or less
+    assert prep16["wgmma"] == 6 * 128 // 16
+    assert 1 in prep16["wait_depths"]
+    assert prep16["shared_stores"] * 3 <= prep["shared_stores"], (prep16["shared_stores"], prep["shared_stores"])
+    assert 0 < prep16["shared_bytes"] <= 227 * 1024
     # the in-chunk backward: do·vᵀ (8 k-steps of 16 over E = 128), then per key slice of 32 six
     # levels of two tf32 products over the chunk's 64 rows (8 k-steps of 8 each), the slice loop
     # not unrolled
