@@ -53,6 +53,18 @@ def _scores64(q, k, g, reverse, lens, bt=64):
     return want
 
 
+def _gluon_and_triton_prep(monkeypatch, q, k, g, reverse, cu, n):
+    """The prep launch's outputs from the Gluon launch, then from the Triton one (skips where the
+    Gluon launch does not run)."""
+    monkeypatch.setattr(host, "PREP_ON", True)
+    reason = host.prep_reason(q, 64)
+    if reason is not None:
+        pytest.skip(reason)
+    got = gops.gla_prep(q, k, g, reverse, cu, n)
+    monkeypatch.setattr(host, "PREP_ON", False)
+    return got, gops.gla_prep(q, k, g, reverse, cu, n)
+
+
 VARIANTS = {"tf32": (False, False), "fp16": (True, False), "fp16-async": (False, True)}
 
 
@@ -73,13 +85,7 @@ def test_the_gluon_prep_launch_matches_the_triton_one(monkeypatch, b, t, h, hkv,
     cu = None if lens is None else torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32,
                                                 device="cuda")
     n = b if cu is None else len(lens)
-    monkeypatch.setattr(host, "PREP_ON", True)
-    reason = host.prep_reason(q, 64)
-    if reason is not None:
-        pytest.skip(reason)
-    got = gops.gla_prep(q, k, g, reverse, cu, n)
-    monkeypatch.setattr(host, "PREP_ON", False)
-    want = gops.gla_prep(q, k, g, reverse, cu, n)
+    got, want = _gluon_and_triton_prep(monkeypatch, q, k, g, reverse, cu, n)
     bl_used = want[2][~torch.isnan(want[2])]
     # both cumulate the same fp32 gates in another order, so an exponent such as Bl − B differs by
     # about an ulp of the chunk's depth |Bl|, and a factor e^x by that relative error: 6e-5 at the
@@ -158,13 +164,7 @@ def test_fp16_operands_hold_bf16_inputs_past_the_fp16_range(monkeypatch, variant
     k = (torch.randn(b, t, h, d, generator=gen, device="cuda") * 1e-6).to(torch.bfloat16)
     q[:, 7], k[:, 70] = 0, 0
     g = torch.nn.functional.logsigmoid(torch.randn(b, t, h, d, generator=gen, device="cuda"))
-    monkeypatch.setattr(host, "PREP_ON", True)
-    reason = host.prep_reason(q, 64)
-    if reason is not None:
-        pytest.skip(reason)
-    got = gops.gla_prep(q, k, g, False, None, b)
-    monkeypatch.setattr(host, "PREP_ON", False)
-    want = gops.gla_prep(q, k, g, False, None, b)
+    got, want = _gluon_and_triton_prep(monkeypatch, q, k, g, False, None, b)
     for name, x, y in zip(("qd", "kd"), got, want):
         assert err_ratio(x, y) <= 0.05 * torch.finfo(x.dtype).eps, (name, err_ratio(x, y))
     a64 = _scores64(q, k, g, False, None)

@@ -246,41 +246,27 @@ if IMPORT_ERROR is None:
             if OP16:
                 lv = zero
                 if ASYNC:
-                    t0 = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, 64)
-                    t1 = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, 32)
-                    s0 = warpgroup_mma_wait(num_outstanding=1, deps=[t0])
-                    lv += _group_mask(s0, pos_r, pos_c, 64)
-                    t2 = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, 16)
-                    s1 = warpgroup_mma_wait(num_outstanding=1, deps=[t1])
-                    lv += _group_mask(s1, pos_r, pos_c, 32)
-                    t3 = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, 8)
-                    s2 = warpgroup_mma_wait(num_outstanding=1, deps=[t2])
-                    lv += _group_mask(s2, pos_r, pos_c, 16)
-                    t4 = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, 4)
-                    s3 = warpgroup_mma_wait(num_outstanding=1, deps=[t3])
-                    lv += _group_mask(s3, pos_r, pos_c, 8)
-                    t5 = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, 2)
-                    s4 = warpgroup_mma_wait(num_outstanding=1, deps=[t4])
-                    lv += _group_mask(s4, pos_r, pos_c, 4)
-                    s5 = warpgroup_mma_wait(num_outstanding=0, deps=[t5])
-                    lv += _group_mask(s5, pos_r, pos_c, 2)
+                    # level l + 1 is staged in the other buffer pair while level l's product runs
+                    prev = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, BT)
+                    for lvl in gl.static_range(1, 6):
+                        if lvl % 2 == 1:
+                            cur = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, BT >> lvl)
+                        else:
+                            cur = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, BT >> lvl)
+                        done = warpgroup_mma_wait(num_outstanding=1, deps=[prev])
+                        lv += _group_mask(done, pos_r, pos_c, BT >> (lvl - 1))
+                        prev = cur
+                    done = warpgroup_mma_wait(num_outstanding=0, deps=[prev])
+                    lv += _group_mask(done, pos_r, pos_c, 2)
                 else:
-                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 64)
-                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 32)
-                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 16)
-                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 8)
-                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 4)
-                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 2)
+                    for lvl in gl.static_range(6):
+                        lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl)
                 if SCALED:
                     lv = lv * q_inv[:, None] * k_inv[None, :]
                 scores += lv
             else:
-                scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 64)
-                scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 32)
-                scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 16)
-                scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 8)
-                scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 4)
-                scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, 2)
+                for lvl in gl.static_range(6):
+                    scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl)
             a_ptr = A + (row0 * (H * BT) + i_h * BT) + (off_r[:, None] * (H * BT) + off_c[None, :])
             a_valid = (pos_r < seq_len - i_c * BT)[:, None]  # every column: keys past the end score 0
             gl.store(a_ptr, scores.to(A.dtype.element_ty), mask=a_valid)
