@@ -17,6 +17,7 @@ the switch is for a Triton whose specialization rules differ and for profiling T
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import weakref
@@ -151,3 +152,17 @@ class PlainLauncher(Launcher):
 
     def _tuned(self) -> tuple[dict, dict]:
         return {}, {}
+
+
+class LazyLauncher:
+    """A ``PlainLauncher`` made at its first launch: the Gluon kernels' modules import Gluon's Hopper
+    API, so they load only when a call takes them. ``module`` is relative to ``package``."""
+
+    def __init__(self, module: str, package: str, name: str):
+        self._module, self._package, self._name = module, package, name
+        self._launcher: PlainLauncher | None = None
+
+    def __call__(self, key: Hashable, args: tuple, spec: Callable, stream=None) -> None:
+        if self._launcher is None:
+            self._launcher = PlainLauncher(importlib.import_module(self._module, self._package), self._name)
+        self._launcher(key, args, spec, stream)

@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from ...common.launch import PlainLauncher
+from ...common.launch import LazyLauncher
 from ...common import gluon_compat as compat
 
 PREP_ON = os.environ.get("GLA_GLUON_PREP", "0").strip() == "1"
@@ -77,17 +77,13 @@ def _reason(q: torch.Tensor, bt: int) -> str | None:
     return reason
 
 
-_LAUNCH: PlainLauncher | None = None
-_INTRA: PlainLauncher | None = None
+_LAUNCH = LazyLauncher(".prep", __package__, "gla_prep_gluon_kernel")
+_INTRA = LazyLauncher(".bwd_intra", __package__, "gla_bwd_intra_gluon_kernel")
 
 
 def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse: bool, varlen: bool, bt: int,
                 stream) -> None:
     """Launch ``prep.gla_prep_gluon_kernel`` with ``gla_prep_kernel``'s arguments ``args``."""
-    global _LAUNCH
-    if _LAUNCH is None:
-        from . import prep as _k
-        _LAUNCH = PlainLauncher(_k, "gla_prep_gluon_kernel")
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), BT=bt, ROW_LANES=ROW_LANES,
                          OP16=PREP_OP16 or PREP_ASYNC, ASYNC=PREP_ASYNC, num_warps=warps(d)))
@@ -97,10 +93,6 @@ def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse:
 def launch_intra(key: tuple, args: tuple, grid: tuple[int, int], d: int, e: int, reverse: bool, varlen: bool,
                  bt: int, stream) -> None:
     """Launch ``bwd_intra.gla_bwd_intra_gluon_kernel`` with ``gla_bwd_intra_kernel``'s arguments."""
-    global _INTRA
-    if _INTRA is None:
-        from . import bwd_intra as _k
-        _INTRA = PlainLauncher(_k, "gla_bwd_intra_gluon_kernel")
     ds = intra_slice(d)
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), BT=bt, DS=ds,

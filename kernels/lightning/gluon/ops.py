@@ -16,7 +16,7 @@ import functools
 import torch
 
 from ...common import checks
-from ...common.launch import PlainLauncher, alignment, raw_stream
+from ...common.launch import LazyLauncher, alignment, raw_stream
 from ..triton import ops as triton_ops
 from ...common import gluon_compat as compat
 from . import configs as _cfg
@@ -90,16 +90,7 @@ def _descriptor(x: Tensor, width: int, cfg_bt: int):
     return desc
 
 
-_FWD_LAUNCH: PlainLauncher | None = None
-
-
-def _fwd_launcher() -> PlainLauncher:
-    """The forward's launcher, made at the first launch (the kernel module needs Gluon)."""
-    global _FWD_LAUNCH
-    if _FWD_LAUNCH is None:
-        from . import kernels as _k
-        _FWD_LAUNCH = PlainLauncher(_k, "lightning_fwd_kernel")
-    return _FWD_LAUNCH
+_FWD_LAUNCH = LazyLauncher(".kernels", __package__, "lightning_fwd_kernel")
 
 
 def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tensor | None, reverse: bool,
@@ -127,20 +118,11 @@ def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tens
             LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1], LOAD_REGS=cfg.worker_regs[0],
             STATE_REGS=cfg.worker_regs[1], num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
 
-    _fwd_launcher()(key, args, spec, raw_stream(q))
+    _FWD_LAUNCH(key, args, spec, raw_stream(q))
     return o, ht
 
 
-_DKDV_LAUNCH: PlainLauncher | None = None
-
-
-def _dkdv_launcher() -> PlainLauncher:
-    """The dk / dv pass's launcher, made at its first launch (the kernel module needs Gluon)."""
-    global _DKDV_LAUNCH
-    if _DKDV_LAUNCH is None:
-        from . import dkdv as _k
-        _DKDV_LAUNCH = PlainLauncher(_k, "lightning_dkdv_kernel")
-    return _DKDV_LAUNCH
+_DKDV_LAUNCH = LazyLauncher(".dkdv", __package__, "lightning_dkdv_kernel")
 
 
 def gluon_dkdv(q: Tensor, k: Tensor, v: Tensor, do: Tensor, g: Tensor, scale: float, dht: Tensor | None,
@@ -168,7 +150,7 @@ def gluon_dkdv(q: Tensor, k: Tensor, v: Tensor, do: Tensor, g: Tensor, scale: fl
             LOAD_REGS=cfg.worker_regs[0], STATE_REGS=cfg.worker_regs[1], S_LAYOUT=_layout((d, e), q.dtype),
             num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
 
-    _dkdv_launcher()(key, args, spec, raw_stream(q))
+    _DKDV_LAUNCH(key, args, spec, raw_stream(q))
     return dk, dv, s_end
 
 

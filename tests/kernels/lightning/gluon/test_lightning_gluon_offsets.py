@@ -85,7 +85,7 @@ def test_the_descriptors_and_grid_at_b5_t131072_fit_tma_and_launch_limits(monkey
 
     def capture(key, args, spec, stream=None):
         launches.append((args, spec()))
-    monkeypatch.setattr(gops, "_fwd_launcher", lambda: capture)
+    monkeypatch.setattr(gops, "_FWD_LAUNCH", capture)
     monkeypatch.setattr(gops, "_DESCRIPTOR_TEMPLATES", {})
     meta = dict(dtype=torch.bfloat16, device="meta")
     q, k, v, do = (torch.empty(B, T, H, D, **meta) for _ in range(4))

@@ -5,12 +5,13 @@ everything Triton specializes on."""
 from __future__ import annotations
 
 import inspect
+import sys
 import types
 
 import pytest
 import torch
 
-from lattnbench.kernels.common.launch import Launcher, PlainLauncher
+from lattnbench.kernels.common.launch import LazyLauncher, Launcher, PlainLauncher
 
 
 def kernel_fn(q, k, g, T, H, scale, T_BUCKET, o, KD, FLAG, BT, BV, EXTRA=0):
@@ -156,6 +157,25 @@ def test_plain_launcher_reuses_the_compiled_kernel_with_the_callers_keywords(mon
     assert len(passed) == len(bound.arguments)
     assert all(a is b or a == b for a, b in zip(passed, bound.arguments.values()))
 
+
+
+def test_the_lazy_launcher_imports_its_module_at_the_first_launch(monkeypatch):
+    """Made before its module exists (the Gluon modules must not load at import), it imports the
+    module at its first launch, once, and then launches as a PlainLauncher does."""
+    monkeypatch.delenv("LIGHTNING_TRITON_FAST_LAUNCH", raising=False)
+    log: list = []
+    launch = LazyLauncher(".kmod", "lazy_launch_pkg", "plain")
+    mod = types.ModuleType("lazy_launch_pkg.kmod")
+    mod.plain = Plain(log)
+    mod.plain.warmup = lambda *a, grid, **kw: Compiled(log)
+    monkeypatch.setitem(sys.modules, "lazy_launch_pkg", types.ModuleType("lazy_launch_pkg"))
+    monkeypatch.setitem(sys.modules, "lazy_launch_pkg.kmod", mod)
+    kw = {**KW, "BT": 64, "BV": 32}
+    grid = lambda meta: (4, 6)  # noqa: E731
+    launch("key", args_for(), lambda: (grid, dict(kw)))
+    monkeypatch.delitem(sys.modules, "lazy_launch_pkg.kmod")  # a second import would now fail
+    launch("key", args_for(), lambda: (grid, dict(kw)))
+    assert [e[0] for e in log] == ["plain", "compiled"]
 
 def test_interpreter_runs_the_plain_kernel_with_the_fixed_config():
     launch, mod, log, _ = make(interp=True)
