@@ -1,9 +1,10 @@
 """When ``gla/triton`` takes its Gluon parallel launches (``prep``, ``bwd_intra``), and their launches.
 
-The rule: ``GLA_GLUON_PREP=1`` / ``GLA_GLUON_INTRA=1`` (read at import; off until each launch is
-timed faster than the Triton one on the GPU), Gluon's Hopper API importable, a CUDA sm_90 device,
-bf16 or fp16 inputs, D (and for the in-chunk backward E) 64 or 128, and chunks of 64 (six levels).
-Every other call runs the Triton launch, with the same outputs.
+The rule: the switch (``GLA_GLUON_PREP``, on unless set to 0: timed 0.55× the Triton prep launch
+on the H200; ``GLA_GLUON_INTRA``, off unless set to 1: slower than the Triton one there; both read
+at import), Gluon's Hopper API importable, a CUDA sm_90 device, bf16 or fp16 inputs, D (and for
+the in-chunk backward E) 64 or 128, and chunks of 64 (six levels). Every other call runs the
+Triton launch, with the same outputs.
 """
 from __future__ import annotations
 
@@ -14,17 +15,18 @@ import torch
 from ...common.launch import LazyLauncher
 from ...common import gluon_compat as compat
 
-PREP_ON = os.environ.get("GLA_GLUON_PREP", "0").strip() == "1"
+PREP_ON = os.environ.get("GLA_GLUON_PREP", "1").strip() != "0"
 INTRA_ON = os.environ.get("GLA_GLUON_INTRA", "0").strip() == "1"
 HEAD_DIMS = (64, 128)
 CHUNK = 64
 # lanes sharing a key channel's rows in the prep launch: each thread holds CHUNK / ROW_LANES of them
 ROW_LANES = int(os.environ.get("GLA_GLUON_PREP_ROW_LANES", "2"))
 # the prep launch's level products: fp16 operands stored channel-major (vector stores, twice the
-# tensor-core rate) instead of tf32 ones stored row-major, and each issued before the last one is
-# waited on. fp16 keeps tf32's mantissa; its range holds q⊙E and k⊙E for fp16 inputs (E ≤ 1) but not
-# for bf16 entries past 65504, so it stays a knob until it is timed and made range-safe
-PREP_OP16 = os.environ.get("GLA_GLUON_PREP_OP16", "0").strip() == "1"
+# tensor-core rate) instead of tf32 ones stored row-major (GLA_GLUON_PREP_OP16=0). fp16 keeps tf32's
+# mantissa; bf16 inputs are scaled per row by a power of two as they are staged, so fp16's range
+# holds q⊙E and k⊙E for any input. ASYNC issues each level before the last one is waited on: slower
+# on the H200 (more registers live across the wait), so it stays a knob
+PREP_OP16 = os.environ.get("GLA_GLUON_PREP_OP16", "1").strip() != "0"
 PREP_ASYNC = os.environ.get("GLA_GLUON_PREP_ASYNC", "0").strip() == "1"
 # the in-chunk backward launch's layout: key channels a slice takes at once, and lanes a channel
 # (its dq, dk and dg terms stay in registers across the six levels, so it takes narrower slices)
@@ -49,7 +51,7 @@ _SM90_READY: set[int] = set()
 def prep_reason(q: torch.Tensor, bt: int) -> str | None:
     """None when the prep launch of a call on ``q`` runs in Gluon, else why the Triton one runs."""
     if not PREP_ON:
-        return "the Gluon prep launch is off (GLA_GLUON_PREP=1 turns it on)"
+        return "the Gluon prep launch is off (GLA_GLUON_PREP=0)"
     return _reason(q, bt)
 
 

@@ -27,10 +27,10 @@ BACKWARD_ON_GLUON = BACKWARD_MODE != "0"
 GLUON_BACKWARD_MIN_ROWS = 4 * 4096 * 32
 
 # Whether the Gluon backward makes dk and dv in one pass (``dkdv``: q, k, v and dO read once, R kept
-# once, the two halves' wgmma chains interleaved) instead of two passes of the forward
-# (LIGHTNING_GLUON_DKDV=1 turns it on; read at import, and by a forward call for its backward).
-# Off until it is timed faster than the two passes on the GPU.
-FUSED_DKDV = os.environ.get("LIGHTNING_GLUON_DKDV", "0").strip() == "1"
+# once, the two halves' wgmma chains interleaved; 14 tensor moves a fwd+bwd) instead of two passes
+# of the forward (16). LIGHTNING_GLUON_DKDV=0 takes the two passes (read at import, and by a forward
+# call for its backward).
+FUSED_DKDV = os.environ.get("LIGHTNING_GLUON_DKDV", "1").strip() != "0"
 
 # The forward's start state from its h0 argument (the kernel's H0_MODE, bit flags): absent; h0
 # itself; its transpose (the dq pass's S_0ᵀ, the dk pass's dS_Tᵀ); and, for dS_T, scaled by the

@@ -5,8 +5,10 @@ Gluon forward where ``gluon_path`` says it can (a CUDA sm_90 device, Gluon impor
 fp16, D and E in {64, 128}, no varlen); every other call goes to the Triton kernel whole, so the
 function is correct everywhere and fast where the Gluon kernel applies. The backward of a Gluon
 forward is three passes of the Gluon forward (``backward``) where ``configs.backward_reason``
-allows (with ``configs.FUSED_DKDV``, a dq pass and the one-kernel dk / dv pass, ``gluon_dkdv``), else the Triton kernel's three backward passes (``LightningAttnFunction.backward``): the
-forward saves the same tensors the Triton forward saves, so either can run.
+allows: a dq pass and the one-kernel dk / dv pass (``gluon_dkdv``; with ``configs.FUSED_DKDV`` off,
+two more forward passes). Otherwise the Triton kernel's three backward passes
+(``LightningAttnFunction.backward``) run it: the forward saves the same tensors the Triton forward
+saves, so either can.
 """
 from __future__ import annotations
 

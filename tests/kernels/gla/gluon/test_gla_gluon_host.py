@@ -14,7 +14,8 @@ from triton_testutil import gluon_aot_metrics
 
 def test_the_rule_names_why_a_call_keeps_the_triton_launches(monkeypatch):
     q = torch.zeros(1, 8, 2, 128, dtype=torch.bfloat16)
-    assert "GLA_GLUON_PREP=1" in host.prep_reason(q, 64)
+    monkeypatch.setattr(host, "PREP_ON", False)
+    assert "GLA_GLUON_PREP=0" in host.prep_reason(q, 64)
     assert "GLA_GLUON_INTRA=1" in host.intra_reason(q, q, 64)
     monkeypatch.setattr(host, "INTRA_ON", True)
     assert "E=96" in host.intra_reason(q, torch.zeros(1, 8, 2, 96, dtype=torch.bfloat16), 64)
