@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import threading
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -154,15 +155,33 @@ class PlainLauncher(Launcher):
         return {}, {}
 
 
+_THREAD = threading.local()
+
+
+def bind_cuda_context() -> None:
+    """Make the current device's primary CUDA context current on this thread (once a thread).
+
+    Why: a launch with host TensorDescriptors (the Gluon kernels) fills their tensor maps by a driver
+    call that needs a current context, and autograd's device thread can reach such a launch before
+    any runtime call has bound one there (the allocator's cached blocks need none): the launch then
+    fails with "invalid device context". A stream query is a runtime call that binds it."""
+    if not getattr(_THREAD, "cuda_bound", False):
+        torch.cuda.current_stream().query()
+        _THREAD.cuda_bound = True
+
+
 class LazyLauncher:
     """A ``PlainLauncher`` made at its first launch: the Gluon kernels' modules import Gluon's Hopper
-    API, so they load only when a call takes them. ``module`` is relative to ``package``."""
+    API, so they load only when a call takes them. ``module`` is relative to ``package``. A launch
+    on a CUDA stream binds the thread's CUDA context first (``bind_cuda_context``)."""
 
     def __init__(self, module: str, package: str, name: str):
         self._module, self._package, self._name = module, package, name
         self._launcher: PlainLauncher | None = None
 
     def __call__(self, key: Hashable, args: tuple, spec: Callable, stream=None) -> None:
+        if stream is not None:
+            bind_cuda_context()
         if self._launcher is None:
             self._launcher = PlainLauncher(importlib.import_module(self._module, self._package), self._name)
         self._launcher(key, args, spec, stream)

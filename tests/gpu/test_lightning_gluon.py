@@ -9,6 +9,8 @@ kernel cannot pass for the Gluon kernel. The backward is three Gluon forward pas
 """
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -130,6 +132,33 @@ def test_the_backward_through_the_dkdv_pass_matches_the_fp64_reference(monkeypat
     test_gluon_forward_and_its_gradients_match_the_fp64_reference(b, t, h, hkv, d, e, reverse, h0, strong,
                                                                   torch.bfloat16)
     assert calls == [1]
+
+
+def test_a_launch_from_a_thread_with_no_cuda_context_bound_runs(monkeypatch):
+    """Autograd's device thread can reach a Gluon launch before any runtime call has bound a CUDA
+    context there; the launch binds one rather than fail to fill its TMA descriptors. The thread's
+    output buffer comes from the allocator's cache, so nothing else binds the context first."""
+    x = _draw(11, 2, 1000, 4, 4, 128, 128, torch.bfloat16, False)
+    g = -torch.rand(4, device=DEV) * 0.5
+    args = (x["q"], x["k"], x["v"], g, 128 ** -0.5, None, False, False)
+    want = gops.gluon_fwd(*args)[0]
+    assert torch.isfinite(want).all()
+    torch.empty_like(want)  # freed at once: a cached block the thread's output takes
+    monkeypatch.setattr(gops, "_empty", torch.empty)
+    got: dict = {}
+
+    def work():
+        try:
+            got["o"] = gops.gluon_fwd(*args)[0]
+        except Exception as e:  # noqa: BLE001 — reported below, on the test's thread
+            got["err"] = e
+
+    th = threading.Thread(target=work)
+    th.start()
+    th.join()
+    assert "err" not in got, got.get("err")
+    torch.cuda.synchronize()
+    assert torch.equal(got["o"], want)
 
 
 def test_no_grad_forward_matches_the_triton_forward_closely():
