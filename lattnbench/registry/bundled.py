@@ -299,8 +299,8 @@ def entries() -> list[KernelEntry]:
         KernelEntry("lightning/gluon", "lightning", "torch", _lightning_gluon, requires=("triton", "torch"),
                     devices=("cuda",), dtypes=half, device_check=_gluon_device, timed_by_default=("cuda",),
                     description="Gluon sm_90 forward (TMA ring, async wgmma, a load warp, a state warpgroup, "
-                                "an output warpgroup); backward: three Gluon forward passes (bf16, no GQA, from B·T·H = "
-                                "4·4096·32 rows), else the Triton kernel's. fp32 is refused; packed "
+                                "an output warpgroup); backward: a Gluon dq pass and one Gluon dk / dv kernel (bf16, no GQA, "
+                                "from B·T·H = 4·4096·32 rows), else the Triton kernel's. fp32 is refused; packed "
                                 "varlen and D or E other than 64/128 run the Triton kernel whole"),
         KernelEntry("lightning/triton-compile", "lightning", "torch", _lightning_triton_compiled(None),
                     requires=("triton",), devices=("cuda",), timed_by_default=(),

@@ -4,8 +4,9 @@ poisoned (NaN) before the kernels write them; plus the fallback rule on the devi
 
 Each case first asserts that the call takes the Gluon forward (``gluon_path`` is None) and which
 backward its gradients come from (``gluon_backward_path``), so a silent fallback to the Triton
-kernel cannot pass for the Gluon kernel. The backward is three Gluon forward passes only with
-``LIGHTNING_GLUON_BACKWARD=1`` (bf16, no grouped heads): run the file under it too.
+kernel cannot pass for the Gluon kernel. Short calls take the Gluon backward (a dq pass, the
+dk / dv kernel) only with ``LIGHTNING_GLUON_BACKWARD=1`` (bf16, no grouped heads): run the file
+under it too.
 """
 from __future__ import annotations
 

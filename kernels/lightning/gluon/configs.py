@@ -15,9 +15,9 @@ BT = 64               # chunk length: the M of every wgmma of the output partiti
 HEAD_DIMS = (64, 128)  # D and E the kernel takes (TMA boxes and wgmma shapes are fixed per value)
 DTYPES = ("bfloat16", "float16")
 # Which backward a Gluon forward takes (LIGHTNING_GLUON_BACKWARD, read at import): "auto" (the
-# default) three passes of the Gluon forward (``backward``) where backward_reason allows and the
-# call has at least GLUON_BACKWARD_MIN_ROWS rows (B·T·H), else the Triton kernel's; "1" the Gluon
-# passes wherever allowed; "0" the Triton kernel's always.
+# default) the Gluon passes (``backward``: dq by the forward kernel, dk and dv by ``dkdv``) where
+# backward_reason allows and the call has at least GLUON_BACKWARD_MIN_ROWS rows (B·T·H), else the
+# Triton kernel's; "1" the Gluon passes wherever allowed; "0" the Triton kernel's always.
 BACKWARD_MODE = os.environ.get("LIGHTNING_GLUON_BACKWARD", "auto").strip().lower()
 BACKWARD_ON_GLUON = BACKWARD_MODE != "0"
 # Below this many rows a fwd+bwd is bound by host enqueue time, not by the GPU, and the Gluon
@@ -84,7 +84,7 @@ def fallback_reason(dtype_name: str, d: int, e: int, varlen: bool) -> str | None
 
 
 def backward_reason(dtype_name: str, heads: int, kv_heads: int, rows: int) -> str | None:
-    """None when the backward of a Gluon forward runs as three Gluon forward passes, else why the
+    """None when the backward of a Gluon forward runs on the Gluon passes (``backward``), else why the
     Triton kernel's backward runs it. bf16 only: the reversed passes start from dS_T / (scale·λ),
     which leaves fp16's range under strong decay; no GQA: those passes take dO as their keys;
     ``rows`` (B·T·H) at least GLUON_BACKWARD_MIN_ROWS unless LIGHTNING_GLUON_BACKWARD=1."""

@@ -4,8 +4,8 @@
 Gluon forward where ``gluon_path`` says it can (a CUDA sm_90 device, Gluon importable, bf16 /
 fp16, D and E in {64, 128}, no varlen); every other call goes to the Triton kernel whole, so the
 function is correct everywhere and fast where the Gluon kernel applies. The backward of a Gluon
-forward is three passes of the Gluon forward (``backward``) where ``configs.backward_reason``
-allows: a dq pass and the one-kernel dk / dv pass (``gluon_dkdv``; with ``configs.FUSED_DKDV`` off,
+forward runs on Gluon kernels (``backward``) where ``configs.backward_reason`` allows: a dq pass of
+the forward kernel and the one-kernel dk / dv pass (``gluon_dkdv``; with ``configs.FUSED_DKDV`` off,
 two more forward passes). Otherwise the Triton kernel's three backward passes
 (``LightningAttnFunction.backward``) run it: the forward saves the same tensors the Triton forward
 saves, so either can.
@@ -164,7 +164,7 @@ def gluon_backward_path(q: Tensor, k: Tensor) -> str | None:
 
 
 class GluonForwardFunction(triton_ops.LightningAttnFunction):
-    """The Gluon forward; its backward by three Gluon forward passes, or the Triton kernel's
+    """The Gluon forward; its backward by the Gluon passes (``backward``), or the Triton kernel's
     (inherited), for which the forward saves what it reads (q, k, v, h0, the non-differentiable
     rest, the inputs' alignment)."""
 
