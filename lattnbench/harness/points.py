@@ -243,7 +243,8 @@ class Sweeper:
                         call = timed[mode][0]
                     pt = measure_point(call, backend, budget_s=self.budget_s / rounds, timers=timers,
                                        min_reps=3 if interpreted else 5,
-                                       warm_ms=timed[mode][1].warm_ms if r else None)
+                                       warm_ms=timed[mode][1].warm_ms if r else None,
+                                       clock=lambda: clock_sample(self.device))
                     if not pt.timers["device"].ok:
                         raise RuntimeError(pt.timers["device"].reason or "the device timer took no sample")
                     if r == 0:
@@ -308,11 +309,15 @@ class Sweeper:
                 continue
             have = pt.timers.get("graph")
             if have is None:
-                pt.timers["graph"] = time_graph(call, backend, budget_ms, pt.timers["device"].median)
+                pt.timers["graph"] = have = time_graph(call, backend, budget_ms, pt.timers["device"].median)
+                if have.ok and (s := clock_sample(self.device)):
+                    have.clocks.append(s)
             elif have.ok and have.method.startswith(REPLAY):
                 more = time_graph(call, backend, budget_ms, pt.timers["device"].median)
                 if more.ok and more.method == have.method:
                     have.samples_ms.extend(more.samples_ms)
+                    if s := clock_sample(self.device):
+                        have.clocks.append(s)
         if derive and r == rounds - 1:
             fwd, both = (timed[m][1].get("graph") for m in ("fwd", "fwdbwd"))
             if fwd is not None and both is not None:

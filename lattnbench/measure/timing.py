@@ -50,6 +50,9 @@ class TimerResult:
     method: str = ""
     status: str = "ok"           # ok | unavailable | error
     reason: str | None = None
+    # NVML samples (``clocks.sample``) taken as this timer's samples ended, one a round: the timers
+    # load the GPU differently (back to back, one call at a time, replays), and so its clocks
+    clocks: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -64,8 +67,11 @@ class TimerResult:
         if not self.ok:
             return {"status": self.status, "reason": self.reason, "method": self.method}
         xs = self.samples_ms
-        return {"status": "ok", "median": self.median, "p20": quantile(xs, 0.2), "p80": quantile(xs, 0.8),
-                "samples": len(xs), "samples_ms": [round(x, 5) for x in xs], "method": self.method}
+        out = {"status": "ok", "median": self.median, "p20": quantile(xs, 0.2), "p80": quantile(xs, 0.8),
+               "samples": len(xs), "samples_ms": [round(x, 5) for x in xs], "method": self.method}
+        if self.clocks:
+            out["clocks"] = self.clocks
+        return out
 
 
 @dataclass
@@ -90,6 +96,7 @@ class PointTiming:
                     self.timers[name] = t
             elif t.ok:
                 mine.samples_ms.extend(t.samples_ms)
+                mine.clocks.extend(t.clocks)
 
     def host_bound(self) -> bool | None:
         """device or latency > HOST_BOUND x graph; None without a graph time."""
@@ -403,23 +410,35 @@ def _one_line(exc: BaseException) -> str:
 
 def measure_point(call: Callable[[], object], be: Backend, *, budget_s: float = 0.5,
                   timers: Sequence[str] = ("device", "graph", "latency"), min_reps: int = 5,
-                  max_reps: int = 200, warm_ms: float | None = None) -> PointTiming:
+                  max_reps: int = 200, warm_ms: float | None = None,
+                  clock: Callable[[], dict | None] | None = None) -> PointTiming:
     """Warm up, then every asked timer; a timer that fails is recorded as such, the others stand.
 
     The device timer gets ``budget_s`` of samples; graph and latency half as much each. graph runs
     last: a capture that fails cannot disturb the others. ``warm_ms``: the call is warm already
-    (a later round of a point) and this is its warm-up estimate; no warm-up runs.
+    (a later round of a point) and this is its warm-up estimate; no warm-up runs. ``clock``: an
+    NVML sampler (``clocks.sample``), read as each timer ends (``TimerResult.clocks``).
     """
     first, warm, est = (0.0, 0, warm_ms) if warm_ms is not None else warm_up(call, be.sync)
     budget_ms = budget_s * 1e3
     out: dict[str, TimerResult] = {}
+
+    def ended(*results: TimerResult) -> None:
+        s = clock() if clock is not None else None
+        if s:
+            for t in results:
+                t.clocks.append(s)
+
     if "device" in timers:
         out["device"] = time_device(call, be, budget_ms, est, min_reps, max_reps)
+        ended(out["device"])
     if "latency" in timers:
         reps = _rep_count(budget_ms / 2, est, min_reps, max(min_reps, max_reps // 4))
         out["latency"], out["host"] = time_latency(call, be, reps)
+        ended(out["latency"], out["host"])
     if "graph" in timers:
         out["graph"] = time_graph(call, be, budget_ms / 2, est, min_reps, max(min_reps, max_reps // 2))
+        ended(out["graph"])
     return PointTiming(first, warm, out, est)
 
 

@@ -44,22 +44,27 @@ def test_bwd_graph_time_is_fwdbwd_minus_fwd_and_graphs_run_after_every_device_ti
 def test_a_gpu_point_interleaves_its_timers_in_rounds(monkeypatch):
     """Each round runs every mode's device and latency timers, then their graphs; samples add up."""
     from lattnbench.measure import timing
+    from lattnbench.harness import points
     from lattnbench.harness.points import Sweeper
     from lattnbench.measure.timing import PointTiming, TimerResult
     from lattnbench.registry import default_registry
     from lattnbench.spec import Case
 
-    log, clock, warmed = [], iter(range(1, 1000)), []
+    log, clock_ticks, warmed = [], iter(range(1, 1000)), []
+    nvml = iter(range(1000, 2000))
+    monkeypatch.setattr(points, "clock_sample", lambda device: {"sm_mhz": next(nvml)})
 
-    def fake_point(call, be, *, budget_s, timers, min_reps=5, max_reps=200, warm_ms=None):
+    def fake_point(call, be, *, budget_s, timers, min_reps=5, max_reps=200, warm_ms=None, clock=None):
         log.append(("device", call.__name__))
         warmed.append(warm_ms)
-        return PointTiming(0.01, 2, {"device": TimerResult("device", [float(next(clock))], "fake"),
-                                     "latency": TimerResult("latency", [50.0], "fake")}, warm_ms=0.7)
+        device = TimerResult("device", [float(next(clock_ticks))], "fake")
+        device.clocks.append(clock())
+        return PointTiming(0.01, 2, {"device": device, "latency": TimerResult("latency", [50.0], "fake")},
+                           warm_ms=0.7)
 
     def fake_graph(call, be, budget_ms, est_ms):
         log.append(("graph", call.__name__))
-        return TimerResult("graph", [float(next(clock))], f"{timing.REPLAY}, fake")
+        return TimerResult("graph", [float(next(clock_ticks))], f"{timing.REPLAY}, fake")
 
     monkeypatch.setattr(timing, "measure_point", fake_point)
     monkeypatch.setattr(timing, "time_graph", fake_graph)
@@ -76,6 +81,30 @@ def test_a_gpu_point_interleaves_its_timers_in_rounds(monkeypatch):
     assert fwd["samples_ms"] == [1.0, 5.0, 9.0] and timers["device"]["samples_ms"] == [1.0, 5.0, 9.0]
     assert timers["graph"]["samples_ms"] == [3.0, 7.0, 11.0] and fwd["graph_ms"] == 7.0
     assert "3 rounds" in timers["device"]["method"] and "3 rounds" in timers["graph"]["method"]
+    # the NVML sample as each timer ended, a round each: read in the order the timers ran
+    dev_mhz = [c["sm_mhz"] for c in timers["device"]["clocks"]]
+    graph_mhz = [c["sm_mhz"] for c in timers["graph"]["clocks"]]
+    assert len(dev_mhz) == len(graph_mhz) == 3
+    assert all(d < g for d, g in zip(dev_mhz, graph_mhz)) and all(g < d for g, d in zip(graph_mhz, dev_mhz[1:]))
+
+
+def test_each_timer_keeps_the_clocks_read_as_it_ended():
+    """measure_point reads the sampler after each timer (latency and host share one reading); the
+    readings survive merging rounds and reach the JSON; a sampler with nothing to say adds none."""
+    from lattnbench.measure.timing import host_backend, measure_point
+
+    readings = iter(range(1, 100))
+    sampler = lambda: {"sm_mhz": next(readings)}  # noqa: E731
+    be = host_backend(lambda _r: None)
+    first = measure_point(lambda: sum(range(50)), be, budget_s=0.01, timers=("device", "latency"), clock=sampler)
+    assert first.timers["device"].clocks == [{"sm_mhz": 1}]
+    assert first.timers["latency"].clocks == first.timers["host"].clocks == [{"sm_mhz": 2}]
+    later = measure_point(lambda: sum(range(50)), be, budget_s=0.01, timers=("device", "latency"), clock=sampler,
+                          warm_ms=0.01)
+    first.merge(later)
+    assert [c["sm_mhz"] for c in first.timers["device"].summary()["clocks"]] == [1, 3]
+    quiet = measure_point(lambda: None, be, budget_s=0.01, timers=("device",), clock=lambda: None)
+    assert quiet.timers["device"].clocks == [] and "clocks" not in quiet.timers["device"].summary()
 
 
 def test_a_failed_capture_is_not_retried_in_later_rounds(monkeypatch):
