@@ -17,6 +17,9 @@ from ...common import gluon_compat as compat
 
 PREP_ON = os.environ.get("GLA_GLUON_PREP", "1").strip() != "0"
 INTRA_ON = os.environ.get("GLA_GLUON_INTRA", "0").strip() == "1"
+# gla/jax-triton's prep launch in Gluon, through jax-triton (``common.jax_gluon``): off unless
+# GLA_JAX_GLUON_PREP=1 until it is run and timed on the GPU
+JAX_PREP_ON = os.environ.get("GLA_JAX_GLUON_PREP", "0").strip() == "1"
 HEAD_DIMS = (64, 128)
 CHUNK = 64
 # lanes sharing a key channel's rows in the prep launch: each thread holds CHUNK / ROW_LANES of them
@@ -63,6 +66,23 @@ def intra_reason(q: torch.Tensor, v: torch.Tensor, bt: int) -> str | None:
     if v.shape[3] not in HEAD_DIMS:
         return f"E={v.shape[3]} (the Gluon in-chunk backward launch takes E in {HEAD_DIMS})"
     return _reason(q, bt)
+
+
+def jax_prep_reason(dtype_name: str, d: int, bt: int, device) -> str | None:
+    """None when gla/jax-triton's prep launch runs in Gluon, else why the Triton one runs: the
+    switch, the torch path's rule (bf16 / fp16, D 64 or 128, chunks of 64), Gluon's API and an
+    sm_90 JAX ``device``."""
+    if not JAX_PREP_ON:
+        return "the Gluon prep launch of gla/jax-triton is off (GLA_JAX_GLUON_PREP=1 turns it on)"
+    if dtype_name not in ("bfloat16", "float16"):
+        return f"dtype {dtype_name} (the Gluon launches are bf16 / fp16 only)"
+    if d not in HEAD_DIMS or bt != CHUNK:
+        return f"D={d}, chunk {bt} (the Gluon launches take D in {HEAD_DIMS}, chunk {CHUNK})"
+    if compat.IMPORT_ERROR is not None:
+        return compat.unavailable_reason()
+    if getattr(device, "platform", None) != "gpu" or str(getattr(device, "compute_capability", "")) != "9.0":
+        return f"device {device} (the Gluon launches need an sm_90 GPU)"
+    return None
 
 
 def _reason(q: torch.Tensor, bt: int) -> str | None:

@@ -6,7 +6,9 @@ jax-triton is imported lazily and the Triton cache-dir knob its import clobbers 
 so the plain kernels launch with one fixed config per sweep
 (``configs.JAX_*_CONFIG``). The launches are the torch path's, one each: the prep launch and the
 forward; then the backward's in-chunk launch, the dq pass, the dk / dg pass and the dv pass. No
-launch depends on the gate values.
+launch depends on the gate values. With GLA_JAX_GLUON_PREP=1 on an sm_90 GPU the prep launch is
+the torch path's Gluon kernel, which jax-triton compiles through ``common.jax_gluon``
+(``gluon.host.jax_prep_reason``).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import functools
 import numpy as np
 
 from ...common.jax_triton import check_qkv, dot_precision, jax_triton
+from ..gluon import host as _gluon_host
 from . import configs as _cfg
 from . import kernels as _k
 
@@ -41,9 +44,17 @@ def prep_call(q, k, g, reverse):
     outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), gdt),
             jax.ShapeDtypeStruct((_cfg.chunk_slots(b, t, b, bt), h, d), jnp.float32),
             jax.ShapeDtypeStruct((b, t, h, bt), q.dtype)]
-    meta = _cfg.prep_meta(d, bt, dot_precision(q.dtype))
+    kernel, meta = _k.gla_prep_kernel, _cfg.prep_meta(d, bt, dot_precision(q.dtype))
+    if _gluon_host.jax_prep_reason(jnp.dtype(q.dtype).name, d, bt, jax.devices()[0]) is None:
+        from ..gluon import prep as _gluon_prep
+        from ...common.jax_gluon import install
+
+        install(jax_triton().triton_lib)
+        kernel = _gluon_prep.gla_prep_gluon_kernel
+        meta = dict(BT=bt, ROW_LANES=_gluon_host.ROW_LANES, OP16=_gluon_host.PREP_OP16 or _gluon_host.PREP_ASYNC,
+                    ASYNC=_gluon_host.PREP_ASYNC, num_warps=_gluon_host.warps(d))
     return tuple(jax_triton().triton_call(
-        q, k, g, g, t, h, k.shape[2], kernel=_k.gla_prep_kernel, out_shape=outs, grid=_cfg.prep_grid(t, b * h),
+        q, k, g, g, t, h, k.shape[2], kernel=kernel, out_shape=outs, grid=_cfg.prep_grid(t, b * h),
         KD=d, REVERSE=bool(reverse), IS_VARLEN=False, **meta))
 
 

@@ -3,6 +3,8 @@ the Triton launches, and their sm_90 compile (their kernels run on the GPU:
 tests/gpu/test_gla_gluon_prep.py)."""
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
@@ -67,3 +69,80 @@ def test_the_parallel_launches_compile_for_sm90_with_their_level_products_unroll
     # not unrolled
     assert intra["wgmma"] == 128 // 16 + 6 * 2 * 64 // 8
     assert 0 < intra["shared_bytes"] <= 227 * 1024
+
+
+_JAX_GLUON_PROBE = r'''
+import json, re, types
+import triton.backends.nvidia.compiler as cb
+from lattnbench.kernels.common import jax_gluon
+from lattnbench.kernels.gla.gluon import prep, host
+from lattnbench.kernels.gla.triton import kernels as triton_kernels
+
+plain = triton_kernels.gla_prep_kernel  # a @triton.jit kernel: jax-triton's own compile takes it
+
+made, routed = [], []
+def original(*a, **kw):
+    routed.append(a[2].__name__)
+    return "jax-triton's own", {}
+lib = types.SimpleNamespace(get_or_create_triton_kernel=original, _COMPILED_KERNEL_CACHE={},
+                            triton_kernel_call_lib=types.SimpleNamespace(
+                                TritonKernel=lambda *a: made.append(a) or ("kernel", a[0])))
+jax_gluon.install(lib)
+jax_gluon.install(lib)  # once: a second install keeps the first wrapper
+backend = lambda device, cc: cb.CUDABackend(cb.GPUTarget("cuda", cc, 32))
+kw = dict(num_warps=host.warps(128), num_stages=3, num_ctas=1, compute_capability=90, enable_fp_fusion=True, dump=False)
+own = lib.get_or_create_triton_kernel(backend, "cuda", plain, ["*fp32", "i32"], [(1, "i32", 5)], metaparams={}, **kw)
+# jax-triton's argument list of the prep launch: q, k, g, g, T, H, HKV, then the four outputs
+dtypes = ["*bf16", "*bf16", "*fp32", "*fp32", "i32", "i32", "i32", "*bf16", "*bf16", "*fp32", "*bf16"]
+scalars = [(4, "i32", 1000), (5, "i32", 4), (6, "i32", 4)]
+meta = dict(KD=128, REVERSE=False, IS_VARLEN=False, BT=64, ROW_LANES=host.ROW_LANES, OP16=True, ASYNC=False)
+for _ in range(2):
+    kernel, attrs = lib.get_or_create_triton_kernel(backend, "cuda", prep.gla_prep_gluon_kernel, dtypes, scalars,
+                                                    metaparams=meta, **kw)
+name, warps, ctas, shared, ptx, ttgir, cc = made[0]
+entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx, re.S)
+print("RESULT", json.dumps(dict(own=own[0], routed=routed, made=len(made), kernel=list(kernel), name=name,
+      warps=warps, shared=shared, cc=cc, entry=entry.group(1), params=entry.group(2).count(".param"),
+      wgmma=ptx.count("wgmma.mma_async"), ttgir="ttg." in ttgir, attrs=len(attrs))))
+'''
+
+
+def test_jax_triton_takes_gluon_kernels_through_the_gluon_stages():
+    """``common.jax_gluon.install``: a plain Triton kernel still goes to jax-triton's own compile;
+    the Gluon prep kernel, with jax-triton's argument list, compiles once (a second lowering hits the
+    cache) for sm_90 through the Gluon stages into a kernel of the launch's warps, its fp16 level
+    products (48 wgmma at D = 128) and one PTX parameter per argument plus the two scratch pointers
+    jax-triton's own kernels take. In a fresh process (see ``gluon_aot_metrics``)."""
+    if compat.IMPORT_ERROR is not None:
+        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", _JAX_GLUON_PROBE], capture_output=True, text=True, env=env,
+                         timeout=300)
+    line = next((ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert run.returncode == 0 and line, run.stderr[-2000:]
+    got = json.loads(line.removeprefix("RESULT "))
+    assert got["own"] == "jax-triton's own" and got["routed"] == ["gla_prep_kernel"]
+    assert got["made"] == 1 and got["kernel"] == ["kernel", "gla_prep_gluon_kernel"]
+    assert got["name"] == got["entry"] == "gla_prep_gluon_kernel" and got["cc"] == 90
+    assert got["warps"] == host.warps(128) and 0 < got["shared"] <= 227 * 1024
+    assert got["wgmma"] == 6 * 128 // 16 and got["params"] == 11 + 2
+    assert got["ttgir"] and got["attrs"] == 11
+
+
+def test_the_jax_rule_names_why_the_bridge_keeps_the_triton_prep(monkeypatch):
+    gpu90 = types.SimpleNamespace(platform="gpu", compute_capability="9.0")
+    assert "GLA_JAX_GLUON_PREP=1" in host.jax_prep_reason("bfloat16", 128, 64, gpu90)
+    monkeypatch.setattr(host, "JAX_PREP_ON", True)
+    assert "float32" in host.jax_prep_reason("float32", 128, 64, gpu90)
+    assert "D=96" in host.jax_prep_reason("bfloat16", 96, 64, gpu90)
+    assert "chunk 32" in host.jax_prep_reason("float16", 64, 32, gpu90)
+    if compat.IMPORT_ERROR is None:
+        assert "sm_90" in host.jax_prep_reason("bfloat16", 128, 64, types.SimpleNamespace(platform="cpu"))
+        ampere = types.SimpleNamespace(platform="gpu", compute_capability="8.0")
+        assert "sm_90" in host.jax_prep_reason("bfloat16", 128, 64, ampere)
+        assert host.jax_prep_reason("bfloat16", 128, 64, gpu90) is None
