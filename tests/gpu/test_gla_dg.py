@@ -89,7 +89,8 @@ def test_gla_triton_g_in_the_input_dtype(problem):
     assert err_ratio(got["dg"], ref["dg"]) <= max(FLA_RULE, 2 * torch.finfo(g.dtype).eps)
 
 
-def test_gla_jax_triton_every_tensor_within_tolerance(problem):
+def _jax_bridge_outputs(problem) -> dict:
+    """gla/jax-triton's outputs and gradients of the recipe, as numpy fp32 by name."""
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
 
@@ -117,8 +118,44 @@ def test_gla_jax_triton_every_tensor_within_tolerance(problem):
 
     (o, s), vjp = jax.vjp(attn, *args)
     grads = vjp((arr(x["do"], jdt), arr(x["ds"], jnp.float32)))
-    got = {n: np.asarray(a.astype(jnp.float32)) for n, a in zip(NAMES, (o, s, *grads))}
-    _assert_within_tolerance(name, got, ref)
+    return {n: np.asarray(a.astype(jnp.float32)) for n, a in zip(NAMES, (o, s, *grads))}
+
+
+def test_gla_jax_triton_every_tensor_within_tolerance(problem):
+    _assert_within_tolerance(problem[0], _jax_bridge_outputs(problem), problem[2])
+
+
+def test_gla_jax_triton_with_the_gluon_prep_every_tensor_within_tolerance(problem, monkeypatch):
+    """The bridge with its prep launch in Gluon through jax-triton (``GLA_JAX_GLUON_PREP``,
+    ``common.jax_gluon``): every tensor, dg at fla's rule, and the Gluon kernel really launched."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from lattnbench.kernels.common.jax_triton import jax_triton
+    from lattnbench.kernels.gla.gluon import host
+    from lattnbench.kernels.gla.triton import jax_bridge
+
+    monkeypatch.setattr(host, "JAX_PREP_ON", True)
+    name = problem[0]
+    reason = host.jax_prep_reason(jnp.dtype(jnp.float16 if name == "fp16" else jnp.bfloat16).name, D, 64,
+                                  jax.devices()[0])
+    if reason is not None:
+        pytest.skip(reason)
+    try:
+        jt = jax_triton()
+    except ImportError:
+        pytest.skip("jax-triton is not installed")
+    real, kernels = jt.triton_call, []
+
+    def spy(*args, kernel, **kw):
+        kernels.append(kernel.__name__)
+        return real(*args, kernel=kernel, **kw)
+
+    monkeypatch.setattr(jt, "triton_call", spy)
+    monkeypatch.setattr(jax_bridge, "_FN", None)  # a fresh jit: the launches are traced again
+    got = _jax_bridge_outputs(problem)
+    assert kernels and kernels[0] == "gla_prep_gluon_kernel", kernels
+    _assert_within_tolerance(name, got, problem[2])
 
 
 def test_gla_triton_with_the_gluon_launches_every_tensor_within_tolerance(problem, monkeypatch):
