@@ -89,26 +89,32 @@ if IMPORT_ERROR is None:
         fence_async_shared()
         cta_barrier()
         s = warpgroup_mma(qe_s, ke_s.permute((1, 0)), zero, use_acc=False)  # tf32: the default precision
-        return gl.where((pos_r[:, None] // SPAN) == (pos_c[None, :] // SPAN), s, 0.0)
+        return _group_mask(s, pos_r, pos_c, SPAN)
 
     @gluon.jit
-    def _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_t, ke_t, zero, L: gl.constexpr, BT: gl.constexpr,
-                      KD: gl.constexpr, SPAN: gl.constexpr):
-        """``_tree_level`` with fp16 operands stored channel-major: a thread's rows of one channel are
-        contiguous in qe_t / ke_t [KD, BT], so its stores are vectors, and the wgmma reads both
+    def _stage_level16(B, qq, kk, pos, qe_t, ke_t, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr,
+                       SPAN: gl.constexpr):
+        """A level's operands as fp16, stored channel-major into qe_t / ke_t [KD, BT]: a thread's rows
+        of one channel are contiguous there, so its stores are vectors, and the wgmma reads both
         operands M/N-major (allowed for 16-bit types, not tf32). fp16 keeps tf32's 10 mantissa bits;
-        q⊙E and k⊙E are at most |q| and |k| (E ≤ 1), so they stay in fp16's range for fp16 inputs."""
+        q⊙E and k⊙E are at most |q| and |k| (E ≤ 1), inside fp16's range for fp16 inputs."""
         E = _level(B, L, BT, KD, SPAN)
         later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
         qe = gl.where(later, qq * E, 0.0).to(gl.float16)
         ke = gl.where(later, 0.0, kk * E).to(gl.float16)
-        cta_barrier()  # every warpgroup's product of the last level has read the buffers
+        cta_barrier()  # every warpgroup's product that last read these buffers is complete
         qe_t.store(gl.permute(qe, (1, 0)))
         ke_t.store(gl.permute(ke, (1, 0)))
         fence_async_shared()
         cta_barrier()
+
+    @gluon.jit
+    def _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_t, ke_t, zero, L: gl.constexpr, BT: gl.constexpr,
+                      KD: gl.constexpr, SPAN: gl.constexpr):
+        """``_tree_level`` with fp16 operands (``_stage_level16``)."""
+        _stage_level16(B, qq, kk, pos, qe_t, ke_t, L, BT, KD, SPAN)
         s = warpgroup_mma(qe_t.permute((1, 0)), ke_t, zero, use_acc=False)
-        return gl.where((pos_r[:, None] // SPAN) == (pos_c[None, :] // SPAN), s, 0.0)
+        return _group_mask(s, pos_r, pos_c, SPAN)
 
     @gluon.jit
     def _row_scale(x):
@@ -139,15 +145,7 @@ if IMPORT_ERROR is None:
                        SPAN: gl.constexpr):
         """``_tree_level16``'s product issued asynchronously into its own buffers, unmasked: the caller
         waits on it after the next level's exponentials (``_group_mask``)."""
-        E = _level(B, L, BT, KD, SPAN)
-        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
-        qe = gl.where(later, qq * E, 0.0).to(gl.float16)
-        ke = gl.where(later, 0.0, kk * E).to(gl.float16)
-        cta_barrier()  # every warpgroup has waited on the product that last read these buffers
-        qe_t.store(gl.permute(qe, (1, 0)))
-        ke_t.store(gl.permute(ke, (1, 0)))
-        fence_async_shared()
-        cta_barrier()
+        _stage_level16(B, qq, kk, pos, qe_t, ke_t, L, BT, KD, SPAN)
         return warpgroup_mma(qe_t.permute((1, 0)), ke_t, zero, use_acc=False, is_async=True)
 
     @gluon.jit
