@@ -26,17 +26,16 @@ class GluonBinary:
     attrs: dict
 
 
-def specialization(backend, arg_dtypes: list[str], scalar_args) -> tuple[list, dict]:
-    """The arguments' specialization as jax-triton makes it: arrays 16-byte aligned, scalars not
-    specialized on alignment."""
+def specialization(backend, arg_dtypes: list[str], scalar_args) -> dict:
+    """The arguments' specialization attributes as jax-triton makes them: arrays 16-byte aligned,
+    scalars not specialized on alignment."""
     from triton._C.libtriton import native_specialize_impl
 
     scalar_idx = {i for i, _, _ in scalar_args}
     spec = [native_specialize_impl(backend, types.SimpleNamespace(data_ptr=lambda a=a: a, dtype=dt.removeprefix("*")),
                                    False, True, a > 0)
             for dt, a in ((dt, 0 if i in scalar_idx else 16) for i, dt in enumerate(arg_dtypes))]
-    attrs = {(i,): backend.parse_attr(attr) for i, (_, attr) in enumerate(spec)}
-    return spec, attrs
+    return {(i,): backend.parse_attr(attr) for i, (_, attr) in enumerate(spec)}
 
 
 def compile_gluon(fn, backend, arg_dtypes: list[str], scalar_args, constants: dict, *, num_warps: int,
@@ -48,7 +47,7 @@ def compile_gluon(fn, backend, arg_dtypes: list[str], scalar_args, constants: di
     from triton.experimental.gluon._runtime import GluonASTSource
 
     signature = {fn.arg_names[i]: v for i, v in enumerate(arg_dtypes)}
-    _, attrs = specialization(backend, arg_dtypes, scalar_args)
+    attrs = specialization(backend, arg_dtypes, scalar_args)
     constants = dict(constants)
     constants.update({fn.arg_names[i]: 1 for i, _, v in scalar_args if v == 1})  # as jax-triton does
     for c in constants:

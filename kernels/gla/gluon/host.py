@@ -74,10 +74,9 @@ def jax_prep_reason(dtype_name: str, d: int, bt: int, device) -> str | None:
     sm_90 JAX ``device``."""
     if not JAX_PREP_ON:
         return "the Gluon prep launch of gla/jax-triton is off (GLA_JAX_GLUON_PREP=1 turns it on)"
-    if dtype_name not in ("bfloat16", "float16"):
-        return f"dtype {dtype_name} (the Gluon launches are bf16 / fp16 only)"
-    if d not in HEAD_DIMS or bt != CHUNK:
-        return f"D={d}, chunk {bt} (the Gluon launches take D in {HEAD_DIMS}, chunk {CHUNK})"
+    reason = _shape_reason(dtype_name, d, bt)
+    if reason is not None:
+        return reason
     if compat.IMPORT_ERROR is not None:
         return compat.unavailable_reason()
     if getattr(device, "platform", None) != "gpu" or str(getattr(device, "compute_capability", "")) != "9.0":
@@ -85,12 +84,20 @@ def jax_prep_reason(dtype_name: str, d: int, bt: int, device) -> str | None:
     return None
 
 
+def _shape_reason(dtype_name: str, d: int, bt: int) -> str | None:
+    """The dtype, D and chunk every Gluon launch takes (torch and JAX callers alike)."""
+    if dtype_name not in ("bfloat16", "float16"):
+        return f"dtype {dtype_name} (the Gluon launches are bf16 / fp16 only)"
+    if d not in HEAD_DIMS or bt != CHUNK:
+        return f"D={d}, chunk {bt} (the Gluon launches take D in {HEAD_DIMS}, chunk {CHUNK})"
+    return None
+
+
 def _reason(q: torch.Tensor, bt: int) -> str | None:
     """The rule both launches share: the dtype, D and the chunk, then the API and an sm_90 device."""
-    if q.dtype not in (torch.bfloat16, torch.float16):
-        return f"dtype {str(q.dtype).removeprefix('torch.')} (the Gluon launches are bf16 / fp16 only)"
-    if q.shape[3] not in HEAD_DIMS or bt != CHUNK:
-        return f"D={q.shape[3]}, chunk {bt} (the Gluon launches take D in {HEAD_DIMS}, chunk {CHUNK})"
+    reason = _shape_reason(str(q.dtype).removeprefix("torch."), q.shape[3], bt)
+    if reason is not None:
+        return reason
     if q.get_device() in _SM90_READY:
         return None
     reason = compat.sm90_reason(q.device, "a Gluon GLA launch")
@@ -103,12 +110,17 @@ _LAUNCH = LazyLauncher(".prep", __package__, "gla_prep_gluon_kernel")
 _INTRA = LazyLauncher(".bwd_intra", __package__, "gla_bwd_intra_gluon_kernel")
 
 
+def prep_meta(d: int, bt: int) -> dict:
+    """The prep kernel's launch keywords beyond gla_prep_kernel's own (KD, REVERSE, IS_VARLEN): its
+    layout, its level products' form and its warps (the torch and the JAX launches alike)."""
+    return dict(BT=bt, ROW_LANES=ROW_LANES, OP16=PREP_OP16 or PREP_ASYNC, ASYNC=PREP_ASYNC, num_warps=warps(d))
+
+
 def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse: bool, varlen: bool, bt: int,
                 stream) -> None:
     """Launch ``prep.gla_prep_gluon_kernel`` with ``gla_prep_kernel``'s arguments ``args``."""
     spec = lambda: (lambda meta: grid,  # noqa: E731
-                    dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), BT=bt, ROW_LANES=ROW_LANES,
-                         OP16=PREP_OP16 or PREP_ASYNC, ASYNC=PREP_ASYNC, num_warps=warps(d)))
+                    dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), **prep_meta(d, bt)))
     _LAUNCH(("gluon", PREP_OP16, PREP_ASYNC) + key, args, spec, stream)
 
 

@@ -51,8 +51,7 @@ def prep_call(q, k, g, reverse):
 
         install(jax_triton().triton_lib)
         kernel = _gluon_prep.gla_prep_gluon_kernel
-        meta = dict(BT=bt, ROW_LANES=_gluon_host.ROW_LANES, OP16=_gluon_host.PREP_OP16 or _gluon_host.PREP_ASYNC,
-                    ASYNC=_gluon_host.PREP_ASYNC, num_warps=_gluon_host.warps(d))
+        meta = _gluon_host.prep_meta(d, bt)
     return tuple(jax_triton().triton_call(
         q, k, g, g, t, h, k.shape[2], kernel=kernel, out_shape=outs, grid=_cfg.prep_grid(t, b * h),
         KD=d, REVERSE=bool(reverse), IS_VARLEN=False, **meta))
