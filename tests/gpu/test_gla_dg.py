@@ -121,12 +121,18 @@ def _jax_bridge_outputs(problem) -> dict:
     return {n: np.asarray(a.astype(jnp.float32)) for n, a in zip(NAMES, (o, s, *grads))}
 
 
-def test_gla_jax_triton_every_tensor_within_tolerance(problem):
+def test_gla_jax_triton_with_the_triton_prep_every_tensor_within_tolerance(problem, monkeypatch):
+    """The bridge with the Triton prep launch (``GLA_JAX_GLUON_PREP=0``, and every device but sm_90)."""
+    from lattnbench.kernels.gla.gluon import host
+    from lattnbench.kernels.gla.triton import jax_bridge
+
+    monkeypatch.setattr(host, "JAX_PREP_ON", False)
+    monkeypatch.setattr(jax_bridge, "_FN", None)  # a fresh jit: the launches are traced again
     _assert_within_tolerance(problem[0], _jax_bridge_outputs(problem), problem[2])
 
 
 def test_gla_jax_triton_with_the_gluon_prep_every_tensor_within_tolerance(problem, monkeypatch):
-    """The bridge with its prep launch in Gluon through jax-triton (``GLA_JAX_GLUON_PREP``,
+    """The bridge with its prep launch in Gluon through jax-triton (the default on sm_90,
     ``common.jax_gluon``): every tensor, dg at fla's rule, and the Gluon kernel really launched."""
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp

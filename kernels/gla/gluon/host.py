@@ -17,9 +17,9 @@ from ...common import gluon_compat as compat
 
 PREP_ON = os.environ.get("GLA_GLUON_PREP", "1").strip() != "0"
 INTRA_ON = os.environ.get("GLA_GLUON_INTRA", "0").strip() == "1"
-# gla/jax-triton's prep launch in Gluon, through jax-triton (``common.jax_gluon``): off unless
-# GLA_JAX_GLUON_PREP=1 until it is run and timed on the GPU
-JAX_PREP_ON = os.environ.get("GLA_JAX_GLUON_PREP", "0").strip() == "1"
+# gla/jax-triton's prep launch in Gluon, through jax-triton (``common.jax_gluon``): on unless
+# GLA_JAX_GLUON_PREP=0, as the torch path's
+JAX_PREP_ON = os.environ.get("GLA_JAX_GLUON_PREP", "1").strip() != "0"
 HEAD_DIMS = (64, 128)
 CHUNK = 64
 # lanes sharing a key channel's rows in the prep launch: each thread holds CHUNK / ROW_LANES of them
@@ -73,7 +73,7 @@ def jax_prep_reason(dtype_name: str, d: int, bt: int, device) -> str | None:
     switch, the torch path's rule (bf16 / fp16, D 64 or 128, chunks of 64), Gluon's API and an
     sm_90 JAX ``device``."""
     if not JAX_PREP_ON:
-        return "the Gluon prep launch of gla/jax-triton is off (GLA_JAX_GLUON_PREP=1 turns it on)"
+        return "the Gluon prep launch of gla/jax-triton is off (GLA_JAX_GLUON_PREP=0)"
     reason = _shape_reason(dtype_name, d, bt)
     if reason is not None:
         return reason

@@ -136,7 +136,8 @@ def test_jax_triton_takes_gluon_kernels_through_the_gluon_stages():
 
 def test_the_jax_rule_names_why_the_bridge_keeps_the_triton_prep(monkeypatch):
     gpu90 = types.SimpleNamespace(platform="gpu", compute_capability="9.0")
-    assert "GLA_JAX_GLUON_PREP=1" in host.jax_prep_reason("bfloat16", 128, 64, gpu90)
+    monkeypatch.setattr(host, "JAX_PREP_ON", False)
+    assert "GLA_JAX_GLUON_PREP=0" in host.jax_prep_reason("bfloat16", 128, 64, gpu90)
     monkeypatch.setattr(host, "JAX_PREP_ON", True)
     assert "float32" in host.jax_prep_reason("float32", 128, 64, gpu90)
     assert "D=96" in host.jax_prep_reason("bfloat16", 96, 64, gpu90)
