@@ -109,23 +109,6 @@ def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, va
     return _source(K.gla_prep_gluon_kernel, types, constexprs), options
 
 
-def gla_bwd_intra_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool = False,
-                         varlen: bool = False, row_lanes: int | None = None, ds: int | None = None):
-    """(GluonASTSource, launch options) of ``gla/triton``'s Gluon in-chunk backward launch
-    (``kernels.gla.gluon.bwd_intra``) as ``gla.gluon.host`` launches it: dki in the input dtype
-    (no grouped heads), dga fp32."""
-    from lattnbench.kernels.gla.gluon import bwd_intra as K
-    from lattnbench.kernels.gla.gluon import host as C
-
-    types = dict(q=f"*{dtype}", k=f"*{dtype}", v=f"*{dtype}", g="*fp32", do=f"*{dtype}", cu="*i32", T="i32",
-                 H="i32", HKV="i32", scale="fp32", dqi=f"*{dtype}", dki=f"*{dtype}", dga="*fp32")
-    lanes = row_lanes or C.INTRA_ROW_LANES
-    ds = ds or C.intra_slice(d)
-    constexprs = dict(KD=d, VD=e, REVERSE=reverse, IS_VARLEN=varlen, BT=C.CHUNK, DS=ds, ROW_LANES=lanes)
-    options = dict(num_warps=C.warps(ds, lanes), num_stages=1, enable_fp_fusion=True)
-    return _source(K.gla_bwd_intra_gluon_kernel, types, constexprs), options
-
-
 def _source(fn, types: dict, constexprs: dict):
     """The GluonASTSource of ``fn``: ``types`` for its runtime arguments (pointers 16-divisible),
     ``constexprs`` for the rest."""
@@ -160,11 +143,6 @@ def compile_dkdv(**kw) -> dict:
 def compile_gla_prep(**kw) -> dict:
     """Compile ``gla/triton``'s Gluon prep launch for sm_90 and return its metrics (``_metrics``)."""
     return _metrics(*gla_prep_source(**kw))
-
-
-def compile_gla_bwd_intra(**kw) -> dict:
-    """Compile ``gla/triton``'s Gluon in-chunk backward launch for sm_90; its metrics (``_metrics``)."""
-    return _metrics(*gla_bwd_intra_source(**kw))
 
 
 def _metrics(src, options) -> dict:

@@ -1,10 +1,9 @@
-"""When ``gla/triton`` takes its Gluon parallel launches (``prep``, ``bwd_intra``), and their launches.
+"""When ``gla/triton`` and ``gla/jax-triton`` take the Gluon prep launch (``prep``), and its launch.
 
 The rule: the switch (``GLA_GLUON_PREP``, on unless set to 0: timed 0.55× the Triton prep launch
-on the H200; ``GLA_GLUON_INTRA``, off unless set to 1: slower than the Triton one there; both read
-at import), Gluon's Hopper API importable, a CUDA sm_90 device, bf16 or fp16 inputs, D (and for
-the in-chunk backward E) 64 or 128, and chunks of 64 (six levels). Every other call runs the
-Triton launch, with the same outputs.
+on the H200; read at import), Gluon's Hopper API importable, a CUDA sm_90 device, bf16 or fp16
+inputs, D 64 or 128, and chunks of 64 (six levels). Every other call runs the Triton launch, with
+the same outputs.
 """
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from ...common.launch import LazyLauncher
 from ...common import gluon_compat as compat
 
 PREP_ON = os.environ.get("GLA_GLUON_PREP", "1").strip() != "0"
-INTRA_ON = os.environ.get("GLA_GLUON_INTRA", "0").strip() == "1"
 # gla/jax-triton's prep launch in Gluon, through jax-triton (``common.jax_gluon``): on unless
 # GLA_JAX_GLUON_PREP=0, as the torch path's
 JAX_PREP_ON = os.environ.get("GLA_JAX_GLUON_PREP", "1").strip() != "0"
@@ -31,15 +29,6 @@ ROW_LANES = int(os.environ.get("GLA_GLUON_PREP_ROW_LANES", "2"))
 # on the H200 (more registers live across the wait), so it stays a knob
 PREP_OP16 = os.environ.get("GLA_GLUON_PREP_OP16", "1").strip() != "0"
 PREP_ASYNC = os.environ.get("GLA_GLUON_PREP_ASYNC", "0").strip() == "1"
-# the in-chunk backward launch's layout: key channels a slice takes at once, and lanes a channel
-# (its dq, dk and dg terms stay in registers across the six levels, so it takes narrower slices)
-INTRA_SLICE = int(os.environ.get("GLA_GLUON_INTRA_SLICE", "32"))
-INTRA_ROW_LANES = int(os.environ.get("GLA_GLUON_INTRA_ROW_LANES", "8"))
-
-
-def intra_slice(d: int) -> int:
-    """Key channels per slice of the in-chunk backward launch: INTRA_SLICE, at most D."""
-    return min(INTRA_SLICE, d)
 
 
 def warps(d: int, row_lanes: int = ROW_LANES) -> int:
@@ -55,16 +44,6 @@ def prep_reason(q: torch.Tensor, bt: int) -> str | None:
     """None when the prep launch of a call on ``q`` runs in Gluon, else why the Triton one runs."""
     if not PREP_ON:
         return "the Gluon prep launch is off (GLA_GLUON_PREP=0)"
-    return _reason(q, bt)
-
-
-def intra_reason(q: torch.Tensor, v: torch.Tensor, bt: int) -> str | None:
-    """None when the in-chunk backward launch of a call on ``q``, ``v`` runs in Gluon, else why the
-    Triton one runs."""
-    if not INTRA_ON:
-        return "the Gluon in-chunk backward launch is off (GLA_GLUON_INTRA=1 turns it on)"
-    if v.shape[3] not in HEAD_DIMS:
-        return f"E={v.shape[3]} (the Gluon in-chunk backward launch takes E in {HEAD_DIMS})"
     return _reason(q, bt)
 
 
@@ -94,7 +73,7 @@ def _shape_reason(dtype_name: str, d: int, bt: int) -> str | None:
 
 
 def _reason(q: torch.Tensor, bt: int) -> str | None:
-    """The rule both launches share: the dtype, D and the chunk, then the API and an sm_90 device."""
+    """The torch launch's rule: the dtype, D and the chunk, then the API and an sm_90 device."""
     reason = _shape_reason(str(q.dtype).removeprefix("torch."), q.shape[3], bt)
     if reason is not None:
         return reason
@@ -107,7 +86,6 @@ def _reason(q: torch.Tensor, bt: int) -> str | None:
 
 
 _LAUNCH = LazyLauncher(".prep", __package__, "gla_prep_gluon_kernel")
-_INTRA = LazyLauncher(".bwd_intra", __package__, "gla_bwd_intra_gluon_kernel")
 
 
 def prep_meta(d: int, bt: int) -> dict:
@@ -122,13 +100,3 @@ def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse:
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), **prep_meta(d, bt)))
     _LAUNCH(("gluon", PREP_OP16, PREP_ASYNC) + key, args, spec, stream)
-
-
-def launch_intra(key: tuple, args: tuple, grid: tuple[int, int], d: int, e: int, reverse: bool, varlen: bool,
-                 bt: int, stream) -> None:
-    """Launch ``bwd_intra.gla_bwd_intra_gluon_kernel`` with ``gla_bwd_intra_kernel``'s arguments."""
-    ds = intra_slice(d)
-    spec = lambda: (lambda meta: grid,  # noqa: E731
-                    dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), BT=bt, DS=ds,
-                         ROW_LANES=INTRA_ROW_LANES, num_warps=warps(ds, INTRA_ROW_LANES)))
-    _INTRA(("gluon",) + key, args, spec, stream)

@@ -5,10 +5,10 @@ jax-triton is imported lazily and the Triton cache-dir knob its import clobbers 
 (``common.jax_triton``). jax-triton refuses autotuned kernels whose key lacks a scalar argument,
 so the plain kernels launch with one fixed config per sweep
 (``configs.JAX_*_CONFIG``). The launches are the torch path's, one each: the prep launch and the
-forward; then the backward's in-chunk launch, the dq pass, the dk / dg pass and the dv pass. No
-launch depends on the gate values. With GLA_JAX_GLUON_PREP=1 on an sm_90 GPU the prep launch is
-the torch path's Gluon kernel, which jax-triton compiles through ``common.jax_gluon``
-(``gluon.host.jax_prep_reason``).
+forward; then the backward's state pass, its in-chunk launch, the dk / dg pass and the dv pass. No
+launch depends on the gate values. On an sm_90 GPU the prep launch is the torch path's Gluon
+kernel, which jax-triton compiles through ``common.jax_gluon`` (``gluon.host.jax_prep_reason``;
+GLA_JAX_GLUON_PREP=0 takes the Triton one).
 """
 from __future__ import annotations
 
@@ -94,16 +94,15 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
     bt = _cfg.CHUNK
     per_head = jax.ShapeDtypeStruct((b, t, h, d), q.dtype)
     per_head_f32 = jax.ShapeDtypeStruct((b, t, h, d), jnp.float32)
-    dqi, dki, dga = jt.triton_call(
-        q, k, v, g, do, g, t_, h_, hkv_, sc, kernel=_k.gla_bwd_intra_kernel,
+    _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_H_CONFIG, d, e, name)
+    hc = jt.triton_call(  # chunk entry states (scratch)
+        kd, bl, v, h0_arg, g, t_, h_, hkv_, bucket, kernel=_k.gla_bwd_h_kernel,
+        out_shape=[jax.ShapeDtypeStruct((_cfg.chunk_slots(b, t, b, bt), h, d, e), q.dtype)],
+        grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)[0]
+    dq, dki, dgq = jt.triton_call(
+        q, k, v, g, do, hc, g, t_, h_, hkv_, sc, kernel=_k.gla_bwd_intra_kernel,
         out_shape=[per_head, jax.ShapeDtypeStruct((b, t, h, d), gdt), per_head_f32],
         grid=_cfg.prep_grid(t, b * h), **flags, **_cfg.intra_meta(d, e, bt))
-    _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_Q_CONFIG, d, e, name)
-    outs = [per_head, jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
-            jax.ShapeDtypeStruct((_cfg.chunk_slots(b, t, b, bt), h, d, e), q.dtype)]  # chunk entry states (scratch)
-    dq, dgq, hc = jt.triton_call(
-        q, kd, bl, v, g, do, h0_arg, g, dqi, dga, t_, h_, hkv_, sc, bucket, kernel=_k.gla_bwd_q_kernel,
-        out_shape=outs, grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_K_CONFIG, d, e, name)
     outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
             jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]

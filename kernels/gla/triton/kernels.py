@@ -18,10 +18,10 @@ Six kernels, one launch each; the two parallel ones (no carried state, programs 
 compute everything gate-dependent inside a chunk, the four sweeps carry the state:
   gla_prep_kernel         forward: qd = q⊙e^B, kd = k⊙e^{Bl − B}, the totals Bl and the scores A
   gla_fwd_kernel          o (and S_T); programs own an E-slice, state Sᵀ [BS, D]
-  gla_bwd_intra_kernel    backward: each chunk's own part of dq, dk (W = scale·do·vᵀ weighted) and
-                          of dg (pairs inside the chunk)
-  gla_bwd_q_kernel        dq and dg's pairs from the chunk's entry state, forward sweep over
-                          D-slices rebuilding S [BS, E]; also the entry states (hc) for the next pass
+  gla_bwd_h_kernel        backward: the state entering each chunk (hc), forward sweep over D-slices
+                          rebuilding S [BS, E] on the prep launch's kd and bl
+  gla_bwd_intra_kernel    dq whole, each chunk's own part of dk (W = scale·do·vᵀ weighted) and dg's
+                          pairs ending in the chunk's rows (from inside it and from its entry state)
   gla_bwd_k_kernel        dk, dg and dh0, backward sweep over D-slices, state dS [BS, E]
   gla_bwd_v_kernel        dv, backward sweep; programs own an E-slice, state dSᵀ [BS, D]
 
@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from ...common.tiles import chunk_slot, load_tile, load_tile_t, sequence_of, store_tile, store_tile_t
-from .configs import (BWD_K_CONFIGS, BWD_Q_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs,
+from .configs import (BWD_H_CONFIGS, BWD_K_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs,
                       prune_configs)
 
 
@@ -226,21 +226,40 @@ def gla_prep_kernel(
 
 
 @triton.jit
+def _from_entry_state(hc, do_base, bos, i_n, i_c, i_h, H, KD: tl.constexpr, VD: tl.constexpr, rows, valid,
+                      o_k, m_k, B, scale, DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr):
+    """dq's part from the state entering the chunk, scale·e^{B}⊙(do·S_inᵀ) [BT, BD] fp32, with
+    S_in's [BD, E] slice from hc (``gla_bwd_h_kernel``); e^{B} ≤ 1 at any gate."""
+    acc = tl.zeros([BT, o_k.shape[0]], dtype=tl.float32)
+    for i_v in range(0, tl.cdiv(VD, BV)):
+        o_e = i_v * BV + tl.arange(0, BV)
+        m_e = o_e < VD
+        bdo = load_tile(do_base, rows, H * VD, o_e, valid, m_e)
+        s_in = tl.load(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT),
+                       mask=m_k[:, None] & m_e[None, :], other=0.0)
+        acc = tl.dot(bdo, tl.trans(s_in), acc, input_precision=DOT_PREC)
+    return acc * tl.exp(B).to(tl.float32) * scale
+
+
+@triton.jit
 def gla_bwd_intra_kernel(
-    q, k, v, g, do, cu,
+    q, k, v, g, do, hc, cu,
     T, H, HKV, scale,
-    dqi, dki, dga,
+    dq, dki, dgq,
     KD: tl.constexpr, VD: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PREC: tl.constexpr,
     BT: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr, LEVELS: tl.constexpr,
 ):
-    """The backward's pairs inside a chunk, every chunk at once (grid (P, N·H) as the prep launch),
-    exact at any gate through the prep launch's levels. With W = scale·do·vᵀ (s ≤ t):
-    dqi_t = Σ_{s≤t} W_ts k_s⊙e^{B_t − B_s}, dki_s = Σ_{t≥s} W_ts q_t⊙e^{B_t − B_s} (per query head),
-    and dg's in-chunk part dga_t = Σ_{t'≥t, s<t} W_t's q_t'⊙k_s⊙e^{B_t' − B_s}, summed in fp32 as
-    the suffix sum of q⊙dqi − k⊙dki over the strict pairs s < t only: the diagonal pairs, the
-    largest terms at strong gates, cancel exactly there and are added to dqi, dki afterwards.
-    Two tensor-core products per level, one each for dq and dk, on operands whose rounding both
-    copies of a pair share (``_dot_operand``)."""
+    """The backward's per-chunk parts, every chunk at once (grid (P, N·H) as the prep launch),
+    exact at any gate through the prep launch's levels. With W = scale·do·vᵀ (s ≤ t) and S_in the
+    state entering the chunk (hc):
+    dq_t = scale·e^{B_t}⊙(S_in·do_t) + Σ_{s≤t} W_ts k_s⊙e^{B_t − B_s} (whole: nothing else adds to it),
+    dki_s = Σ_{t≥s} W_ts q_t⊙e^{B_t − B_s} (per query head; the dk pass adds the carried part),
+    and dg's pairs that end in the chunk's rows, dgq_t = Σ_{t'≥t} [q⊙dq_x]_t' (from S_in, dq_x the
+    first term of dq) + Σ_{t'≥t, s<t} W_t's q_t'⊙k_s⊙e^{B_t' − B_s} (inside the chunk), summed in fp32
+    as one suffix sum of q⊙dq_x + q⊙dq_in − k⊙dk_in over the strict in-chunk pairs only: the diagonal
+    pairs, the largest terms at strong gates, cancel exactly there and are added to dq, dki
+    afterwards. Two tensor-core products per level, one each for dq and dk, on operands whose
+    rounding both copies of a pair share (``_dot_operand``)."""
     i_n, i_h, i_hk, bos, seq_len, o_t, p, q_base, g_base, k_base = _chunk_program(
         q, k, g, cu, T, H, HKV, KD, BT, REVERSE, IS_VARLEN)
     v_base = v + bos * (HKV * VD) + i_hk * VD
@@ -262,9 +281,10 @@ def gla_bwd_intra_kernel(
             m_k = o_k < KD
             bg, bq, bk = _gqk_tiles(g_base, q_base, k_base, rows, valid, o_k, m_k, H, HKV, KD)
             B, _ = _chunk_gates(bg, DOT_PREC, REVERSE)
-            dq = tl.zeros([BT, BD], dtype=tl.float32)
-            dk = tl.zeros([BT, BD], dtype=tl.float32)
-            terms = tl.zeros([BT, BD], dtype=tl.float32)  # q⊙dq − k⊙dk of the strict pairs
+            dq_acc = _from_entry_state(hc, do_base, bos, i_n, i_c, i_h, H, KD, VD, rows, valid, o_k, m_k, B, scale,
+                                       DOT_PREC, BT, BV)
+            terms = bq * dq_acc  # dg's terms: q⊙dq_x, then q⊙dq − k⊙dk of the strict pairs
+            dk_acc = tl.zeros([BT, BD], dtype=tl.float32)
             for lv in range(0, LEVELS):
                 later, E = _level(B, p, lv, BT, REVERSE)
                 ql = _dot_operand(tl.where(later[:, None], bq * E, 0.0), DOT_PREC)
@@ -272,13 +292,13 @@ def gla_bwd_intra_kernel(
                 WL = tl.where(_same_group(p, BT >> lv), W, 0.0)
                 P = tl.dot(WL, kl, input_precision=DOT_PREC)
                 Q = tl.dot(tl.trans(WL), ql, input_precision=DOT_PREC)
-                dq += tl.where(later[:, None], E, 0.0) * P
-                dk += tl.where(later[:, None], 0.0, E) * Q
+                dq_acc += tl.where(later[:, None], E, 0.0) * P
+                dk_acc += tl.where(later[:, None], 0.0, E) * Q
                 # each pair's two copies from the same rounded operands, so that they cancel
                 terms += ql * P - kl * Q
-            store_tile(dga + row_off, rows, H * KD, o_k, valid, m_k, tl.cumsum(terms, 0, reverse=not REVERSE))
-            store_tile(dqi + row_off, rows, H * KD, o_k, valid, m_k, dq + w_diag[:, None] * bk)
-            store_tile(dki + row_off, rows, H * KD, o_k, valid, m_k, dk + w_diag[:, None] * bq)
+            store_tile(dgq + row_off, rows, H * KD, o_k, valid, m_k, tl.cumsum(terms, 0, reverse=not REVERSE))
+            store_tile(dq + row_off, rows, H * KD, o_k, valid, m_k, dq_acc + w_diag[:, None] * bk)
+            store_tile(dki + row_off, rows, H * KD, o_k, valid, m_k, dk_acc + w_diag[:, None] * bq)
 
 
 # --- the sweeps: what carries from chunk to chunk, every factor ≤ 1 -----------------------------
@@ -354,40 +374,27 @@ def gla_fwd_kernel(
 
 
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
-def gla_bwd_q_kernel(
-    q, kd, bl, v, g, do, h0, cu, dqi, dga,
-    T, H, HKV, scale, SHAPE_BUCKET,
-    dq, dgq, hc,
+def gla_bwd_h_kernel(
+    kd, bl, v, h0, cu,
+    T, H, HKV, SHAPE_BUCKET,
+    hc,
     KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, BT: tl.constexpr, BS: tl.constexpr,
 ):
-    """dq for one D-slice of BS key channels, a forward sweep rebuilding S [BS, E] on the prep
-    launch's kd and bl (S ← diag(e^{Bl})·S + kdᵀ·v); grid (cdiv(D, BS), N·H). Transposed,
-    [channels, rows]: dq = scale·e^{B}⊙(S_in·doᵀ) + dqi, S_in the state entering the chunk. Also
-    writes S_in into hc [(total rows) // BT + N, H, D, E] (input dtype) for the dk / dg pass, and
-    dgq = dga + Σ_{t'≥t} (q⊙dq_x)_t' (dq_x the carried-state part of dq): dg's pairs from S_in to
-    a row at or after t."""
+    """The state entering every chunk, S_in, into hc [(total rows) // BT + N, H, D, E] (input dtype)
+    for the in-chunk launch and the dk / dg pass: a forward sweep over one D-slice of BS key
+    channels rebuilding S [BS, E] on the prep launch's kd and bl, S ← diag(e^{Bl})·S + kdᵀ·v; grid
+    (cdiv(D, BS), N·H)."""
     (i_n, i_h, i_hk, bos, seq_len, o_t, p, o_k, o_e, m_k, m_e, s_off,
      m_s) = _d_slice(cu, T, H, HKV, KD, VD, BV, BS, BT, REVERSE, IS_VARLEN)
-    row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
+    row_off = bos * (H * KD) + i_h * KD
     v_base = v + bos * (HKV * VD) + i_hk * VD
-    do_base = do + bos * (H * VD) + i_h * VD
     dt = v.dtype.element_ty
     S = _state_tile(h0, s_off, m_s, HAS_H0, BS, BV)
     for i_c in range(0, tl.cdiv(seq_len, BT)):
         tl.store(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), S.to(hc.dtype.element_ty), mask=m_s)
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
-        gt = load_tile_t(g + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-        bdo = load_tile(do_base, rows, H * VD, o_e, valid, m_e)
-        Bt = _tri_product(gt, (p[:, None] <= p[None, :]).to(tl.float32), DOT_PREC, False)
-        dq_x = tl.dot(S.to(dt), tl.trans(bdo), input_precision=DOT_PREC) * tl.exp(Bt) * scale
-        dqit = load_tile_t(dqi + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-        store_tile_t(dq + row_off, rows, H * KD, o_k, valid, m_k, dq_x + dqit)
-        qt = load_tile_t(q + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-        after = tl.cumsum(qt * dq_x, 1, reverse=not REVERSE)
-        store_tile_t(dgq + row_off, rows, H * KD, o_k, valid, m_k, after + load_tile_t(dga + row_off, rows, H * KD, o_k, valid,
-                                                                                m_k))
         kdt = load_tile_t(kd + row_off, rows, H * KD, o_k, valid, m_k)
         bv = load_tile(v_base, rows, HKV * VD, o_e, valid, m_e)
         Bl = _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)
@@ -502,13 +509,13 @@ def gla_bwd_v_kernel(
 # launches take one fixed config each (configs.PREP_*).
 _KEY = ["KD", "VD", "SHAPE_BUCKET"]
 if INTERPRET:
-    gla_fwd = gla_bwd_q = gla_bwd_k = gla_bwd_v = None
+    gla_fwd = gla_bwd_h = gla_bwd_k = gla_bwd_v = None
 else:
     _prune = {"early_config_prune": prune_configs}
     gla_fwd = triton.autotune(configs=autotune_configs(FWD_CONFIGS), key=_KEY,
                               prune_configs_by=_prune)(gla_fwd_kernel)
-    gla_bwd_q = triton.autotune(configs=autotune_configs(BWD_Q_CONFIGS), key=_KEY,
-                                prune_configs_by=_prune)(gla_bwd_q_kernel)
+    gla_bwd_h = triton.autotune(configs=autotune_configs(BWD_H_CONFIGS), key=_KEY,
+                                prune_configs_by=_prune)(gla_bwd_h_kernel)
     gla_bwd_k = triton.autotune(configs=autotune_configs(BWD_K_CONFIGS), key=_KEY,
                                 prune_configs_by=_prune)(gla_bwd_k_kernel)
     gla_bwd_v = triton.autotune(configs=autotune_configs(BWD_V_CONFIGS), key=_KEY,

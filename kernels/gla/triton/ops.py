@@ -43,8 +43,8 @@ def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor |
 # the parallel launches (no carried state: programs over chunks), then the sweeps
 _PREP = PlainLauncher(_k, "gla_prep_kernel")
 _FWD = Launcher(_k, "gla_fwd", "gla_fwd_kernel", _INTERP_META)
+_BWD_H = Launcher(_k, "gla_bwd_h", "gla_bwd_h_kernel", _INTERP_META)
 _BWD_INTRA = PlainLauncher(_k, "gla_bwd_intra_kernel")
-_BWD_Q = Launcher(_k, "gla_bwd_q", "gla_bwd_q_kernel", _INTERP_META)
 _BWD_K = Launcher(_k, "gla_bwd_k", "gla_bwd_k_kernel", _INTERP_META)
 _BWD_V = Launcher(_k, "gla_bwd_v", "gla_bwd_v_kernel", _INTERP_META)
 
@@ -103,11 +103,11 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
 
 
 def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
-    """The backward launches: the in-chunk parts of dq, dk, dg (parallel over chunks); dq and dg's
-    pairs from each chunk's entry state, writing the entry states (D-slices, forward sweep); dk,
-    dg, dh0 (D-slices, backward sweep); dv (E-slices, backward sweep). GQA sums dk, dv over each
-    kv head's query heads (per query head in fp32 first). Scratch buffers (the in-chunk parts, the
-    partial dg, the entry states) are freed on return."""
+    """The backward launches: the state entering each chunk (D-slices, forward sweep); dq whole,
+    dk's in-chunk part and dg's pairs ending in each chunk's rows (parallel over chunks); dk, dg,
+    dh0 (D-slices, backward sweep); dv (E-slices, backward sweep). GQA sums dk, dv over each kv
+    head's query heads (per query head in fp32 first). Scratch buffers (the entry states, dk's
+    in-chunk part, the partial dg) are freed on return."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
@@ -118,9 +118,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
     dg = _empty(*q.shape, dtype=torch.float32, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
-    dqi = _empty(*q.shape, dtype=q.dtype, device=q.device)
     dki = _empty(b, t, h, d, dtype=gdt, device=q.device)
-    dga = _empty(*q.shape, dtype=torch.float32, device=q.device)
     dgq = _empty(*q.shape, dtype=torch.float32, device=q.device)
     hc = _empty(_cfg.chunk_slots(b, t, n, _chunk()), h, d, e, dtype=q.dtype, device=q.device)
     ph = g  # placeholder pointer for absent tensors
@@ -132,16 +130,12 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
            cu is not None, bool(reverse), alignment(q, k, v, g, do, h0, dht, cu))
     stream = raw_stream(q)
     bt = _chunk()
-    grid = _cfg.prep_grid(t, n * h)
-    intra_args = (q, k, v, g, do, cu_arg, t, h, hkv, float(scale), dqi, dki, dga)
-    if _gluon_host.intra_reason(q, v, bt) is None:
-        _gluon_host.launch_intra(key, intra_args, grid, d, e, reverse, cu is not None, bt, stream)
-    else:
-        _BWD_INTRA(key, intra_args, lambda: (lambda meta: grid, dict(flags, **_cfg.intra_meta(d, e, bt))), stream)
     d_sliced = lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
                         dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None))
-    _BWD_Q(key, (q, kd, bl, v, g, do, h0 if h0 is not None else ph, cu_arg, dqi, dga, t, h, hkv, float(scale), bucket,
-                 dq, dgq, hc), d_sliced, stream)
+    _BWD_H(key, (kd, bl, v, h0 if h0 is not None else ph, cu_arg, t, h, hkv, bucket, hc), d_sliced, stream)
+    grid = _cfg.prep_grid(t, n * h)
+    _BWD_INTRA(key, (q, k, v, g, do, hc, cu_arg, t, h, hkv, float(scale), dq, dki, dgq),
+               lambda: (lambda meta: grid, dict(flags, **_cfg.intra_meta(d, e, bt))), stream)
     k_sliced = lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
                         dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None, HAS_DHT=dht is not None))
     _BWD_K(key, (qd, k, v, g, do, dht_arg, cu_arg, hc, dki, dgq, t, h, hkv, float(scale), bucket,

@@ -56,8 +56,8 @@ def intra_job() -> Job:
     """The one launch config of the backward's in-chunk parts (``ops.gla_bwd``)."""
     from lattnbench.kernels.gla.triton import configs as C
 
-    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, cu=_F32, T="i32", H="i32", HKV="i32", scale="fp32",
-                 dqi=_BF, dki=_BF, dga=_F32)
+    types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, hc=_BF, cu=_F32, T="i32", H="i32", HKV="i32", scale="fp32",
+                 dq=_BF, dki=_BF, dgq=_F32)
     return _parallel_job("gla/triton:bwd-intra", "gla_bwd_intra_kernel", types, _flags(), C.intra_meta(D, E, C.CHUNK))
 
 
@@ -67,10 +67,10 @@ def fwd_job(bt: int, bs: int, w: int, s: int) -> Job:
                 bt, bs, w, s)
 
 
-def bwd_q_job(bt: int, bs: int, w: int, s: int) -> Job:
-    types = dict(q=_BF, kd=_BF, bl=_F32, v=_BF, g=_F32, do=_BF, h0=_F32, cu=_F32, dqi=_BF, dga=_F32, **_SCALARS,
-                 dq=_BF, dgq=_F32, hc=_BF)
-    return _job("gla/triton:bwd-dq", "gla_bwd_q_kernel", types, dict(BV=E, SPLIT=D, HAS_H0=False), bt, bs, w, s)
+def bwd_h_job(bt: int, bs: int, w: int, s: int) -> Job:
+    scalars = {n: t for n, t in _SCALARS.items() if n != "scale"}
+    types = dict(kd=_BF, bl=_F32, v=_BF, h0=_F32, cu=_F32, **scalars, hc=_BF)
+    return _job("gla/triton:bwd-h", "gla_bwd_h_kernel", types, dict(BV=E, SPLIT=D, HAS_H0=False), bt, bs, w, s)
 
 
 def bwd_k_job(bt: int, bs: int, w: int, s: int) -> Job:
@@ -96,8 +96,8 @@ def default_jobs() -> list[Job]:
     from lattnbench.kernels.gla.triton import configs as C
 
     bridge = [make(*C.jax_config(c, D, E, "bf16")) for make, c in
-              ((fwd_job, C.JAX_FWD_CONFIG), (bwd_q_job, C.JAX_BWD_Q_CONFIG), (bwd_k_job, C.JAX_BWD_K_CONFIG),
+              ((fwd_job, C.JAX_FWD_CONFIG), (bwd_h_job, C.JAX_BWD_H_CONFIG), (bwd_k_job, C.JAX_BWD_K_CONFIG),
                (bwd_v_job, C.JAX_BWD_V_CONFIG))]
     return ([prep_job(), intra_job()] + [fwd_job(*c) for c in C.FWD_CONFIGS]
-            + [bwd_q_job(*c) for c in C.BWD_Q_CONFIGS] + [bwd_k_job(*c) for c in C.BWD_K_CONFIGS]
+            + [bwd_h_job(*c) for c in C.BWD_H_CONFIGS] + [bwd_k_job(*c) for c in C.BWD_K_CONFIGS]
             + [bwd_v_job(*c) for c in C.BWD_V_CONFIGS] + [bridge_job(j) for j in bridge])

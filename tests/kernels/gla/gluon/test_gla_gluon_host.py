@@ -1,6 +1,5 @@
-"""gla/triton's Gluon parallel launches on the CPU: the rule that picks them, that a CPU call keeps
-the Triton launches, and their sm_90 compile (their kernels run on the GPU:
-tests/gpu/test_gla_gluon_prep.py)."""
+"""gla/triton's Gluon prep launch on the CPU: the rule that picks it, that a CPU call keeps the
+Triton launch, and its sm_90 compile (its kernel runs on the GPU: tests/gpu/test_gla_gluon_prep.py)."""
 from __future__ import annotations
 
 import types
@@ -18,10 +17,6 @@ def test_the_rule_names_why_a_call_keeps_the_triton_launches(monkeypatch):
     q = torch.zeros(1, 8, 2, 128, dtype=torch.bfloat16)
     monkeypatch.setattr(host, "PREP_ON", False)
     assert "GLA_GLUON_PREP=0" in host.prep_reason(q, 64)
-    assert "GLA_GLUON_INTRA=1" in host.intra_reason(q, q, 64)
-    monkeypatch.setattr(host, "INTRA_ON", True)
-    assert "E=96" in host.intra_reason(q, torch.zeros(1, 8, 2, 96, dtype=torch.bfloat16), 64)
-    assert "float32" in host.intra_reason(q.float(), q.float(), 64)
     monkeypatch.setattr(host, "PREP_ON", True)
     assert "float32" in host.prep_reason(q.float(), 64)
     assert "D=96" in host.prep_reason(torch.zeros(1, 8, 2, 96, dtype=torch.bfloat16), 64)
@@ -30,11 +25,9 @@ def test_the_rule_names_why_a_call_keeps_the_triton_launches(monkeypatch):
         assert "not cpu" in host.prep_reason(q, 64)
 
 
-def test_a_cpu_call_with_the_switches_on_runs_the_triton_launches(monkeypatch):
+def test_a_cpu_call_with_the_switch_on_runs_the_triton_launches(monkeypatch):
     monkeypatch.setattr(host, "PREP_ON", True)
-    monkeypatch.setattr(host, "INTRA_ON", True)
     monkeypatch.setattr(host, "launch_prep", lambda *a: pytest.fail("the Gluon prep launch on a CPU"))
-    monkeypatch.setattr(host, "launch_intra", lambda *a: pytest.fail("the Gluon in-chunk launch on a CPU"))
     gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
     q, k, v = (torch.randn(1, 40, 2, 16, generator=gen).requires_grad_() for _ in range(3))
     g = torch.nn.functional.logsigmoid(torch.randn(1, 40, 2, 16, generator=gen)).requires_grad_()
@@ -43,7 +36,7 @@ def test_a_cpu_call_with_the_switches_on_runs_the_triton_launches(monkeypatch):
     assert all(torch.isfinite(x).all() for x in (o, s, *grads))
 
 
-def test_the_parallel_launches_compile_for_sm90_with_their_level_products_unrolled():
+def test_the_prep_launch_compiles_for_sm90_with_its_level_products_unrolled():
     """The prep launch: six levels, each one tf32 wgmma chain over all 128 key channels (16 k-steps
     of 8), unrolled;
     a bounded number of barriers a chunk: two per level (its operands staged in shared memory) and
@@ -52,9 +45,8 @@ def test_the_parallel_launches_compile_for_sm90_with_their_level_products_unroll
     the H200's 227 KB. In a fresh process (see the Lightning Gluon test)."""
     if compat.IMPORT_ERROR is not None:
         pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    prep, prep16, intra = gluon_aot_metrics("compile_gla_prep(d=128, dtype='bf16', reverse=True)",
-                                            "compile_gla_prep(d=128, dtype='bf16', asynchronous=True)",
-                                            "compile_gla_bwd_intra(d=128, e=128, dtype='bf16')")
+    prep, prep16 = gluon_aot_metrics("compile_gla_prep(d=128, dtype='bf16', reverse=True)",
+                                     "compile_gla_prep(d=128, dtype='bf16', asynchronous=True)")
     assert prep["wgmma"] == 6 * 128 // 8
     assert 12 <= prep["barriers"] <= 48
     assert 0 < prep["shared_bytes"] <= 227 * 1024
@@ -64,11 +56,6 @@ def test_the_parallel_launches_compile_for_sm90_with_their_level_products_unroll
     assert 1 in prep16["wait_depths"]
     assert prep16["shared_stores"] * 3 <= prep["shared_stores"], (prep16["shared_stores"], prep["shared_stores"])
     assert 0 < prep16["shared_bytes"] <= 227 * 1024
-    # the in-chunk backward: do·vᵀ (8 k-steps of 16 over E = 128), then per key slice of 32 six
-    # levels of two tf32 products over the chunk's 64 rows (8 k-steps of 8 each), the slice loop
-    # not unrolled
-    assert intra["wgmma"] == 128 // 16 + 6 * 2 * 64 // 8
-    assert 0 < intra["shared_bytes"] <= 227 * 1024
 
 
 _JAX_GLUON_PROBE = r'''
