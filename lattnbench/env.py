@@ -57,8 +57,8 @@ def commit() -> str | None:
 # Environment variables that change what the kernels run (backward path, autotune lists, Triton
 # and JAX options, the harness's autotune mode): recorded with every result, so a run made under a
 # knob says so.
-KNOB_PREFIXES = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "GLA_GLUON_", "TRITON_", "FLA_", "JAX_", "XLA_",
-                 "LATTNBENCH_AUTOTUNE")
+KNOB_PREFIXES = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "GLA_GLUON_", "GLA_JAX_", "TRITON_", "FLA_", "JAX_",
+                 "XLA_", "LATTNBENCH_AUTOTUNE")
 
 
 def knobs() -> dict[str, str]:

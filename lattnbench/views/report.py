@@ -232,7 +232,7 @@ def _own_knobs(env: dict) -> str:
     """``K=V`` of the kernels' and the harness's own switches in an env block's knobs (Triton and
     JAX options stay in the JSON)."""
     knobs = env.get("knobs")
-    own = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "LATTNBENCH_AUTOTUNE")
+    own = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "GLA_GLUON_", "GLA_JAX_", "LATTNBENCH_AUTOTUNE")
     return " ".join(f"{k}={v}" for k, v in sorted(knobs.items()) if k.startswith(own)) if isinstance(knobs, dict) else ""
 
 

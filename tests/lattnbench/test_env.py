@@ -20,9 +20,11 @@ def test_commit_from_the_checkout(monkeypatch):
 def test_knobs_record_the_kernel_switches_that_are_set(monkeypatch):
     value = secrets.token_hex(3)
     monkeypatch.setenv("LIGHTNING_TRITON_TMA", value)
+    monkeypatch.setenv("GLA_JAX_GLUON_PREP", value[::-1])  # every kernel switch, the JAX bridge's too
     monkeypatch.setenv("LIGHTNING_OTHER_THING", "x")  # not a knob prefix
     monkeypatch.delenv("LIGHTNING_TRITON_FAST_LAUNCH", raising=False)
     block = env.collect(with_gpu=False)
     assert block["knobs"]["LIGHTNING_TRITON_TMA"] == value
+    assert block["knobs"]["GLA_JAX_GLUON_PREP"] == value[::-1]
     assert "LIGHTNING_TRITON_FAST_LAUNCH" not in block["knobs"] and "LIGHTNING_OTHER_THING" not in block["knobs"]
     assert list(block["knobs"]) == sorted(block["knobs"])

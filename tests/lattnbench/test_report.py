@@ -292,10 +292,11 @@ def test_env_line_names_the_kernel_knobs_a_run_was_made_under():
     from lattnbench.views.report import env_summary
 
     doc = {"env": {"gpu": "NVIDIA H200", "commit": "abc", "knobs": {"LIGHTNING_TRITON_TMA": "0",
+                                                                   "GLA_JAX_GLUON_PREP": "0",
                                                                    "TRITON_CACHE_DIR": "/tmp/x"}},
            "rows": []}
     line = env_summary(doc)
-    assert line.endswith("knobs LIGHTNING_TRITON_TMA=0") and "TRITON_CACHE_DIR" not in line
+    assert line.endswith("knobs GLA_JAX_GLUON_PREP=0 LIGHTNING_TRITON_TMA=0") and "TRITON_CACHE_DIR" not in line
     doc["env"]["knobs"] = {"TRITON_CACHE_DIR": "/tmp/x"}
     assert "knobs" not in env_summary(doc)
 
