@@ -57,8 +57,10 @@ def commit() -> str | None:
 # Environment variables that change what the kernels run (backward path, autotune lists, Triton
 # and JAX options, the harness's autotune mode): recorded with every result, so a run made under a
 # knob says so.
-KNOB_PREFIXES = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "GLA_GLUON_", "GLA_JAX_", "TRITON_", "FLA_", "JAX_",
-                 "XLA_", "LATTNBENCH_AUTOTUNE")
+# The kernels' and the harness's own switches (report lines name these; Triton's, fla's and JAX's
+# options stay in the JSON)
+OWN_KNOB_PREFIXES = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "GLA_GLUON_", "GLA_JAX_", "LATTNBENCH_AUTOTUNE")
+KNOB_PREFIXES = OWN_KNOB_PREFIXES + ("TRITON_", "FLA_", "JAX_", "XLA_")
 
 
 def knobs() -> dict[str, str]:

@@ -310,14 +310,13 @@ class Sweeper:
             have = pt.timers.get("graph")
             if have is None:
                 pt.timers["graph"] = have = time_graph(call, backend, budget_ms, pt.timers["device"].median)
-                if have.ok and (s := clock_sample(self.device)):
-                    have.clocks.append(s)
+                if have.ok:
+                    have.add_clock(clock_sample(self.device))
             elif have.ok and have.method.startswith(REPLAY):
                 more = time_graph(call, backend, budget_ms, pt.timers["device"].median)
                 if more.ok and more.method == have.method:
                     have.samples_ms.extend(more.samples_ms)
-                    if s := clock_sample(self.device):
-                        have.clocks.append(s)
+                    have.add_clock(clock_sample(self.device))
         if derive and r == rounds - 1:
             fwd, both = (timed[m][1].get("graph") for m in ("fwd", "fwdbwd"))
             if fwd is not None and both is not None:

@@ -54,6 +54,11 @@ class TimerResult:
     # load the GPU differently (back to back, one call at a time, replays), and so its clocks
     clocks: list[dict] = field(default_factory=list)
 
+    def add_clock(self, sample: dict | None) -> None:
+        """Keep an NVML sample taken as this timer's samples ended (none when NVML gave none)."""
+        if sample:
+            self.clocks.append(sample)
+
     @property
     def ok(self) -> bool:
         return self.status == "ok" and bool(self.samples_ms)
@@ -425,9 +430,8 @@ def measure_point(call: Callable[[], object], be: Backend, *, budget_s: float = 
 
     def ended(*results: TimerResult) -> None:
         s = clock() if clock is not None else None
-        if s:
-            for t in results:
-                t.clocks.append(s)
+        for t in results:
+            t.add_clock(s)
 
     if "device" in timers:
         out["device"] = time_device(call, be, budget_ms, est, min_reps, max_reps)

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from lattnbench.env import OWN_KNOB_PREFIXES
 from lattnbench.results import ResultsError  # noqa: F401 - the report command's error type
 from lattnbench.results import display_name
 from lattnbench.views.dependence import (DEPENDENCE_LIMIT, DEPENDENCE_NOTE, ERROR_DEPENDENCE_LIMIT, data_dependence,
@@ -229,11 +230,11 @@ def env_summary(doc: dict) -> str:
 
 
 def _own_knobs(env: dict) -> str:
-    """``K=V`` of the kernels' and the harness's own switches in an env block's knobs (Triton and
-    JAX options stay in the JSON)."""
+    """``K=V`` of the kernels' and the harness's own switches (``env.OWN_KNOB_PREFIXES``) in an env
+    block's knobs."""
     knobs = env.get("knobs")
-    own = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "GLA_GLUON_", "GLA_JAX_", "LATTNBENCH_AUTOTUNE")
-    return " ".join(f"{k}={v}" for k, v in sorted(knobs.items()) if k.startswith(own)) if isinstance(knobs, dict) else ""
+    return (" ".join(f"{k}={v}" for k, v in sorted(knobs.items()) if k.startswith(OWN_KNOB_PREFIXES))
+            if isinstance(knobs, dict) else "")
 
 
 def render(docs: Sequence[dict], reference: str | None = None,

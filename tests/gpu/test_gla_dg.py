@@ -59,12 +59,17 @@ def _assert_within_tolerance(name: str, got: dict, ref: dict) -> None:
     assert not bad, f"{name}: errors above {tol}: {bad} (all: {errs})"
 
 
-def test_gla_triton_every_tensor_within_tolerance(problem):
-    name, x, ref = problem
+def _gla_triton_outputs(x: dict) -> dict:
+    """gla/triton's outputs and gradients of the recipe ``x``, by name."""
     leaves = [x[n].clone().requires_grad_() for n in ("q", "k", "v", "g", "h0") if x[n] is not None]
     o, s = gla_triton(*leaves[:4], initial_state=leaves[4] if len(leaves) > 4 else None)
     grads = torch.autograd.grad((o, s), leaves, (x["do"], x["ds"]))
-    _assert_within_tolerance(name, dict(zip(NAMES, (o, s, *grads))), ref)
+    return dict(zip(NAMES, (o, s, *grads)))
+
+
+def test_gla_triton_every_tensor_within_tolerance(problem):
+    name, x, ref = problem
+    _assert_within_tolerance(name, _gla_triton_outputs(x), ref)
 
 
 def test_gla_triton_g_in_the_input_dtype(problem):
@@ -172,7 +177,4 @@ def test_gla_triton_with_the_triton_prep_every_tensor_within_tolerance(problem, 
     monkeypatch.setattr(host, "PREP_ON", False)
     monkeypatch.setattr(host, "launch_prep", lambda *a: pytest.fail("the Gluon prep launch with the switch off"))
     name, x, ref = problem
-    leaves = [x[n].clone().requires_grad_() for n in ("q", "k", "v", "g", "h0") if x[n] is not None]
-    o, s = gla_triton(*leaves[:4], initial_state=leaves[4] if len(leaves) > 4 else None)
-    grads = torch.autograd.grad((o, s), leaves, (x["do"], x["ds"]))
-    _assert_within_tolerance(name, dict(zip(NAMES, (o, s, *grads))), ref)
+    _assert_within_tolerance(name, _gla_triton_outputs(x), ref)

@@ -130,16 +130,15 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
            cu is not None, bool(reverse), alignment(q, k, v, g, do, h0, dht, cu))
     stream = raw_stream(q)
     bt = _chunk()
-    d_sliced = lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
-                        dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None))
-    _BWD_H(key, (kd, bl, v, h0 if h0 is not None else ph, cu_arg, t, h, hkv, bucket, hc), d_sliced, stream)
+    # the two D-sliced sweeps' specs: the dk / dg sweep also takes HAS_DHT
+    d_sliced = lambda **more: lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
+                                       dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None, **more))
+    _BWD_H(key, (kd, bl, v, h0 if h0 is not None else ph, cu_arg, t, h, hkv, bucket, hc), d_sliced(), stream)
     grid = _cfg.prep_grid(t, n * h)
     _BWD_INTRA(key, (q, k, v, g, do, hc, cu_arg, t, h, hkv, float(scale), dq, dki, dgq),
                lambda: (lambda meta: grid, dict(flags, **_cfg.intra_meta(d, e, bt))), stream)
-    k_sliced = lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
-                        dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None, HAS_DHT=dht is not None))
     _BWD_K(key, (qd, k, v, g, do, dht_arg, cu_arg, hc, dki, dgq, t, h, hkv, float(scale), bucket,
-                 dk, dg, dh0 if dh0 is not None else ph), k_sliced, stream)
+                 dk, dg, dh0 if dh0 is not None else ph), d_sliced(HAS_DHT=dht is not None), stream)
     _BWD_V(key, (qd, kd, bl, scores, do, dht_arg, cu_arg, t, h, hkv, float(scale), bucket, dv),
            lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h),
                     dict(flags, BK=_cfg.pow2(d), SPLIT=e, HAS_DHT=dht is not None)), stream)
