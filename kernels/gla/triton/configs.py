@@ -2,8 +2,8 @@
 jax-triton's fixed configs, the chunk length and the parallel launches' levels.
 
 A config is (BT, BS, num_warps, num_stages): BT the chunk length, BS the width of the slice of
-the split dimension one program owns (E for the forward and the dv pass, D for the state and the
-dk/dg pass). Why these, and what the GPU must still show: docs/design/gla-triton.md.
+the split dimension one program owns (E for the forward and the dv pass, D for the backward's two
+state passes). Why these, and what the GPU must still show: docs/design/gla-triton.md.
 """
 from __future__ import annotations
 
@@ -17,29 +17,28 @@ from ...common.arith import AUTOTUNE, cdiv, chunk_slots, narrow_configs, pow2, s
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 # Every sweep holds its fp32 state slice with the slice as the M dimension of the big products:
-# Sᵀ / dSᵀ [BS, D] (forward, dv: E-slices), S / dS [BS, E] (state and dk/dg passes: D-slices,
+# Sᵀ / dSᵀ [BS, D] (forward, dv: E-slices), S / dS [BS, E] (the backward's state passes: D-slices,
 # the chunk's tiles transposed). BS = 128 at 8 warps is a whole head dim per program (the
 # warpgroups split it); BS = 64 doubles the programs for grids that leave SMs idle.
 # Every launch runs at one chunk length, CHUNK: the parallel launches write per-chunk operands
-# (the scores A, the totals Bl, dk's in-chunk part, dg's partial sums) that the sweeps read at their
-# own chunk, and the state pass writes the state entering each chunk in slots of CHUNK rows.
+# (the scores A, the totals Bl) that the sweeps read at their own chunk, and the backward's state
+# passes write each chunk's states in slots of CHUNK rows that the in-chunk launch reads.
 CHUNK = 64
 # The parallel launches pair a chunk's rows through a binary tree over its positions: every pair
 # s < t factorises at the boundary of the one level where t and s fall in the two halves of a
 # group, one tensor-core product per level (log2 CHUNK of them) and one exponential per element.
 FWD_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 8, 2)]
 BWD_H_CONFIGS = [(64, 128, 8, 2), (64, 64, 4, 2), (64, 64, 8, 2), (64, 128, 8, 3)]
-BWD_K_CONFIGS = [(64, 64, 8, 2), (64, 32, 8, 2), (64, 128, 8, 2), (64, 64, 8, 1)]
+BWD_DH_CONFIGS = [(64, 128, 8, 2), (64, 64, 4, 2), (64, 64, 8, 2), (64, 128, 8, 3)]
 BWD_V_CONFIGS = [(64, 128, 8, 2), (64, 128, 8, 3), (64, 64, 4, 2), (64, 64, 8, 2)]
 # The interpreter cannot autotune ("0 active drivers"): small chunks, so that tests cross chunks.
 INTERP_CONFIG = (16, 16, 4, 1)
 # jax-triton launches the plain kernels with one fixed config per sweep (jax_config): for the forward
 # and the dv pass the config the H200's autotuner picks at the seed shape (B4 H32 D = E = 128 bf16,
-# n 8192 and 32768), for the state pass the same form; for the dk / dg pass a spill-free one of its
-# list, as the autotuner's BS = 128 spills under Triton 3.9 (docs/design/gla-triton.md).
+# n 8192 and 32768), for the backward's two state passes the same form (docs/design/gla-triton.md).
 JAX_FWD_CONFIG = (64, 64, 4, 2)
 JAX_BWD_H_CONFIG = (64, 64, 4, 2)
-JAX_BWD_K_CONFIG = (64, 64, 8, 1)
+JAX_BWD_DH_CONFIG = (64, 64, 4, 2)
 JAX_BWD_V_CONFIG = (64, 64, 4, 2)
 # The parallel launches (gla_prep_kernel, gla_bwd_intra_kernel): key channels per step of a
 # program, warps, and the most programs per (sequence, head) row (each walks every P-th chunk of
@@ -49,6 +48,9 @@ PREP_WARPS = 4
 INTRA_BD = 32
 INTRA_WARPS = 4
 INTRA_BV = 64
+# the exit launch (gla_bwd_exit_kernel): key channels per step, warps
+EXIT_BD = 32
+EXIT_WARPS = 4
 PREP_MAX_PROGRAMS = 64
 
 
@@ -88,6 +90,13 @@ def intra_meta(d: int, e: int, bt: int) -> dict:
     of do·vᵀ, the levels, warps and one stage."""
     return dict(BT=bt, BD=min(INTRA_BD, pow2(d)), BV=min(INTRA_BV, pow2(e)), LEVELS=levels(bt),
                 num_warps=INTRA_WARPS, num_stages=1)
+
+
+def exit_meta(d: int, e: int, bt: int) -> dict:
+    """The launch keywords of ``gla_bwd_exit_kernel`` at chunk bt and head dims d, e (its flags,
+    DOT_PREC included, come from the caller): the key-channel slice BD, the value-column slice BV
+    of the state product, warps and one stage."""
+    return dict(BT=bt, BD=min(EXIT_BD, pow2(d)), BV=min(INTRA_BV, pow2(e)), num_warps=EXIT_WARPS, num_stages=1)
 
 
 def autotune_configs(table) -> list[triton.Config]:

@@ -5,8 +5,8 @@ jax-triton is imported lazily and the Triton cache-dir knob its import clobbers 
 (``common.jax_triton``). jax-triton refuses autotuned kernels whose key lacks a scalar argument,
 so the plain kernels launch with one fixed config per sweep
 (``configs.JAX_*_CONFIG``). The launches are the torch path's, one each: the prep launch and the
-forward; then the backward's state pass, its in-chunk launch, the dk / dg pass and the dv pass. No
-launch depends on the gate values. On an sm_90 GPU the prep launch is the torch path's Gluon
+forward; then the backward's state pass, state-gradient pass, in-chunk launch, exit launch and dv
+pass. No launch depends on the gate values. On an sm_90 GPU the prep launch is the torch path's Gluon
 kernel, which jax-triton compiles through ``common.jax_gluon`` (``gluon.host.jax_prep_reason``;
 GLA_JAX_GLUON_PREP=0 takes the Triton one).
 """
@@ -76,7 +76,7 @@ def fwd_call(q, k, v, g, h0, scale, reverse):
 
 
 def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
-    """(dq, dk, dv per query head, dg, dh0) from the four backward launches."""
+    """(dq, dk, dv per query head, dg, dh0) from the five backward launches."""
     import jax
     import jax.numpy as jnp
 
@@ -92,23 +92,28 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
     qk = dict(flags, HAS_H0=h0 is not None, BV=_cfg.pow2(e), SPLIT=d)
     h0_arg = h0 if h0 is not None else g
     bt = _cfg.CHUNK
-    per_head = jax.ShapeDtypeStruct((b, t, h, d), q.dtype)
+    slots = _cfg.chunk_slots(b, t, b, bt)
+    states = jax.ShapeDtypeStruct((slots, h, d, e), q.dtype)  # per-chunk states (scratch)
     per_head_f32 = jax.ShapeDtypeStruct((b, t, h, d), jnp.float32)
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_H_CONFIG, d, e, name)
-    hc = jt.triton_call(  # chunk entry states (scratch)
-        kd, bl, v, h0_arg, g, t_, h_, hkv_, bucket, kernel=_k.gla_bwd_h_kernel,
-        out_shape=[jax.ShapeDtypeStruct((_cfg.chunk_slots(b, t, b, bt), h, d, e), q.dtype)],
+    hc = jt.triton_call(
+        kd, bl, v, h0_arg, g, t_, h_, hkv_, bucket, kernel=_k.gla_bwd_h_kernel, out_shape=[states],
         grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, **qk)[0]
+    _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_DH_CONFIG, d, e, name)
+    dhc, thr, dh0 = jt.triton_call(
+        qd, bl, do, dht, g, hc, t_, h_, hkv_, sc, bucket, kernel=_k.gla_bwd_dh_kernel,
+        out_shape=[states, jax.ShapeDtypeStruct((slots, h, d), jnp.float32),
+                   jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)],
+        grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, HAS_DHT=True, **qk)
+    grid = _cfg.prep_grid(t, b * h)
     dq, dki, dgq = jt.triton_call(
         q, k, v, g, do, hc, g, t_, h_, hkv_, sc, kernel=_k.gla_bwd_intra_kernel,
-        out_shape=[per_head, jax.ShapeDtypeStruct((b, t, h, d), gdt), per_head_f32],
-        grid=_cfg.prep_grid(t, b * h), **flags, **_cfg.intra_meta(d, e, bt))
-    _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_K_CONFIG, d, e, name)
-    outs = [jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), jnp.float32),
-            jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)]
-    dk, dg, dh0 = jt.triton_call(
-        qd, k, v, g, do, dht, g, hc, dki, dgq, t_, h_, hkv_, sc, bucket, kernel=_k.gla_bwd_k_kernel,
-        out_shape=outs, grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, HAS_DHT=True, **qk)
+        out_shape=[jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),
+                   per_head_f32], grid=grid, **flags, **_cfg.intra_meta(d, e, bt))
+    dk, dg = jt.triton_call(
+        k, v, g, dhc, thr, g, dki, dgq, t_, h_, hkv_, sc, kernel=_k.gla_bwd_exit_kernel,
+        out_shape=[jax.ShapeDtypeStruct((b, t, h, d), gdt), per_head_f32], grid=grid, **flags,
+        **_cfg.exit_meta(d, e, bt))
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, name)
     dv = jt.triton_call(
         qd, kd, bl, scores, do, dht, g, t_, h_, hkv_, sc, bucket, kernel=_k.gla_bwd_v_kernel,

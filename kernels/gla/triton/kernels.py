@@ -14,15 +14,18 @@ group's boundary R, e^{B_t − B_s} = e^{B_t − R}·e^{R − B_s} (both ≤ 1):
 and one tensor-core product per level. No exponent is positive, so nothing overflows and no launch
 depends on the gate values.
 
-Six kernels, one launch each; the two parallel ones (no carried state, programs over chunks)
-compute everything gate-dependent inside a chunk, the four sweeps carry the state:
+Seven kernels, one launch each; the three parallel ones (no carried state, programs over chunks)
+compute everything gate-dependent inside a chunk, the four sweeps carry the state (the backward's
+first two only store it per chunk, for the parallel launches):
   gla_prep_kernel         forward: qd = q⊙e^B, kd = k⊙e^{Bl − B}, the totals Bl and the scores A
   gla_fwd_kernel          o (and S_T); programs own an E-slice, state Sᵀ [BS, D]
   gla_bwd_h_kernel        backward: the state entering each chunk (hc), forward sweep over D-slices
                           rebuilding S [BS, E] on the prep launch's kd and bl
+  gla_bwd_dh_kernel       the state gradient leaving each chunk (dhc), dg's entry-to-exit pairs and
+                          dh0, backward sweep over D-slices, state dS [BS, E]
   gla_bwd_intra_kernel    dq whole, each chunk's own part of dk (W = scale·do·vᵀ weighted) and dg's
                           pairs ending in the chunk's rows (from inside it and from its entry state)
-  gla_bwd_k_kernel        dk, dg and dh0, backward sweep over D-slices, state dS [BS, E]
+  gla_bwd_exit_kernel     what the state leaving each chunk adds to dk and dg
   gla_bwd_v_kernel        dv, backward sweep; programs own an E-slice, state dSᵀ [BS, D]
 
 Tensors are contiguous ``[B, T, heads, dim]`` (q, g, do, o, dq, dg with H heads; k, v with HKV);
@@ -36,7 +39,7 @@ import triton
 import triton.language as tl
 
 from ...common.tiles import chunk_slot, load_tile, load_tile_t, sequence_of, store_tile, store_tile_t
-from .configs import (BWD_H_CONFIGS, BWD_K_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs,
+from .configs import (BWD_DH_CONFIGS, BWD_H_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS, INTERPRET, autotune_configs,
                       prune_configs)
 
 
@@ -84,13 +87,15 @@ def _state_tile(ptr, s_off, m_s, PRESENT: tl.constexpr, ROWS: tl.constexpr, COLS
 
 @triton.jit
 def _entry_state(hc, bos, i_n, i_c, i_h, H, KD: tl.constexpr, VD: tl.constexpr, o_k, o_e, BT: tl.constexpr):
-    """Pointers of a program's [BS, E] tile of the state entering chunk i_c in hc [slots, H, D, E]."""
+    """Pointers of a program's [BS, E] tile of chunk i_c's slot in hc [slots, H, D, E]: the state
+    entering the chunk, or (dhc) the state gradient leaving it."""
     return hc + (chunk_slot(bos, i_n, i_c, BT) * H + i_h) * (KD * VD) + o_k[:, None] * VD + o_e[None, :]
 
 
 @triton.jit
 def _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD: tl.constexpr, o_k, m_k, BT: tl.constexpr):
-    """Bl [channels] of chunk i_c from bl [slots, H, D], the totals ``gla_prep_kernel`` wrote."""
+    """Chunk i_c's [channels] from a per-chunk tensor [slots, H, D]: the totals Bl that
+    ``gla_prep_kernel`` wrote, or dg's entry-to-exit pairs (thr)."""
     return tl.load(bl + (chunk_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, mask=m_k, other=0.0)
 
 
@@ -226,19 +231,32 @@ def gla_prep_kernel(
 
 
 @triton.jit
-def _from_entry_state(hc, do_base, bos, i_n, i_c, i_h, H, KD: tl.constexpr, VD: tl.constexpr, rows, valid,
-                      o_k, m_k, B, scale, DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr):
-    """dq's part from the state entering the chunk, scale·e^{B}⊙(do·S_inᵀ) [BT, BD] fp32, with
-    S_in's [BD, E] slice from hc (``gla_bwd_h_kernel``); e^{B} ≤ 1 at any gate."""
+def _state_product(st, x_base, x_stride, bos, i_n, i_c, i_h, H, KD: tl.constexpr, VD: tl.constexpr, rows, valid,
+                   o_k, m_k, DOT_PREC: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr):
+    """x·Zᵀ [BT, BD] fp32 for a chunk's rows x [BT, E] (do or v) and the [BD, E] slice of its state Z
+    in ``st`` [slots, H, D, E] (the entry state S_in from ``gla_bwd_h_kernel``, or dS_out/scale
+    from ``gla_bwd_dh_kernel``), over E in slices of BV."""
     acc = tl.zeros([BT, o_k.shape[0]], dtype=tl.float32)
     for i_v in range(0, tl.cdiv(VD, BV)):
         o_e = i_v * BV + tl.arange(0, BV)
         m_e = o_e < VD
-        bdo = load_tile(do_base, rows, H * VD, o_e, valid, m_e)
-        s_in = tl.load(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT),
-                       mask=m_k[:, None] & m_e[None, :], other=0.0)
-        acc = tl.dot(bdo, tl.trans(s_in), acc, input_precision=DOT_PREC)
-    return acc * tl.exp(B).to(tl.float32) * scale
+        bx = load_tile(x_base, rows, x_stride, o_e, valid, m_e)
+        z = tl.load(_entry_state(st, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT),
+                    mask=m_k[:, None] & m_e[None, :], other=0.0)
+        acc = tl.dot(bx, tl.trans(z), acc, input_precision=DOT_PREC)
+    return acc
+
+
+@triton.jit
+def _before_rows(x, p, DOT_PREC: tl.constexpr, BACK: tl.constexpr):
+    """Σ_{s<t} x_s (processing order) over a chunk's rows x [BT, channels]. With fp32 inputs (IEEE
+    dots) as a product with a strict triangle, exact but for fp32 accumulation; otherwise a prefix
+    sum minus each row's own term, which rounds at the scale of that term (fp32: 6e-8 of it, under
+    the 16-bit dtypes' tolerance by far even where, at strong gates, the term is 1e3 times dg_t)."""
+    if DOT_PREC == "ieee":
+        return tl.dot((p[None, :] < p[:, None]).to(tl.float32), x, input_precision="ieee")
+    else:
+        return tl.cumsum(x, 0, reverse=BACK) - x
 
 
 @triton.jit
@@ -253,7 +271,7 @@ def gla_bwd_intra_kernel(
     exact at any gate through the prep launch's levels. With W = scale·do·vᵀ (s ≤ t) and S_in the
     state entering the chunk (hc):
     dq_t = scale·e^{B_t}⊙(S_in·do_t) + Σ_{s≤t} W_ts k_s⊙e^{B_t − B_s} (whole: nothing else adds to it),
-    dki_s = Σ_{t≥s} W_ts q_t⊙e^{B_t − B_s} (per query head; the dk pass adds the carried part),
+    dki_s = Σ_{t≥s} W_ts q_t⊙e^{B_t − B_s} (per query head; the exit launch adds the carried part),
     and dg's pairs that end in the chunk's rows, dgq_t = Σ_{t'≥t} [q⊙dq_x]_t' (from S_in, dq_x the
     first term of dq) + Σ_{t'≥t, s<t} W_t's q_t'⊙k_s⊙e^{B_t' − B_s} (inside the chunk), summed in fp32
     as one suffix sum of q⊙dq_x + q⊙dq_in − k⊙dk_in over the strict in-chunk pairs only: the diagonal
@@ -281,8 +299,8 @@ def gla_bwd_intra_kernel(
             m_k = o_k < KD
             bg, bq, bk = _gqk_tiles(g_base, q_base, k_base, rows, valid, o_k, m_k, H, HKV, KD)
             B, _ = _chunk_gates(bg, DOT_PREC, REVERSE)
-            dq_acc = _from_entry_state(hc, do_base, bos, i_n, i_c, i_h, H, KD, VD, rows, valid, o_k, m_k, B, scale,
-                                       DOT_PREC, BT, BV)
+            dq_acc = _state_product(hc, do_base, H * VD, bos, i_n, i_c, i_h, H, KD, VD, rows, valid, o_k, m_k,
+                                    DOT_PREC, BT, BV) * tl.exp(B).to(tl.float32) * scale
             terms = bq * dq_acc  # dg's terms: q⊙dq_x, then q⊙dq − k⊙dk of the strict pairs
             dk_acc = tl.zeros([BT, BD], dtype=tl.float32)
             for lv in range(0, LEVELS):
@@ -299,6 +317,46 @@ def gla_bwd_intra_kernel(
             store_tile(dgq + row_off, rows, H * KD, o_k, valid, m_k, tl.cumsum(terms, 0, reverse=not REVERSE))
             store_tile(dq + row_off, rows, H * KD, o_k, valid, m_k, dq_acc + w_diag[:, None] * bk)
             store_tile(dki + row_off, rows, H * KD, o_k, valid, m_k, dk_acc + w_diag[:, None] * bq)
+
+
+@triton.jit
+def gla_bwd_exit_kernel(
+    k, v, g, dhc, thr, cu, dki, dgq,
+    T, H, HKV, scale,
+    dk, dg,
+    KD: tl.constexpr, VD: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PREC: tl.constexpr,
+    BT: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
+):
+    """What the state leaving each chunk adds to dk and dg, every chunk at once (grid (P, N·H) as
+    the prep launch), from the exit state gradient over scale Y = dS_out/scale (dhc) and dg's
+    entry-to-exit pairs (thr) that ``gla_bwd_dh_kernel`` stored:
+      dk_s = dki_s + scale·e^{Bl − B_s}⊙(Y·v_s),
+      dg_t = dgq_t + Σ_{s<t} [k⊙dk_x]_s + thr
+    (dk_x the first term's addend: dg's pairs from a row before t to the exit state). A launch of
+    its own, not an epilogue of the in-chunk one, which holds its level accumulators near the
+    register limit. dk and dg may alias dki and dgq (each element is read, then written, by one
+    thread)."""
+    i_n, i_h, i_hk, bos, seq_len, o_t, p, q_base, g_base, k_base = _chunk_program(
+        dki, k, g, cu, T, H, HKV, KD, BT, REVERSE, IS_VARLEN)
+    v_base = v + bos * (HKV * VD) + i_hk * VD
+    row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
+    for i_c in range(tl.program_id(0), tl.cdiv(seq_len, BT), tl.num_programs(0)):
+        rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
+        for i_d in range(0, tl.cdiv(KD, BD)):
+            o_k = i_d * BD + tl.arange(0, BD)
+            m_k = o_k < KD
+            bg = load_tile(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+            bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
+            # Bl − B as an exclusive suffix sum: the sum of the gates it crosses, no difference of
+            # two large cumulative gates
+            dk_x = _state_product(dhc, v_base, HKV * VD, bos, i_n, i_c, i_h, H, KD, VD, rows, valid, o_k, m_k,
+                                  DOT_PREC, BT, BV) * tl.exp(tl.cumsum(bg, 0, reverse=not REVERSE) - bg) * scale
+            exits = _before_rows(bk * dk_x, p, DOT_PREC, REVERSE) + _chunk_totals(
+                thr, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)[None, :]
+            store_tile(dk + row_off, rows, H * KD, o_k, valid, m_k,
+                       dk_x + load_tile(dki + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32))
+            store_tile(dg + row_off, rows, H * KD, o_k, valid, m_k,
+                       exits + load_tile(dgq + row_off, rows, H * KD, o_k, valid, m_k))
 
 
 # --- the sweeps: what carries from chunk to chunk, every factor ≤ 1 -----------------------------
@@ -383,7 +441,7 @@ def gla_bwd_h_kernel(
     DOT_PREC: tl.constexpr, BT: tl.constexpr, BS: tl.constexpr,
 ):
     """The state entering every chunk, S_in, into hc [(total rows) // BT + N, H, D, E] (input dtype)
-    for the in-chunk launch and the dk / dg pass: a forward sweep over one D-slice of BS key
+    for the in-chunk launch and the state-gradient pass: a forward sweep over one D-slice of BS key
     channels rebuilding S [BS, E] on the prep launch's kd and bl, S ← diag(e^{Bl})·S + kdᵀ·v; grid
     (cdiv(D, BS), N·H)."""
     (i_n, i_h, i_hk, bos, seq_len, o_t, p, o_k, o_e, m_k, m_e, s_off,
@@ -401,65 +459,36 @@ def gla_bwd_h_kernel(
         S = tl.dot(kdt.to(dt), bv, S * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
 
 
-@triton.jit
-def _before(xt, p, DOT_PREC: tl.constexpr, BACK: tl.constexpr):
-    """Σ_{s<t} x_s over a transposed chunk xᵀ [channels, rows]. With fp32 inputs (IEEE dots) as a
-    product with a strict triangle, exact but for fp32 accumulation; otherwise a prefix sum minus
-    each row's own term, which rounds at the scale of that term (fp32: 6e-8 of it, under the
-    16-bit dtypes' tolerance by far even where, at strong gates, the term is 1e3 times dg_t) and
-    keeps the pass's registers: the split tf32 product spills there."""
-    if DOT_PREC == "ieee":
-        return tl.dot(xt, (p[:, None] < p[None, :]).to(tl.float32), input_precision="ieee")
-    else:
-        return tl.cumsum(xt, 1, reverse=BACK) - xt
-
-
 @triton.jit(do_not_specialize=["SHAPE_BUCKET"])
-def gla_bwd_k_kernel(
-    qd, k, v, g, do, dht, cu, hc, dki, dgq,
+def gla_bwd_dh_kernel(
+    qd, bl, do, dht, cu, hc,
     T, H, HKV, scale, SHAPE_BUCKET,
-    dk, dg, dh0,
+    dhc, thr, dh0,
     KD: tl.constexpr, VD: tl.constexpr, BV: tl.constexpr, SPLIT: tl.constexpr,
     REVERSE: tl.constexpr, HAS_H0: tl.constexpr, HAS_DHT: tl.constexpr, IS_VARLEN: tl.constexpr,
     DOT_PREC: tl.constexpr, BT: tl.constexpr, BS: tl.constexpr,
 ):
-    """dk (per query head), dg and dh0 for one D-slice of BS key channels, a backward sweep
-    carrying X = dS [BS, E]; grid (cdiv(D, BS), N·H). Transposed, [channels, rows]: with X the
-    gradient of the state leaving the chunk and S_in the state entering it (hc),
-      dk = e^{Bl−B}⊙(X·vᵀ) + dki,
-      dg_t = dgq_t + Σ_{s<t} (k⊙dk_x)_s + e^{Bl}·rowsum(X ⊙ S_in)
-    (dk_x the carried-state part of dk). dg_t sums the pairs (source before row t, sink at or after
-    it), each counted once: dgq holds those inside the chunk and those from S_in to a row, the
-    sum here those from a row to X and from S_in to X. No term cancels another across chunks, so
-    dg's error does not grow with T. It carries Y = X/scale, so that the state update accumulates
-    doᵀ·qd on the prep launch's qd in place, with no rounding of scale·qd (as the dv pass)."""
+    """The state gradient leaving every chunk, for the exit launch: a backward sweep over one
+    D-slice of BS key channels carrying Y = dS/scale [BS, E], Y ← Y·diag(e^{Bl}) + qdᵀ·do (the
+    update accumulates doᵀ·qd on the prep launch's qd in place, with no rounding of scale·qd, as
+    the dv pass); grid (cdiv(D, BS), N·H). Writes each chunk's exit Y into dhc [slots, H, D, E]
+    (input dtype: the exit launch's product rounds it there anyway), dg's pairs from the entry
+    state S_in (hc) to the exit one, thr = e^{Bl}·rowsum(dS_out ⊙ S_in) [slots, H, D] fp32, and dh0."""
     (i_n, i_h, i_hk, bos, seq_len, o_t, p, o_k, o_e, m_k, m_e, s_off,
      m_s) = _d_slice(cu, T, H, HKV, KD, VD, BV, BS, BT, REVERSE, IS_VARLEN)
-    row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
-    k_base = k + bos * (HKV * KD) + i_hk * KD
-    v_base = v + bos * (HKV * VD) + i_hk * VD
+    row_off = bos * (H * KD) + i_h * KD
     do_base = do + bos * (H * VD) + i_h * VD
-    dt = v.dtype.element_ty
+    dt = do.dtype.element_ty
     Y = _state_tile(dht, s_off, m_s, HAS_DHT, BS, BV) / scale
     n_chunks = tl.cdiv(seq_len, BT)
     for i_r in range(0, n_chunks):
         i_c = n_chunks - 1 - i_r
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
-        gt = load_tile_t(g + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
-        bv = load_tile(v_base, rows, HKV * VD, o_e, valid, m_e)
-        Bl = tl.sum(gt, 1)
-        # Bl − B as an exclusive suffix sum: the sum of the gates it crosses, no difference of two
-        # large cumulative gates
-        dk_x = tl.dot(Y.to(dt), tl.trans(bv), input_precision=DOT_PREC) * tl.exp(
-            tl.cumsum(gt, 1, reverse=not REVERSE) - gt) * scale
-        store_tile_t(dk + row_off, rows, H * KD, o_k, valid, m_k,
-                 dk_x + load_tile_t(dki + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32))
-        kt = load_tile_t(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
-        before = _before(kt * dk_x, p, DOT_PREC, REVERSE)
+        tl.store(_entry_state(dhc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), Y.to(dhc.dtype.element_ty), mask=m_s)
+        Bl = _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)
         S_in = tl.load(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), mask=m_s, other=0.0)
-        through = tl.exp(Bl) * tl.sum(Y * S_in.to(tl.float32), 1) * scale
-        store_tile_t(dg + row_off, rows, H * KD, o_k, valid, m_k,
-                 before + through[:, None] + load_tile_t(dgq + row_off, rows, H * KD, o_k, valid, m_k))
+        tl.store(thr + (chunk_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k,
+                 tl.exp(Bl) * tl.sum(Y * S_in.to(tl.float32), 1) * scale, mask=m_k)
         qdt = load_tile_t(qd + row_off, rows, H * KD, o_k, valid, m_k)
         bdo = load_tile(do_base, rows, H * VD, o_e, valid, m_e)
         Y = tl.dot(qdt.to(dt), bdo, Y * tl.exp(Bl)[:, None], input_precision=DOT_PREC)
@@ -509,14 +538,14 @@ def gla_bwd_v_kernel(
 # launches take one fixed config each (configs.PREP_*).
 _KEY = ["KD", "VD", "SHAPE_BUCKET"]
 if INTERPRET:
-    gla_fwd = gla_bwd_h = gla_bwd_k = gla_bwd_v = None
+    gla_fwd = gla_bwd_h = gla_bwd_dh = gla_bwd_v = None
 else:
     _prune = {"early_config_prune": prune_configs}
     gla_fwd = triton.autotune(configs=autotune_configs(FWD_CONFIGS), key=_KEY,
                               prune_configs_by=_prune)(gla_fwd_kernel)
     gla_bwd_h = triton.autotune(configs=autotune_configs(BWD_H_CONFIGS), key=_KEY,
                                 prune_configs_by=_prune)(gla_bwd_h_kernel)
-    gla_bwd_k = triton.autotune(configs=autotune_configs(BWD_K_CONFIGS), key=_KEY,
-                                prune_configs_by=_prune)(gla_bwd_k_kernel)
+    gla_bwd_dh = triton.autotune(configs=autotune_configs(BWD_DH_CONFIGS), key=_KEY,
+                                 prune_configs_by=_prune)(gla_bwd_dh_kernel)
     gla_bwd_v = triton.autotune(configs=autotune_configs(BWD_V_CONFIGS), key=_KEY,
                                 prune_configs_by=_prune)(gla_bwd_v_kernel)

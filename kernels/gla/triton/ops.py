@@ -44,8 +44,9 @@ def validate(q: Tensor, k: Tensor, v: Tensor, g: Tensor, initial_state: Tensor |
 _PREP = PlainLauncher(_k, "gla_prep_kernel")
 _FWD = Launcher(_k, "gla_fwd", "gla_fwd_kernel", _INTERP_META)
 _BWD_H = Launcher(_k, "gla_bwd_h", "gla_bwd_h_kernel", _INTERP_META)
+_BWD_DH = Launcher(_k, "gla_bwd_dh", "gla_bwd_dh_kernel", _INTERP_META)
 _BWD_INTRA = PlainLauncher(_k, "gla_bwd_intra_kernel")
-_BWD_K = Launcher(_k, "gla_bwd_k", "gla_bwd_k_kernel", _INTERP_META)
+_BWD_EXIT = PlainLauncher(_k, "gla_bwd_exit_kernel")
 _BWD_V = Launcher(_k, "gla_bwd_v", "gla_bwd_v_kernel", _INTERP_META)
 
 
@@ -103,11 +104,12 @@ def gla_fwd(q, k, v, g, scale, h0, reverse, cu, store_ht, n):
 
 
 def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
-    """The backward launches: the state entering each chunk (D-slices, forward sweep); dq whole,
-    dk's in-chunk part and dg's pairs ending in each chunk's rows (parallel over chunks); dk, dg,
-    dh0 (D-slices, backward sweep); dv (E-slices, backward sweep). GQA sums dk, dv over each kv
-    head's query heads (per query head in fp32 first). Scratch buffers (the entry states, dk's
-    in-chunk part, the partial dg) are freed on return."""
+    """The backward launches: the state entering each chunk (D-slices, forward sweep); the state
+    gradient leaving each chunk, dg's entry-to-exit pairs and dh0 (D-slices, backward sweep); dq
+    whole, dk's and dg's parts from each chunk's rows and entry state (parallel over chunks); what
+    the exit state adds to dk and dg (parallel, in place); dv (E-slices, backward sweep). GQA sums
+    dk, dv over each kv head's query heads (per query head in fp32 first). The per-chunk states
+    are scratch, freed on return."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
@@ -118,9 +120,10 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
     dg = _empty(*q.shape, dtype=torch.float32, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
-    dki = _empty(b, t, h, d, dtype=gdt, device=q.device)
-    dgq = _empty(*q.shape, dtype=torch.float32, device=q.device)
-    hc = _empty(_cfg.chunk_slots(b, t, n, _chunk()), h, d, e, dtype=q.dtype, device=q.device)
+    slots = _cfg.chunk_slots(b, t, n, _chunk())
+    hc = _empty(slots, h, d, e, dtype=q.dtype, device=q.device)
+    dhc = _empty(slots, h, d, e, dtype=q.dtype, device=q.device)
+    thr = _empty(slots, h, d, dtype=torch.float32, device=q.device)
     ph = g  # placeholder pointer for absent tensors
     bucket = _cfg.shape_bucket(t, n * h)
     flags = dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=cu is not None, **_flags(q))
@@ -130,15 +133,17 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
            cu is not None, bool(reverse), alignment(q, k, v, g, do, h0, dht, cu))
     stream = raw_stream(q)
     bt = _chunk()
-    # the two D-sliced sweeps' specs: the dk / dg sweep also takes HAS_DHT
     d_sliced = lambda **more: lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
                                        dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None, **more))
     _BWD_H(key, (kd, bl, v, h0 if h0 is not None else ph, cu_arg, t, h, hkv, bucket, hc), d_sliced(), stream)
+    _BWD_DH(key, (qd, bl, do, dht_arg, cu_arg, hc, t, h, hkv, float(scale), bucket,
+                  dhc, thr, dh0 if dh0 is not None else ph), d_sliced(HAS_DHT=dht is not None), stream)
     grid = _cfg.prep_grid(t, n * h)
-    _BWD_INTRA(key, (q, k, v, g, do, hc, cu_arg, t, h, hkv, float(scale), dq, dki, dgq),
+    # the in-chunk launch writes dk's and dg's first parts into dk and dg, the exit launch adds to them
+    _BWD_INTRA(key, (q, k, v, g, do, hc, cu_arg, t, h, hkv, float(scale), dq, dk, dg),
                lambda: (lambda meta: grid, dict(flags, **_cfg.intra_meta(d, e, bt))), stream)
-    _BWD_K(key, (qd, k, v, g, do, dht_arg, cu_arg, hc, dki, dgq, t, h, hkv, float(scale), bucket,
-                 dk, dg, dh0 if dh0 is not None else ph), d_sliced(HAS_DHT=dht is not None), stream)
+    _BWD_EXIT(key, (k, v, g, dhc, thr, cu_arg, dk, dg, t, h, hkv, float(scale), dk, dg),
+              lambda: (lambda meta: grid, dict(flags, **_cfg.exit_meta(d, e, bt))), stream)
     _BWD_V(key, (qd, kd, bl, scores, do, dht_arg, cu_arg, t, h, hkv, float(scale), bucket, dv),
            lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h),
                     dict(flags, BK=_cfg.pow2(d), SPLIT=e, HAS_DHT=dht is not None)), stream)

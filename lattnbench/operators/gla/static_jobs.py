@@ -31,7 +31,7 @@ def _job(kernel: str, function: str, types: dict, constexprs: dict, bt: int, bs:
 
 
 def _parallel_job(kernel: str, function: str, types: dict, constexprs: dict, meta: dict) -> Job:
-    """A launch of one fixed config (``configs.prep_meta`` or ``configs.intra_meta``): no
+    """A launch of one fixed config (``configs.prep_meta``, ``intra_meta`` or ``exit_meta``): no
     autotuning, one pipeline stage."""
     meta = dict(meta)
     w = meta.pop("num_warps")
@@ -61,6 +61,15 @@ def intra_job() -> Job:
     return _parallel_job("gla/triton:bwd-intra", "gla_bwd_intra_kernel", types, _flags(), C.intra_meta(D, E, C.CHUNK))
 
 
+def exit_job() -> Job:
+    """The one launch config of what the exit state adds to dk and dg (``ops.gla_bwd``)."""
+    from lattnbench.kernels.gla.triton import configs as C
+
+    types = dict(k=_BF, v=_BF, g=_F32, dhc=_BF, thr=_F32, cu=_F32, dki=_BF, dgq=_F32, T="i32", H="i32", HKV="i32",
+                 scale="fp32", dk=_BF, dg=_F32)
+    return _parallel_job("gla/triton:bwd-exit", "gla_bwd_exit_kernel", types, _flags(), C.exit_meta(D, E, C.CHUNK))
+
+
 def fwd_job(bt: int, bs: int, w: int, s: int) -> Job:
     types = dict(qd=_BF, kd=_BF, bl=_F32, A=_BF, v=_BF, h0=_F32, cu=_F32, o=_BF, ht=_F32, **_SCALARS)
     return _job("gla/triton:fwd", "gla_fwd_kernel", types, dict(BK=D, SPLIT=E, HAS_H0=False, STORE_HT=True),
@@ -73,10 +82,9 @@ def bwd_h_job(bt: int, bs: int, w: int, s: int) -> Job:
     return _job("gla/triton:bwd-h", "gla_bwd_h_kernel", types, dict(BV=E, SPLIT=D, HAS_H0=False), bt, bs, w, s)
 
 
-def bwd_k_job(bt: int, bs: int, w: int, s: int) -> Job:
-    types = dict(qd=_BF, k=_BF, v=_BF, g=_F32, do=_BF, dht=_F32, cu=_F32, hc=_BF, dki=_BF, dgq=_F32, **_SCALARS,
-                 dk=_BF, dg=_F32, dh0=_F32)
-    return _job("gla/triton:bwd-dkdg", "gla_bwd_k_kernel", types,
+def bwd_dh_job(bt: int, bs: int, w: int, s: int) -> Job:
+    types = dict(qd=_BF, bl=_F32, do=_BF, dht=_F32, cu=_F32, hc=_BF, **_SCALARS, dhc=_BF, thr=_F32, dh0=_F32)
+    return _job("gla/triton:bwd-dh", "gla_bwd_dh_kernel", types,
                 dict(BV=E, SPLIT=D, HAS_H0=False, HAS_DHT=True), bt, bs, w, s)
 
 
@@ -96,8 +104,8 @@ def default_jobs() -> list[Job]:
     from lattnbench.kernels.gla.triton import configs as C
 
     bridge = [make(*C.jax_config(c, D, E, "bf16")) for make, c in
-              ((fwd_job, C.JAX_FWD_CONFIG), (bwd_h_job, C.JAX_BWD_H_CONFIG), (bwd_k_job, C.JAX_BWD_K_CONFIG),
+              ((fwd_job, C.JAX_FWD_CONFIG), (bwd_h_job, C.JAX_BWD_H_CONFIG), (bwd_dh_job, C.JAX_BWD_DH_CONFIG),
                (bwd_v_job, C.JAX_BWD_V_CONFIG))]
-    return ([prep_job(), intra_job()] + [fwd_job(*c) for c in C.FWD_CONFIGS]
-            + [bwd_h_job(*c) for c in C.BWD_H_CONFIGS] + [bwd_k_job(*c) for c in C.BWD_K_CONFIGS]
+    return ([prep_job(), intra_job(), exit_job()] + [fwd_job(*c) for c in C.FWD_CONFIGS]
+            + [bwd_h_job(*c) for c in C.BWD_H_CONFIGS] + [bwd_dh_job(*c) for c in C.BWD_DH_CONFIGS]
             + [bwd_v_job(*c) for c in C.BWD_V_CONFIGS] + [bridge_job(j) for j in bridge])

@@ -150,7 +150,8 @@ def _record_launches(monkeypatch) -> list:
     from lattnbench.kernels.common.launch import forget_tuning
 
     log = record_launches(monkeypatch, gla_kernels, ("gla_prep_kernel", "gla_fwd_kernel", "gla_bwd_h_kernel",
-                                                     "gla_bwd_intra_kernel", "gla_bwd_k_kernel", "gla_bwd_v_kernel"))
+                                                     "gla_bwd_dh_kernel", "gla_bwd_intra_kernel", "gla_bwd_exit_kernel",
+                                                     "gla_bwd_v_kernel"))
     forget_tuning()
     return log
 
@@ -165,7 +166,8 @@ def test_the_launches_do_not_depend_on_the_gates(monkeypatch):
         check(seed=16, t=37, h=2, hkv=1, d=24, e=40, normaliser=normaliser)
         runs.append(list(log))
     assert [name for name, _, _ in runs[0]] == ["gla_prep_kernel", "gla_fwd_kernel", "gla_bwd_h_kernel",
-                                               "gla_bwd_intra_kernel", "gla_bwd_k_kernel", "gla_bwd_v_kernel"]
+                                               "gla_bwd_dh_kernel", "gla_bwd_intra_kernel", "gla_bwd_exit_kernel",
+                                               "gla_bwd_v_kernel"]
     assert runs[0] == runs[1]
 
 
@@ -214,7 +216,7 @@ def test_no_final_state_returned():
 ])
 def test_bad_input_is_a_value_error_before_any_launch(monkeypatch, change, needle):
     launched = []
-    for name in ("_PREP", "_FWD", "_BWD_H", "_BWD_INTRA", "_BWD_K", "_BWD_V"):
+    for name in ("_PREP", "_FWD", "_BWD_H", "_BWD_DH", "_BWD_INTRA", "_BWD_EXIT", "_BWD_V"):
         monkeypatch.setattr(gla_ops, name, lambda *a, **kw: launched.append(a))
     args = dict(q=torch.zeros(1, 5, 1, 16), k=torch.zeros(1, 5, 1, 16), v=torch.zeros(1, 5, 1, 16),
                 g=torch.zeros(1, 5, 1, 16))
@@ -240,8 +242,8 @@ def test_every_launch_runs_at_one_chunk():
     # chunk: every config, jax-triton's included, must run at configs.CHUNK
     from lattnbench.kernels.gla.triton import configs as C
 
-    lengths = {c[0] for c in C.FWD_CONFIGS + C.BWD_H_CONFIGS + C.BWD_K_CONFIGS + C.BWD_V_CONFIGS}
-    lengths |= {C.JAX_FWD_CONFIG[0], C.JAX_BWD_H_CONFIG[0], C.JAX_BWD_K_CONFIG[0], C.JAX_BWD_V_CONFIG[0]}
+    lengths = {c[0] for c in C.FWD_CONFIGS + C.BWD_H_CONFIGS + C.BWD_DH_CONFIGS + C.BWD_V_CONFIGS}
+    lengths |= {C.JAX_FWD_CONFIG[0], C.JAX_BWD_H_CONFIG[0], C.JAX_BWD_DH_CONFIG[0], C.JAX_BWD_V_CONFIG[0]}
     assert lengths == {C.CHUNK}
 
 

@@ -64,8 +64,8 @@ def test_every_launch_matches_its_kernel_and_each_pass_launches_once(monkeypatch
     out, vjp = jax.vjp(attn, *args)
     vjp(tuple(jnp.ones_like(x) for x in out))
     names = [launch["name"] for launch in fake.launches]
-    assert names == ["gla_prep_kernel", "gla_fwd_kernel", "gla_bwd_h_kernel", "gla_bwd_intra_kernel",
-                     "gla_bwd_k_kernel", "gla_bwd_v_kernel"]
+    assert names == ["gla_prep_kernel", "gla_fwd_kernel", "gla_bwd_h_kernel", "gla_bwd_dh_kernel",
+                     "gla_bwd_intra_kernel", "gla_bwd_exit_kernel", "gla_bwd_v_kernel"]
     metas = {launch["name"]: launch["meta"] for launch in fake.launches}
     assert all(m["REVERSE"] == reverse for m in metas.values())
     assert {m["BT"] for m in metas.values()} == {64}
