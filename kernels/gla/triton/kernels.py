@@ -121,15 +121,18 @@ def _tri_product(x, tri, DOT_PREC: tl.constexpr, LEFT: tl.constexpr):
 
 
 @triton.jit
-def _chunk_program(q, k, g, cu, T, H, HKV, KD: tl.constexpr, BT: tl.constexpr, REVERSE: tl.constexpr,
-                   IS_VARLEN: tl.constexpr):
+def _chunk_program(cu, T, H, HKV, BT: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr):
     """Where a program of a parallel launch (grid (P, N·H)) works: its sequence, query and kv head,
-    first row and length, the chunk rows' order, and its row's q, g and k pointers."""
+    first row and length, and the chunk rows' order."""
     i_n, i_h, bos, seq_len = sequence_of(cu, tl.program_id(1), T, H, IS_VARLEN)
-    i_hk = i_h // (H // HKV)
     o_t, p = _order(BT, REVERSE)
-    return (i_n, i_h, i_hk, bos, seq_len, o_t, p, q + bos * (H * KD) + i_h * KD, g + bos * (H * KD) + i_h * KD,
-            k + bos * (HKV * KD) + i_hk * KD)
+    return i_n, i_h, i_h // (H // HKV), bos, seq_len, o_t, p
+
+
+@triton.jit
+def _qgk_bases(q, g, k, bos, i_h, i_hk, H, HKV, KD: tl.constexpr):
+    """A parallel program's q, g and k pointers at its sequence's first row and its heads."""
+    return q + bos * (H * KD) + i_h * KD, g + bos * (H * KD) + i_h * KD, k + bos * (HKV * KD) + i_hk * KD
 
 
 @triton.jit
@@ -201,8 +204,8 @@ def gla_prep_kernel(
     offset of s in its chunk; zero unless s ≤ t), exact at any gate: the pairs s < t one
     tensor-core product per level of ``_level`` (LEVELS = log2 BT), the pairs s = t a row sum.
     Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices of BD."""
-    i_n, i_h, i_hk, bos, seq_len, o_t, p, q_base, g_base, k_base = _chunk_program(
-        q, k, g, cu, T, H, HKV, KD, BT, REVERSE, IS_VARLEN)
+    i_n, i_h, i_hk, bos, seq_len, o_t, p = _chunk_program(cu, T, H, HKV, BT, REVERSE, IS_VARLEN)
+    q_base, g_base, k_base = _qgk_bases(q, g, k, bos, i_h, i_hk, H, HKV, KD)
     qd_base = qd + bos * (H * KD) + i_h * KD
     kd_base = kd + bos * (H * KD) + i_h * KD
     a_base = A + bos * (H * BT) + i_h * BT
@@ -278,8 +281,8 @@ def gla_bwd_intra_kernel(
     pairs, the largest terms at strong gates, cancel exactly there and are added to dq, dki
     afterwards. Two tensor-core products per level, one each for dq and dk, on operands whose
     rounding both copies of a pair share (``_dot_operand``)."""
-    i_n, i_h, i_hk, bos, seq_len, o_t, p, q_base, g_base, k_base = _chunk_program(
-        q, k, g, cu, T, H, HKV, KD, BT, REVERSE, IS_VARLEN)
+    i_n, i_h, i_hk, bos, seq_len, o_t, p = _chunk_program(cu, T, H, HKV, BT, REVERSE, IS_VARLEN)
+    q_base, g_base, k_base = _qgk_bases(q, g, k, bos, i_h, i_hk, H, HKV, KD)
     v_base = v + bos * (HKV * VD) + i_hk * VD
     do_base = do + bos * (H * VD) + i_h * VD
     row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
@@ -336,8 +339,9 @@ def gla_bwd_exit_kernel(
     its own, not an epilogue of the in-chunk one, which holds its level accumulators near the
     register limit. dk and dg may alias dki and dgq (each element is read, then written, by one
     thread)."""
-    i_n, i_h, i_hk, bos, seq_len, o_t, p, q_base, g_base, k_base = _chunk_program(
-        dki, k, g, cu, T, H, HKV, KD, BT, REVERSE, IS_VARLEN)
+    i_n, i_h, i_hk, bos, seq_len, o_t, p = _chunk_program(cu, T, H, HKV, BT, REVERSE, IS_VARLEN)
+    g_base = g + bos * (H * KD) + i_h * KD
+    k_base = k + bos * (HKV * KD) + i_hk * KD
     v_base = v + bos * (HKV * VD) + i_hk * VD
     row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
     for i_c in range(tl.program_id(0), tl.cdiv(seq_len, BT), tl.num_programs(0)):
