@@ -93,10 +93,16 @@ def _entry_state(hc, bos, i_n, i_c, i_h, H, KD: tl.constexpr, VD: tl.constexpr, 
 
 
 @triton.jit
+def _chunk_vector(ptr, bos, i_n, i_c, i_h, H, KD: tl.constexpr, o_k, BT: tl.constexpr):
+    """Pointers of chunk i_c's channels o_k in a per-chunk tensor [slots, H, D]: the totals Bl, or
+    dg's entry-to-exit pairs (thr)."""
+    return ptr + (chunk_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k
+
+
+@triton.jit
 def _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD: tl.constexpr, o_k, m_k, BT: tl.constexpr):
-    """Chunk i_c's [channels] from a per-chunk tensor [slots, H, D]: the totals Bl that
-    ``gla_prep_kernel`` wrote, or dg's entry-to-exit pairs (thr)."""
-    return tl.load(bl + (chunk_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, mask=m_k, other=0.0)
+    """Chunk i_c's [channels] from a per-chunk tensor [slots, H, D] (``_chunk_vector``)."""
+    return tl.load(_chunk_vector(bl, bos, i_n, i_c, i_h, H, KD, o_k, BT), mask=m_k, other=0.0)
 
 
 @triton.jit
@@ -220,7 +226,7 @@ def gla_prep_kernel(
             B, Bl = _chunk_gates(bg, DOT_PREC, REVERSE)
             store_tile(qd_base, rows, H * KD, o_k, valid, m_k, bq * tl.exp(B.to(tl.float32)))
             store_tile(kd_base, rows, H * KD, o_k, valid, m_k, bk * tl.exp((Bl[None, :] - B).to(tl.float32)))
-            tl.store(bl + (chunk_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k, Bl.to(tl.float32), mask=m_k)
+            tl.store(_chunk_vector(bl, bos, i_n, i_c, i_h, H, KD, o_k, BT), Bl.to(tl.float32), mask=m_k)
             own += tl.sum(bq * bk, 1)
             for lv in range(0, LEVELS):
                 later, E = _level(B, p, lv, BT, REVERSE)
@@ -340,16 +346,15 @@ def gla_bwd_exit_kernel(
     register limit. dk and dg may alias dki and dgq (each element is read, then written, by one
     thread)."""
     i_n, i_h, i_hk, bos, seq_len, o_t, p = _chunk_program(cu, T, H, HKV, BT, REVERSE, IS_VARLEN)
-    g_base = g + bos * (H * KD) + i_h * KD
+    row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor, g included
     k_base = k + bos * (HKV * KD) + i_hk * KD
     v_base = v + bos * (HKV * VD) + i_hk * VD
-    row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
     for i_c in range(tl.program_id(0), tl.cdiv(seq_len, BT), tl.num_programs(0)):
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         for i_d in range(0, tl.cdiv(KD, BD)):
             o_k = i_d * BD + tl.arange(0, BD)
             m_k = o_k < KD
-            bg = load_tile(g_base, rows, H * KD, o_k, valid, m_k).to(tl.float32)
+            bg = load_tile(g + row_off, rows, H * KD, o_k, valid, m_k).to(tl.float32)
             bk = load_tile(k_base, rows, HKV * KD, o_k, valid, m_k).to(tl.float32)
             # Bl − B as an exclusive suffix sum: the sum of the gates it crosses, no difference of
             # two large cumulative gates
@@ -491,7 +496,7 @@ def gla_bwd_dh_kernel(
         tl.store(_entry_state(dhc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), Y.to(dhc.dtype.element_ty), mask=m_s)
         Bl = _chunk_totals(bl, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)
         S_in = tl.load(_entry_state(hc, bos, i_n, i_c, i_h, H, KD, VD, o_k, o_e, BT), mask=m_s, other=0.0)
-        tl.store(thr + (chunk_slot(bos, i_n, i_c, BT) * H + i_h) * KD + o_k,
+        tl.store(_chunk_vector(thr, bos, i_n, i_c, i_h, H, KD, o_k, BT),
                  tl.exp(Bl) * tl.sum(Y * S_in.to(tl.float32), 1) * scale, mask=m_k)
         qdt = load_tile_t(qd + row_off, rows, H * KD, o_k, valid, m_k)
         bdo = load_tile(do_base, rows, H * VD, o_e, valid, m_e)
