@@ -112,7 +112,8 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
                    per_head_f32], grid=grid, **flags, **_cfg.intra_meta(d, e, bt))
     dk, dg = jt.triton_call(
         k, v, g, dhc, thr, g, dki, dgq, t_, h_, hkv_, sc, kernel=_k.gla_bwd_exit_kernel,
-        out_shape=[jax.ShapeDtypeStruct((b, t, h, d), gdt), per_head_f32], grid=grid, **flags,
+        out_shape=[jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), g.dtype)],
+        grid=grid, **flags,
         **_cfg.exit_meta(d, e, bt))
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, name)
     dv = jt.triton_call(
@@ -150,7 +151,7 @@ def _make_fn():
         do, dht = cts
         dq, dk, dv, dg, dh0 = bwd_call(q, k, v, g, jnp.asarray(do, q.dtype), h0, jnp.asarray(dht, jnp.float32),
                                        pre, scale, reverse)
-        return dq, dk, dv, dg.astype(g.dtype), (None if h0 is None else dh0.astype(h0.dtype))
+        return dq, dk, dv, dg, (None if h0 is None else dh0.astype(h0.dtype))
 
     attn.defvjp(fwd, bwd)
     return attn

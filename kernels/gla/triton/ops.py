@@ -107,7 +107,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     """The backward launches: the state entering each chunk (D-slices, forward sweep); the state
     gradient leaving each chunk, dg's entry-to-exit pairs and dh0 (D-slices, backward sweep); dq
     whole, dk's and dg's parts from each chunk's rows and entry state (parallel over chunks); what
-    the exit state adds to dk and dg (parallel, in place); dv (E-slices, backward sweep). GQA sums
+    the exit state adds to dk (in place) and dg (written in g's dtype; parallel); dv (E-slices, backward sweep). GQA sums
     dk, dv over each kv head's query heads (per query head in fp32 first). The per-chunk states
     are scratch, freed on return."""
     b, t, h, d = q.shape
@@ -118,7 +118,10 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     dq = _empty(*q.shape, dtype=q.dtype, device=q.device)
     dk = _empty(b, t, h, d, dtype=gdt, device=q.device)
     dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
-    dg = _empty(*q.shape, dtype=torch.float32, device=q.device)
+    # dg's in-chunk part stays fp32 until the exit launch adds the rest; that launch writes dg in
+    # g's dtype, so a 16-bit g costs no cast launch (for fp32 g it adds in place)
+    dgq = _empty(*q.shape, dtype=torch.float32, device=q.device)
+    dg = dgq if g.dtype == torch.float32 else _empty(*q.shape, dtype=g.dtype, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
     slots = _cfg.chunk_slots(b, t, n, _chunk())
     hc = _empty(slots, h, d, e, dtype=q.dtype, device=q.device)
@@ -139,10 +142,10 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     _BWD_DH(key, (qd, bl, do, dht_arg, cu_arg, hc, t, h, hkv, float(scale), bucket,
                   dhc, thr, dh0 if dh0 is not None else ph), d_sliced(HAS_DHT=dht is not None), stream)
     grid = _cfg.prep_grid(t, n * h)
-    # the in-chunk launch writes dk's and dg's first parts into dk and dg, the exit launch adds to them
-    _BWD_INTRA(key, (q, k, v, g, do, hc, cu_arg, t, h, hkv, float(scale), dq, dk, dg),
+    # the in-chunk launch writes dk's and dg's first parts into dk and dgq, the exit launch adds the rest
+    _BWD_INTRA(key, (q, k, v, g, do, hc, cu_arg, t, h, hkv, float(scale), dq, dk, dgq),
                lambda: (lambda meta: grid, dict(flags, **_cfg.intra_meta(d, e, bt))), stream)
-    _BWD_EXIT(key, (k, v, g, dhc, thr, cu_arg, dk, dg, t, h, hkv, float(scale), dk, dg),
+    _BWD_EXIT(key, (k, v, g, dhc, thr, cu_arg, dk, dgq, t, h, hkv, float(scale), dk, dg),
               lambda: (lambda meta: grid, dict(flags, **_cfg.exit_meta(d, e, bt))), stream)
     _BWD_V(key, (qd, kd, bl, scores, do, dht_arg, cu_arg, t, h, hkv, float(scale), bucket, dv),
            lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h),
@@ -174,7 +177,7 @@ class GLAFunction(torch.autograd.Function):
         if dht is not None:
             dht = dht.float().contiguous()
         dq, dk, dv, dg, dh0 = gla_bwd(q, k, v, g, do, ctx.scale, h0, dht, ctx.reverse, cu, ctx.n, tuple(pre))
-        return dq, dk, dv, dg.to(g.dtype), None, dh0, None, None, None, None
+        return dq, dk, dv, dg, None, dh0, None, None, None, None
 
 
 def gla_triton(
