@@ -47,7 +47,9 @@ def end_terms_kernel(
 ):
     """grid (B·H,): the last token's correction of dk and dv (rows ``last`` of [B, T, H, ·]) and
     dS_0 from the dv pass's final state. A head whose w is 0 (every head above the floor) adds
-    nothing; it still runs, as the choice reads device data.
+    nothing to dk and dv: without dS_0 to make, its program returns after reading γ. The host
+    cannot skip the launch without reading device data, and a launch whose programs all run their
+    loop takes about 13 µs on an H200, 1.4 % of a fwd+bwd at B4 T8192 H32 D = E = 128.
 
     The per-program bases are int64 scalars, as in the forward kernels: a [B, T, H, 128] tensor
     passes 2^31 elements at B5 T131072 H32, where an int32 ``row * E`` wraps negative. Offsets
@@ -57,6 +59,9 @@ def end_terms_kernel(
     o_e = tl.arange(0, BE)
     m_e = o_e < E
     gam = tl.load(g + i_h).to(tl.float32)
+    if HAS_DHT and not WANT_DH0:
+        if _last_share(g, i_h, FLOOR) == 0.0:
+            return
     if HAS_DHT:
         w = _last_share(g, i_h, FLOOR)
         row = _row_index(i_b, i_h, T, H, last)

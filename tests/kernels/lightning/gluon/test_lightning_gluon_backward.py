@@ -104,11 +104,13 @@ def test_three_triton_forwards_match_the_fp64_gradients(poisoned, t, d, e, h0, d
     assert all(err <= TOLERANCE["fp32"] for err in errors.values()), errors
 
 
+@pytest.mark.parametrize("with_dh0", [True, False], ids=["dh0", "no-dh0"])
 @pytest.mark.parametrize("grad_dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("d,e", [(48, 80), (64, 64)], ids=["D48E80", "D64E64"])
-def test_end_term_launch_matches_its_torch_form(poisoned, d, e, grad_dtype):
+def test_end_term_launch_matches_its_torch_form(poisoned, d, e, grad_dtype, with_dh0):
     """The Triton launch against the torch calls it replaces (in fp64), at dims that are not one
-    tile (masks, two row tiles), with dk, dv in bf16 (read, added to, rounded once), both ends."""
+    tile (masks, two row tiles), with dk, dv in bf16 (read, added to, rounded once), both ends;
+    without dS_0 to make, the heads above the floor return early and only the last one moves."""
     gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
     b, t = 2, 9
     gamma = torch.tensor(GAMMAS, dtype=torch.float32)
@@ -117,17 +119,21 @@ def test_end_term_launch_matches_its_torch_form(poisoned, d, e, grad_dtype):
     def rnd(*s, dtype=torch.float32):
         return torch.randn(*s, generator=gen).to(dtype)
     dht, s_end = rnd(b, h, d, e), rnd(b, h, d, e)
+    s_end = s_end if with_dh0 else None
     k, v = rnd(b, t, h, d, dtype=grad_dtype), rnd(b, t, h, e, dtype=grad_dtype)
     dk, dv = rnd(b, t, h, d, dtype=grad_dtype), rnd(b, t, h, e, dtype=grad_dtype)
     scale = float(torch.rand((), generator=gen)) + 0.1
-    f64 = {n: a.double() for n, a in dict(dht=dht, s_end=s_end, k=k, v=v, dk=dk, dv=dv).items()}
+    f64 = {n: None if a is None else a.double() for n, a in dict(dht=dht, s_end=s_end, k=k, v=v, dk=dk, dv=dv).items()}
     for last in (0, t - 1):
         want_dk, want_dv = f64["dk"].clone(), f64["dv"].clone()
         want_dh0 = end_terms_torch(f64["dht"], f64["k"], f64["v"], want_dk, want_dv, f64["s_end"], gamma.double(),
                                    scale, LOG_DECAY_FLOOR, last)
         got_dk, got_dv = dk.clone(), dv.clone()
         got_dh0 = end_terms.end_terms(dht, k, v, got_dk, got_dv, s_end, gamma, scale, LOG_DECAY_FLOOR, last)
-        assert err_ratio(got_dh0, want_dh0) <= 1e-6
+        if with_dh0:
+            assert err_ratio(got_dh0, want_dh0) <= 1e-6
+        else:
+            assert got_dh0 is None and want_dh0 is None
         rows = [r for r in range(t) if r != last]
         assert torch.equal(got_dk[:, rows], dk[:, rows]) and torch.equal(got_dv[:, rows], dv[:, rows])
         # one rounding of the sum to bf16: at most 2^-8 of each value rounding to nearest (the GPU), 2^-7
@@ -137,8 +143,11 @@ def test_end_term_launch_matches_its_torch_form(poisoned, d, e, grad_dtype):
         assert err_ratio(got_dv[:, last], want_dv[:, last]) <= tol
         # a head past the floor is corrected: its row moved by more than the rounding
         assert err_ratio(got_dk[:, last, -1], dk[:, last, -1]) > 0.01
-    dh0_alone = end_terms.end_terms(None, k, v, dk, dv, s_end, gamma, scale, LOG_DECAY_FLOOR, 0)
-    assert err_ratio(dh0_alone, f64["s_end"] * (scale * torch.exp(gamma.double()))[:, None, None]) <= 1e-6
+        # the heads above it are not: their rows keep their bits
+        assert torch.equal(got_dk[:, last, :-1], dk[:, last, :-1]) and torch.equal(got_dv[:, last, :-1], dv[:, last, :-1])
+    if with_dh0:
+        dh0_alone = end_terms.end_terms(None, k, v, dk, dv, s_end, gamma, scale, LOG_DECAY_FLOOR, 0)
+        assert err_ratio(dh0_alone, f64["s_end"] * (scale * torch.exp(gamma.double()))[:, None, None]) <= 1e-6
     assert end_terms.end_terms(None, k, v, dk, dv, None, gamma, scale, LOG_DECAY_FLOOR, 0) is None
 
 
