@@ -109,6 +109,25 @@ def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, va
     return _source(K.gla_prep_gluon_kernel, types, constexprs), options
 
 
+def gla_intra_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool = False, varlen: bool = False,
+                     gqa: bool = False, op16: bool | None = None):
+    """(GluonASTSource, launch options) of ``gla/triton``'s Gluon in-chunk backward launch
+    (``kernels.gla.gluon.intra``) as ``gla.gluon.host.launch_intra`` launches it: dk's in-chunk part
+    in the input dtype, or fp32 per query head under GQA (``gqa``); ``op16`` as ``GLA_GLUON_INTRA_OP16``
+    sets it (default: the host's)."""
+    from lattnbench.kernels.gla.gluon import host as C
+    from lattnbench.kernels.gla.gluon import intra as K
+
+    types = dict(q=f"*{dtype}", k=f"*{dtype}", v=f"*{dtype}", g="*fp32", do=f"*{dtype}", hc=f"*{dtype}", cu="*i32",
+                 T="i32", H="i32", HKV="i32", scale="fp32", dq=f"*{dtype}", dki="*fp32" if gqa else f"*{dtype}",
+                 dgq="*fp32")
+    constexprs = dict(KD=d, VD=e, REVERSE=reverse, IS_VARLEN=varlen, **C.intra_constexprs())
+    if op16 is not None:
+        constexprs["OP16"] = op16
+    options = dict(num_warps=C.intra_warps(), num_stages=1, enable_fp_fusion=True)
+    return _source(K.gla_bwd_intra_gluon_kernel, types, constexprs), options
+
+
 def _source(fn, types: dict, constexprs: dict):
     """The GluonASTSource of ``fn``: ``types`` for its runtime arguments (pointers 16-divisible),
     ``constexprs`` for the rest."""
@@ -143,6 +162,12 @@ def compile_dkdv(**kw) -> dict:
 def compile_gla_prep(**kw) -> dict:
     """Compile ``gla/triton``'s Gluon prep launch for sm_90 and return its metrics (``_metrics``)."""
     return _metrics(*gla_prep_source(**kw))
+
+
+def compile_gla_intra(**kw) -> dict:
+    """Compile ``gla/triton``'s Gluon in-chunk backward launch for sm_90 and return its metrics
+    (``_metrics``)."""
+    return _metrics(*gla_intra_source(**kw))
 
 
 def _metrics(src, options) -> dict:

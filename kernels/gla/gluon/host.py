@@ -1,9 +1,11 @@
-"""When ``gla/triton`` and ``gla/jax-triton`` take the Gluon prep launch (``prep``), and its launch.
+"""When ``gla/triton`` and ``gla/jax-triton`` take the Gluon prep launch (``prep``), when
+``gla/triton`` takes the Gluon in-chunk backward launch (``intra``), and their launches.
 
 The rule: the switch (``GLA_GLUON_PREP``, on unless set to 0: timed 0.55× the Triton prep launch
 on the H200; read at import), Gluon's Hopper API importable, a CUDA sm_90 device, bf16 or fp16
-inputs, D 64 or 128, and chunks of 64 (six levels). Every other call runs the Triton launch, with
-the same outputs.
+inputs, D 64 or 128, and chunks of 64 (six levels). The in-chunk backward launch follows the same
+rule behind its own switch (``GLA_GLUON_INTRA=1``), with E 64 or 128 too. Every other call runs the
+Triton launch, with the same outputs.
 """
 from __future__ import annotations
 
@@ -15,11 +17,19 @@ from ...common.launch import LazyLauncher
 from ...common import gluon_compat as compat
 
 PREP_ON = os.environ.get("GLA_GLUON_PREP", "1").strip() != "0"
+# the in-chunk backward launch in Gluon (``intra``): off unless GLA_GLUON_INTRA=1
+INTRA_ON = os.environ.get("GLA_GLUON_INTRA", "0").strip() == "1"
 # gla/jax-triton's prep launch in Gluon, through jax-triton (``common.jax_gluon``): on unless
 # GLA_JAX_GLUON_PREP=0, as the torch path's
 JAX_PREP_ON = os.environ.get("GLA_JAX_GLUON_PREP", "1").strip() != "0"
 HEAD_DIMS = (64, 128)
 CHUNK = 64
+# the in-chunk backward's key slice and the lanes sharing a key channel's rows: 64 and 4 are 16 rows
+# a thread and 8 warps
+INTRA_KDS = int(os.environ.get("GLA_GLUON_INTRA_KDS", "64"))
+INTRA_ROW_LANES = int(os.environ.get("GLA_GLUON_INTRA_ROW_LANES", "4"))
+# the in-chunk level products on fp16 operands (powers of two keep them in range) instead of tf32
+INTRA_OP16 = os.environ.get("GLA_GLUON_INTRA_OP16", "0").strip() == "1"
 # lanes sharing a key channel's rows in the prep launch: each thread holds CHUNK / ROW_LANES of them
 ROW_LANES = int(os.environ.get("GLA_GLUON_PREP_ROW_LANES", "2"))
 # the prep launch's level products: fp16 operands stored channel-major (vector stores, twice the
@@ -85,7 +95,37 @@ def _reason(q: torch.Tensor, bt: int) -> str | None:
     return reason
 
 
+def intra_reason(q: torch.Tensor, v: torch.Tensor, bt: int) -> str | None:
+    """None when the in-chunk backward launch of a call runs in Gluon, else why the Triton one runs:
+    the switch, the prep launch's rule, and E 64 or 128."""
+    if not INTRA_ON:
+        return "the Gluon in-chunk backward launch is off (GLA_GLUON_INTRA unset or not 1)"
+    if v.shape[3] not in HEAD_DIMS:
+        return f"E={v.shape[3]} (the Gluon in-chunk backward takes E in {HEAD_DIMS})"
+    return _reason(q, bt)
+
+
 _LAUNCH = LazyLauncher(".prep", __package__, "gla_prep_gluon_kernel")
+_LAUNCH_INTRA = LazyLauncher(".intra", __package__, "gla_bwd_intra_gluon_kernel")
+
+
+def intra_constexprs() -> dict:
+    """The in-chunk kernel's layout keywords beyond gla_bwd_intra_kernel's flags."""
+    return dict(BT=CHUNK, KDS=INTRA_KDS, ROW_LANES=INTRA_ROW_LANES, OP16=INTRA_OP16)
+
+
+def intra_warps() -> int:
+    """Warps of the in-chunk launch: one thread per (key channel of a slice, row share)."""
+    return warps(INTRA_KDS, INTRA_ROW_LANES)
+
+
+def launch_intra(key: tuple, args: tuple, grid: tuple[int, int], d: int, e: int, reverse: bool, varlen: bool,
+                 stream) -> None:
+    """Launch ``intra.gla_bwd_intra_gluon_kernel`` with ``gla_bwd_intra_kernel``'s arguments ``args``."""
+    spec = lambda: (lambda meta: grid,  # noqa: E731
+                    dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), num_warps=intra_warps(),
+                         **intra_constexprs()))
+    _LAUNCH_INTRA(("gluon-intra", INTRA_KDS, INTRA_ROW_LANES, INTRA_OP16) + key, args, spec, stream)
 
 
 def prep_meta(d: int, bt: int) -> dict:

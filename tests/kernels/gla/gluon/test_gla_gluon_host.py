@@ -134,3 +134,43 @@ def test_the_jax_rule_names_why_the_bridge_keeps_the_triton_prep(monkeypatch):
         ampere = types.SimpleNamespace(platform="gpu", compute_capability="8.0")
         assert "sm_90" in host.jax_prep_reason("bfloat16", 128, 64, ampere)
         assert host.jax_prep_reason("bfloat16", 128, 64, gpu90) is None
+
+
+def test_the_intra_rule_names_why_a_backward_keeps_the_triton_in_chunk_launch(monkeypatch):
+    q = torch.zeros(1, 8, 2, 128, dtype=torch.bfloat16)
+    v = torch.zeros(1, 8, 2, 64, dtype=torch.bfloat16)
+    monkeypatch.setattr(host, "INTRA_ON", False)
+    assert "GLA_GLUON_INTRA" in host.intra_reason(q, v, 64)
+    monkeypatch.setattr(host, "INTRA_ON", True)
+    assert "E=96" in host.intra_reason(q, torch.zeros(1, 8, 2, 96, dtype=torch.bfloat16), 64)
+    assert "float32" in host.intra_reason(q.float(), v.float(), 64)
+    assert "chunk 32" in host.intra_reason(q, v, 32)
+    if compat.IMPORT_ERROR is None:
+        assert "not cpu" in host.intra_reason(q, v, 64)
+
+
+def test_a_cpu_backward_with_the_intra_switch_on_runs_the_triton_launches(monkeypatch):
+    monkeypatch.setattr(host, "INTRA_ON", True)
+    monkeypatch.setattr(host, "launch_intra", lambda *a: pytest.fail("the Gluon in-chunk launch on a CPU"))
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    q, k, v = (torch.randn(1, 40, 2, 16, generator=gen).requires_grad_() for _ in range(3))
+    g = torch.nn.functional.logsigmoid(torch.randn(1, 40, 2, 16, generator=gen)).requires_grad_()
+    o, s = gla_triton(q, k, v, g)
+    grads = torch.autograd.grad((o, s), (q, k, v, g), (torch.randn_like(o), torch.randn_like(s)))
+    assert all(torch.isfinite(x).all() for x in (o, s, *grads))
+
+
+def test_the_intra_launch_compiles_for_sm90_with_two_tf32_products_a_level():
+    """The in-chunk backward: per key slice of 64 channels, six levels of two tf32 wgmma chains
+    (k-steps of 8 over the chunk's 64 rows), the state product and W = do·vᵀ (k-steps of 16 over
+    E), one copy of the slice loop; a bounded number of barriers; shared memory within the H200's
+    227 KB. At D = E = 64 the W and state products have half the k-steps. In a fresh process."""
+    if compat.IMPORT_ERROR is not None:
+        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
+    wide, narrow = gluon_aot_metrics("compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True)",
+                                     "compile_gla_intra(d=64, e=64, dtype='fp16', varlen=True)")
+    assert wide["wgmma"] == 6 * 2 * 64 // 8 + 2 * 128 // 16
+    assert narrow["wgmma"] == 6 * 2 * 64 // 8 + 2 * 64 // 16
+    for m in (wide, narrow):
+        assert 12 <= m["barriers"] <= 80
+        assert 0 < m["shared_bytes"] <= 227 * 1024

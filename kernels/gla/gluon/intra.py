@@ -1,0 +1,239 @@
+"""The GLA in-chunk backward launch in Gluon for sm_90: the binary tree's exponents in registers.
+
+Why: ``gla_bwd_intra_kernel`` (Triton) is the backward's largest launch. Like the Triton prep
+launch, it moves a chunk's cumulative gate between threads for every level's boundary value R,
+through shared memory with a barrier, per level and key slice. Here a key slice's [BT, KDS] tiles
+use the prep launch's column layout (ROW_LANES adjacent lanes hold one key channel's rows), so the
+cumulative gate, every level's R and its exponents are register arithmetic (``prep._level``).
+
+Same arguments, outputs and numerics as ``triton.kernels.gla_bwd_intra_kernel``. With
+W = scale·do·vᵀ (s ≤ t), per level the two products P = W_L·k_L and Q = W_Lᵀ·q_L are tf32 wgmmas
+whose operands are truncated to tf32 before they reach shared memory, so the copies of a pair in
+dg's in-chunk sum (q_L⊙P − k_L⊙Q) come from the same rounded values and cancel. Wᵀ is W's own
+registers transposed, not a second product, for the same reason. Rows in the tiles are processing
+positions (reversed rows under REVERSE), so one code path serves both orders.
+"""
+from __future__ import annotations
+
+from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, fence_async_shared, gl, gluon, warpgroup_mma
+
+if IMPORT_ERROR is None:
+    from .prep import _add, _chunk_start, _level, _sequence
+
+    @gluon.jit
+    def _tf32(x):
+        """x as a tf32 product reads it (10 of fp32's 23 mantissa bits): the value both copies of
+        a pair take in dg's sum."""
+        return (x.to(gl.uint32, bitcast=True) & 0xFFFFE000).to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _stage_tiles(v, do, v_base, do_base, v_off, do_off, m, v_s, do_s):
+        """A chunk's v and do tiles into shared memory for the W products; the first barrier waits
+        for the last chunk's products to have read the buffers."""
+        v_in = gl.load(v + v_base + v_off, mask=m, other=0.0)
+        do_in = gl.load(do + do_base + do_off, mask=m, other=0.0)
+        cta_barrier()
+        v_s.store(v_in)
+        do_s.store(do_in)
+        fence_async_shared()
+        cta_barrier()
+
+    @gluon.jit
+    def _pair_products(B, qq, kk, pos, pos_w, pos_wc, ql_t, kl_t, w_all, wt_all, w_s, wt_s, L: gl.constexpr,
+                       MW: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr, SPAN: gl.constexpr):
+        """One tree level of a key slice staged for its two products, P = W_L·k_L and Q = W_Lᵀ·q_L
+        (W_L: W, from w_all / wt_all, kept to the pairs of one group): q_L / k_L, the tf32 operands
+        (q⊙E on the later halves' rows, k⊙E on the earlier ones'), into ql_t / kl_t, W_L and W_Lᵀ
+        into w_s / wt_s. Returns (E, q_L, k_L, the later halves' rows) in L."""
+        E = _level(B, L, BT, KDS, SPAN)
+        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
+        ql = _tf32(gl.where(later, qq * E, 0.0))
+        kl = _tf32(gl.where(later, 0.0, kk * E))
+        group = (pos_w[:, None] // SPAN) == (pos_wc[None, :] // SPAN)
+        wl = gl.where(group, w_all.load(MW), 0.0)
+        wtl = gl.where(group, wt_all.load(MW), 0.0)
+        cta_barrier()  # every warpgroup's products of the last level have read the buffers
+        ql_t.store(gl.permute(ql, (1, 0)))
+        kl_t.store(gl.permute(kl, (1, 0)))
+        w_s.store(wl)
+        wt_s.store(wtl)
+        fence_async_shared()
+        cta_barrier()
+        return E, ql, kl, later
+
+    @gluon.jit
+    def _pow2_scale(amax, TOP: gl.constexpr):
+        """(2^j, 2^-j) that take amax (fp32, ≥ 0) into [2^TOP, 2^(TOP+1)): exact scales for fp16
+        operands. amax's exponent is clamped so that both stay normal fp32 numbers."""
+        e = (amax.to(gl.int32, bitcast=True) >> 23) & 0xFF
+        e = gl.minimum(gl.maximum(e, TOP + 1), 254 - TOP)
+        return ((254 + TOP - e) << 23).to(gl.float32, bitcast=True), ((e - TOP) << 23).to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _stage_level16(B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, ql_t, kl_t, w_s, L: gl.constexpr,
+                       BT: gl.constexpr, KDS: gl.constexpr, SPAN: gl.constexpr):
+        """``_pair_products`` with fp16 operands: q_L and k_L scaled per key channel (sq, sk) and W
+        per chunk (W16, already scaled and rounded) by powers of two, so that fp16's range holds them
+        at any input scale; fp16 keeps tf32's 10 mantissa bits. Q reads W_L transposed from w_s
+        (16-bit operands may be M-major), so both copies of a pair take the same W value. Returns
+        (E, q_L, k_L as fp16 values, the later halves' rows) in L."""
+        E = _level(B, L, BT, KDS, SPAN)
+        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
+        ql = gl.where(later, qq * E, 0.0) * sq[None, :]
+        kl = gl.where(later, 0.0, kk * E) * sk[None, :]
+        ql16 = ql.to(gl.float16)
+        kl16 = kl.to(gl.float16)
+        group = (pos_w[:, None] // SPAN) == (pos_wc[None, :] // SPAN)
+        cta_barrier()  # every warpgroup's products of the last level have read the buffers
+        ql_t.store(gl.permute(ql16, (1, 0)))
+        kl_t.store(gl.permute(kl16, (1, 0)))
+        w_s.store(gl.where(group, W16, 0.0))
+        fence_async_shared()
+        cta_barrier()
+        return E, ql16.to(gl.float32), kl16.to(gl.float32), later
+
+    @gluon.jit
+    def gla_bwd_intra_gluon_kernel(
+        q, k, v, g, do, hc, cu,
+        T, H, HKV, scale,
+        dq, dki, dgq,
+        KD: gl.constexpr, VD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
+        KDS: gl.constexpr, ROW_LANES: gl.constexpr, OP16: gl.constexpr = False,
+    ):
+        """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices
+        of KDS key channels; KDS·ROW_LANES / 32 warps; BT = 64 (six levels), KD and VD 64 or 128."""
+        WARPS: gl.constexpr = KDS * ROW_LANES // 32
+        # a thread holds BT / ROW_LANES rows of one key channel; ROW_LANES lanes a column
+        L: gl.constexpr = gl.BlockedLayout([BT // ROW_LANES, 1], [ROW_LANES, 32 // ROW_LANES], [1, WARPS], [0, 1])
+        # global loads and stores go through row-major layouts (4 contiguous channels a thread)
+        LD: gl.constexpr = gl.BlockedLayout([1, 4], [32 * 4 // KDS, KDS // 4], [WARPS, 1], [1, 0])
+        LV: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // VD, VD // 8], [WARPS, 1], [1, 0])
+        # W [BT, BT] from 16-bit do and v; the level products (tf32) and the state product [BT, KDS]
+        MW: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
+                                                     instr_shape=[16, BT // (WARPS // 4), 16])
+        MP: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
+                                                     instr_shape=[16, KDS // (WARPS // 4), 8])
+        MX: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
+                                                     instr_shape=[16, KDS // (WARPS // 4), 16])
+        in_ty: gl.constexpr = q.dtype.element_ty
+        v_s = gl.allocate_shared_memory(in_ty, [BT, VD], gl.NVMMASharedLayout.get_default_for([BT, VD], in_ty))
+        do_s = gl.allocate_shared_memory(in_ty, [BT, VD], gl.NVMMASharedLayout.get_default_for([BT, VD], in_ty))
+        hc_s = gl.allocate_shared_memory(in_ty, [KDS, VD], gl.NVMMASharedLayout.get_default_for([KDS, VD], in_ty))
+        if OP16:
+            OPT16: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KDS, BT], gl.float16)
+            ql_t = gl.allocate_shared_memory(gl.float16, [KDS, BT], OPT16)
+            kl_t = gl.allocate_shared_memory(gl.float16, [KDS, BT], OPT16)
+            w_s = gl.allocate_shared_memory(gl.float16, [BT, BT],
+                                            gl.NVMMASharedLayout.get_default_for([BT, BT], gl.float16))
+            MP16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
+                                                           instr_shape=[16, KDS // (WARPS // 4), 16])
+            zero16 = gl.zeros([BT, KDS], gl.float32, MP16)
+        else:
+            OPT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KDS, BT], gl.float32)
+            ql_t = gl.allocate_shared_memory(gl.float32, [KDS, BT], OPT)
+            kl_t = gl.allocate_shared_memory(gl.float32, [KDS, BT], OPT)
+            OPW: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, BT], gl.float32)
+            w_s = gl.allocate_shared_memory(gl.float32, [BT, BT], OPW)
+            wt_s = gl.allocate_shared_memory(gl.float32, [BT, BT], OPW)
+            # W and Wᵀ of the chunk, tf32-truncated, which every level masks to its groups
+            w_all = gl.allocate_shared_memory(gl.float32, [BT, BT], OPW)
+            wt_all = gl.allocate_shared_memory(gl.float32, [BT, BT], OPW)
+
+        i_n, i_h, i_hk, bos, seq_len = _sequence(cu, T, H, HKV, IS_VARLEN)
+        slot0 = bos // BT + i_n  # chunk slots of this sequence in hc (``tiles.chunk_slot``)
+
+        pos = gl.arange(0, BT, layout=gl.SliceLayout(1, L))      # processing position of a tile row
+        pos_ld = gl.arange(0, BT, layout=gl.SliceLayout(1, LD))
+        col_ld = gl.arange(0, KDS, layout=gl.SliceLayout(0, LD))
+        pos_lv = gl.arange(0, BT, layout=gl.SliceLayout(1, LV))
+        col_lv = gl.arange(0, VD, layout=gl.SliceLayout(0, LV))
+        hrow_lv = gl.arange(0, KDS, layout=gl.SliceLayout(1, LV))
+        pos_w = gl.arange(0, BT, layout=gl.SliceLayout(1, MW))
+        pos_wc = gl.arange(0, BT, layout=gl.SliceLayout(0, MW))
+        if REVERSE:
+            off_ld, off_lv = BT - 1 - pos_ld, BT - 1 - pos_lv
+        else:
+            off_ld, off_lv = pos_ld, pos_lv
+        zero = gl.zeros([BT, KDS], gl.float32, MP)
+        zero_x = gl.zeros([BT, KDS], gl.float32, MX)
+        zero_w = gl.zeros([BT, BT], gl.float32, MW)
+        causal = pos_wc[None, :] <= pos_w[:, None]
+        diag = pos_wc[None, :] == pos_w[:, None]
+
+        n_chunks = (seq_len + BT - 1) // BT
+        for i_c in range(gl.program_id(0), n_chunks, gl.num_programs(0)):
+            start = _chunk_start(seq_len, i_c, BT, REVERSE)
+            row0 = bos + start
+            m = (pos_ld < seq_len - i_c * BT)[:, None]
+            mv = (pos_lv < seq_len - i_c * BT)[:, None]
+            # scalar int64 bases at the chunk's first row, int32 offsets inside it; rows in processing order
+            x_base = row0 * (H * KD) + i_h * KD
+            k_base = row0 * (HKV * KD) + i_hk * KD
+            _stage_tiles(v, do, row0 * (HKV * VD) + i_hk * VD, row0 * (H * VD) + i_h * VD,
+                         off_lv[:, None] * (HKV * VD) + col_lv[None, :], off_lv[:, None] * (H * VD) + col_lv[None, :],
+                         mv, v_s, do_s)
+            W = warpgroup_mma(do_s, v_s.permute((1, 0)), zero_w, use_acc=False)
+            W = gl.where(causal, W * scale, 0.0)
+            w_diag = gl.convert_layout(gl.sum(gl.where(diag, W, 0.0), axis=1), gl.SliceLayout(1, L))
+            if OP16:
+                # one power of two for the chunk's W: its largest entry near 2^14, fp16's range holds the rest
+                sw, w_inv = _pow2_scale(gl.max(gl.max(gl.abs(W), axis=1), axis=0), 14)
+                W16 = (W * sw).to(gl.float16)
+            else:
+                W = _tf32(W)
+                w_all.store(W)
+                wt_all.store(gl.convert_layout(gl.permute(W, (1, 0)), MW))  # the same values, transposed
+            hc_base = (slot0 + i_c) * H + i_h
+            for i_d in range(KD // KDS):
+                x_off = off_ld[:, None] * (H * KD) + (i_d * KDS + col_ld)[None, :]
+                k_off = off_ld[:, None] * (HKV * KD) + (i_d * KDS + col_ld)[None, :]
+                gg = gl.convert_layout(gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
+                qq = gl.convert_layout(gl.load(q + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
+                kk = gl.convert_layout(gl.load(k + k_base + k_off, mask=m, other=0.0).to(gl.float32), L)
+                h_in = gl.load(hc + hc_base * (KD * VD) + (i_d * KDS + hrow_lv)[:, None] * VD + col_lv[None, :])
+                cta_barrier()  # the last slice's state product has read hc_s; w_all and wt_all are written
+                hc_s.store(h_in)
+                fence_async_shared()
+                cta_barrier()
+                # dq's state part: scale·e^{B}⊙(do·S_inᵀ)
+                x = gl.convert_layout(warpgroup_mma(do_s, hc_s.permute((1, 0)), zero_x, use_acc=False), L)
+                B = gl.associative_scan(gg, 0, _add)
+                dq_acc = x * gl.exp(B) * scale
+                terms = qq * dq_acc  # dg's terms: q⊙dq_x, then q_L⊙P − k_L⊙Q of the strict pairs
+                # the diagonal pairs (weight 1) go straight into dq and dk, never into dg's terms
+                dq_acc += w_diag[:, None] * kk
+                dk_acc = w_diag[:, None] * qq
+                if OP16:
+                    # per key channel powers of two: |q⊙E|, |k⊙E| ≤ |q|, |k| (E ≤ 1) go below 2^15
+                    sq, q_inv = _pow2_scale(gl.max(gl.abs(qq), axis=0), 14)
+                    sk, k_inv = _pow2_scale(gl.max(gl.abs(kk), axis=0), 14)
+                    for lvl in gl.static_range(6):
+                        E, ql, kl, later = _stage_level16(B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, ql_t, kl_t, w_s,
+                                                          L, BT, KDS, BT >> lvl)
+                        # P = W_L·k_L and Q = W_Lᵀ·q_L in the operands' scales, then the scales undone (exact)
+                        P = gl.convert_layout(warpgroup_mma(w_s, kl_t.permute((1, 0)), zero16, use_acc=False), L)
+                        P = P * (k_inv * w_inv)[None, :]
+                        dq_acc += gl.where(later, E, 0.0) * P
+                        terms += ql * (P * q_inv[None, :])
+                        Q = gl.convert_layout(warpgroup_mma(w_s.permute((1, 0)), ql_t.permute((1, 0)), zero16,
+                                                            use_acc=False), L)
+                        Q = Q * (q_inv * w_inv)[None, :]
+                        dk_acc += gl.where(later, 0.0, E) * Q
+                        terms -= kl * (Q * k_inv[None, :])
+                else:
+                    for lvl in gl.static_range(6):
+                        E, ql, kl, later = _pair_products(B, qq, kk, pos, pos_w, pos_wc, ql_t, kl_t, w_all, wt_all,
+                                                          w_s, wt_s, L, MW, BT, KDS, BT >> lvl)
+                        P = gl.convert_layout(warpgroup_mma(w_s, kl_t.permute((1, 0)), zero, use_acc=False), L)
+                        dq_acc += gl.where(later, E, 0.0) * P
+                        terms += ql * P
+                        Q = gl.convert_layout(warpgroup_mma(wt_s, ql_t.permute((1, 0)), zero, use_acc=False), L)
+                        dk_acc += gl.where(later, 0.0, E) * Q
+                        terms -= kl * Q
+                dq_t = gl.convert_layout(dq_acc.to(dq.dtype.element_ty), LD)
+                gl.store(dq + x_base + x_off, dq_t, mask=m)
+                dk_t = gl.convert_layout(dk_acc.to(dki.dtype.element_ty), LD)
+                gl.store(dki + x_base + x_off, dk_t, mask=m)
+                # the suffix sum in processing order: dg's pairs that end at or after each row
+                dg_t = gl.convert_layout(gl.associative_scan(terms, 0, _add, reverse=True), LD)
+                gl.store(dgq + x_base + x_off, dg_t, mask=m)
