@@ -48,11 +48,16 @@ def _inputs(b, t, h, hkv, d, e, dtype, lens, norm):
     return x, cu, n
 
 
-def _backward(monkeypatch, on: bool, x: dict, reverse: bool, cu, n, op16: bool = False) -> dict:
-    """The backward's gradients with the Gluon in-chunk launch (on; fp16 level operands with op16)
-    or the Triton one, and that the launch taken is the one asked for."""
+#: the Gluon launch's forms: (fp16 level operands, their products' epilogue in the MMA layout)
+VARIANTS = {"gluon_tf32": (False, False), "gluon_fp16": (True, False), "gluon_fp16_epi": (True, True)}
+
+
+def _backward(monkeypatch, on: bool, x: dict, reverse: bool, cu, n, variant: str = "gluon_tf32") -> dict:
+    """The backward's gradients with the Gluon in-chunk launch (on; in the form ``variant``) or the
+    Triton one, and that the launch taken is the one asked for."""
     monkeypatch.setattr(host, "INTRA_ON", on)
-    monkeypatch.setattr(host, "INTRA_OP16", op16)
+    monkeypatch.setattr(host, "INTRA_OP16", VARIANTS[variant][0])
+    monkeypatch.setattr(host, "INTRA_EPI", VARIANTS[variant][1])
     taken = []
     real = host.launch_intra
     monkeypatch.setattr(host, "launch_intra", lambda *a: taken.append(1) or real(*a))
@@ -70,22 +75,23 @@ def _reference(x: dict, reverse: bool, cu) -> dict:
     return dict(zip(NAMES, torch.autograd.grad((o, s), leaves, (x["do"].double(), x["dht"].double()))))
 
 
-@pytest.mark.parametrize("op16", [False, True], ids=["tf32", "fp16"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("b,t,h,hkv,d,e,dtype,reverse,lens,norm", CASES,
                          ids=[f"T{c[1]}-D{c[4]}-E{c[5]}-{str(c[6])[6:]}-{'rev' if c[7] else 'fwd'}"
                               f"{'-gqa' if c[3] < c[2] else ''}{'-varlen' if c[8] else ''}-norm{c[9]:g}"
                               for c in CASES])
 def test_the_gluon_intra_launch_matches_the_triton_one(monkeypatch, b, t, h, hkv, d, e, dtype, reverse, lens, norm,
-                                                       op16):
+                                                       variant):
     """dv and dh0 are the same launches' outputs, bit for bit. dq, dk and dg are no further from the
     fp64 recurrence than the Triton launch's (within 1.25×); with tf32 operands, which both launches
     truncate alike and sum in fp32 in another order, they also agree with the Triton launch's to
     2e-3 (the 16-bit ones but for last-bit flips). fp16 operands round where tf32 ones truncate,
-    to the same 10 bits."""
+    to the same 10 bits. ``gluon_fp16_epi`` takes the products in the MMA layout, with the operands read back
+    from shared memory."""
     x, cu, n = _inputs(b, t, h, hkv, d, e, dtype, lens, norm)
     if host._reason(x["q"], 64) is not None:
         pytest.skip(host._reason(x["q"], 64))
-    got = _backward(monkeypatch, True, x, reverse, cu, n, op16)
+    got = _backward(monkeypatch, True, x, reverse, cu, n, variant)
     want = _backward(monkeypatch, False, x, reverse, cu, n)
     ref = _reference(x, reverse, cu)
     for name in NAMES:
@@ -95,26 +101,27 @@ def test_the_gluon_intra_launch_matches_the_triton_one(monkeypatch, b, t, h, hkv
             continue
         mine, theirs = err_ratio(got[name], ref[name]), err_ratio(want[name], ref[name])
         assert mine <= 1.25 * theirs + 1e-6, (name, mine, theirs)
-        if not op16:
+        if variant == "gluon_tf32":
             assert err_ratio(got[name], want[name]) <= 2e-3, (name, err_ratio(got[name], want[name]))
 
 
-@pytest.mark.parametrize("op16", [False, True], ids=["tf32", "fp16"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("norm", [16.0, 1.0, 0.1])
-def test_the_gluon_intra_launch_meets_flas_rule_against_fp64(monkeypatch, dtype, norm, op16):
+def test_the_gluon_intra_launch_meets_flas_rule_against_fp64(monkeypatch, dtype, norm, variant):
     """fla's recipe at D = E = 128 (B2 T1024 H4, an initial state): every gradient of the backward
     with the Gluon in-chunk launch within fla's 0.005 of the fp64 recurrence, dg included."""
     x, cu, n = _inputs(2, 1024, 4, 4, 128, 128, dtype, None, norm)
     if host._reason(x["q"], 64) is not None:
         pytest.skip(host._reason(x["q"], 64))
-    got = _backward(monkeypatch, True, x, False, cu, n, op16)
+    got = _backward(monkeypatch, True, x, False, cu, n, variant)
     ref = _reference(x, False, cu)
     errs = {name: err_ratio(got[name], ref[name]) for name in NAMES}
     assert all(err <= 0.005 for err in errs.values()), errs
 
 
-def test_fp16_operands_hold_inputs_and_cotangents_far_from_fp16s_range(monkeypatch):
+@pytest.mark.parametrize("variant", ["gluon_fp16", "gluon_fp16_epi"])
+def test_fp16_operands_hold_inputs_and_cotangents_far_from_fp16s_range(monkeypatch, variant):
     """bf16 q around 1e6, k around 1e-6 and do around 1e-7 (W = do·vᵀ below fp16's normal range,
     q⊙E past its largest value), some rows all zero: the powers of two keep every level operand in
     range, so dq, dk and dg are as close to fp64 as the Triton launch's."""
@@ -125,7 +132,7 @@ def test_fp16_operands_hold_inputs_and_cotangents_far_from_fp16s_range(monkeypat
     x["q"][:, 7], x["k"][:, 70] = 0, 0
     if host._reason(x["q"], 64) is not None:
         pytest.skip(host._reason(x["q"], 64))
-    got = _backward(monkeypatch, True, x, False, cu, n, True)
+    got = _backward(monkeypatch, True, x, False, cu, n, variant)
     want = _backward(monkeypatch, False, x, False, cu, n)
     ref = _reference(x, False, cu)
     for name in ("dq", "dk", "dg"):

@@ -30,6 +30,11 @@ INTRA_KDS = int(os.environ.get("GLA_GLUON_INTRA_KDS", "64"))
 INTRA_ROW_LANES = int(os.environ.get("GLA_GLUON_INTRA_ROW_LANES", "4"))
 # the in-chunk level products on fp16 operands (powers of two keep them in range) instead of tf32
 INTRA_OP16 = os.environ.get("GLA_GLUON_INTRA_OP16", "0").strip() == "1"
+# with fp16 operands: the level products' results stay in the MMA layout (the operands read back
+# from shared memory, two buffer sets, both products in flight) instead of moving to the column layout
+INTRA_EPI = os.environ.get("GLA_GLUON_INTRA_EPI", "0").strip() == "1"
+# a register cap per thread for the in-chunk launch (0: none): 128 at 8 warps lets two programs share an SM
+INTRA_MAXNREG = int(os.environ.get("GLA_GLUON_INTRA_MAXNREG", "0"))
 # lanes sharing a key channel's rows in the prep launch: each thread holds CHUNK / ROW_LANES of them
 ROW_LANES = int(os.environ.get("GLA_GLUON_PREP_ROW_LANES", "2"))
 # the prep launch's level products: fp16 operands stored channel-major (vector stores, twice the
@@ -111,7 +116,7 @@ _LAUNCH_INTRA = LazyLauncher(".intra", __package__, "gla_bwd_intra_gluon_kernel"
 
 def intra_constexprs() -> dict:
     """The in-chunk kernel's layout keywords beyond gla_bwd_intra_kernel's flags."""
-    return dict(BT=CHUNK, KDS=INTRA_KDS, ROW_LANES=INTRA_ROW_LANES, OP16=INTRA_OP16)
+    return dict(BT=CHUNK, KDS=INTRA_KDS, ROW_LANES=INTRA_ROW_LANES, OP16=INTRA_OP16 or INTRA_EPI, EPI=INTRA_EPI)
 
 
 def intra_warps() -> int:
@@ -124,8 +129,8 @@ def launch_intra(key: tuple, args: tuple, grid: tuple[int, int], d: int, e: int,
     """Launch ``intra.gla_bwd_intra_gluon_kernel`` with ``gla_bwd_intra_kernel``'s arguments ``args``."""
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), num_warps=intra_warps(),
-                         **intra_constexprs()))
-    _LAUNCH_INTRA(("gluon-intra", INTRA_KDS, INTRA_ROW_LANES, INTRA_OP16) + key, args, spec, stream)
+                         **({"maxnreg": INTRA_MAXNREG} if INTRA_MAXNREG else {}), **intra_constexprs()))
+    _LAUNCH_INTRA(("gluon-intra", INTRA_KDS, INTRA_ROW_LANES, INTRA_OP16, INTRA_EPI, INTRA_MAXNREG) + key, args, spec, stream)
 
 
 def prep_meta(d: int, bt: int) -> dict:

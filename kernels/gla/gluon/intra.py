@@ -16,6 +16,7 @@ positions (reversed rows under REVERSE), so one code path serves both orders.
 from __future__ import annotations
 
 from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, fence_async_shared, gl, gluon, warpgroup_mma
+from ...common.gluon_compat import warpgroup_mma_wait
 
 if IMPORT_ERROR is None:
     from .prep import _add, _chunk_start, _level, _sequence
@@ -93,12 +94,47 @@ if IMPORT_ERROR is None:
         return E, ql16.to(gl.float32), kl16.to(gl.float32), later
 
     @gluon.jit
+    def _level16_in_mma_layout(B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, pos_m, ql_t, kl_t, w_s, e_t, q_inv, k_inv,
+                               w_inv, dq_acc, dk_acc, terms, zero16, L: gl.constexpr, MP16: gl.constexpr,
+                               BT: gl.constexpr, KDS: gl.constexpr, SPAN: gl.constexpr):
+        """One tree level with fp16 operands whose results stay in the MMA layout: q_L, k_L, W_L and E
+        go to this level's buffers (the previous level's are the other set, so no barrier waits for
+        its products), both products run at once, and the accumulators (dq, dk and dg's terms, in the
+        MMA layout) take them with q_L, k_L and E read back from shared memory: no product changes
+        layout. q_inv, k_inv: the channels' undoing scales in the MMA layout's columns; w_inv W's."""
+        E = _level(B, L, BT, KDS, SPAN)
+        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
+        ql16 = (gl.where(later, qq * E, 0.0) * sq[None, :]).to(gl.float16)
+        kl16 = (gl.where(later, 0.0, kk * E) * sk[None, :]).to(gl.float16)
+        group = (pos_w[:, None] // SPAN) == (pos_wc[None, :] // SPAN)
+        ql_t.store(gl.permute(ql16, (1, 0)))
+        kl_t.store(gl.permute(kl16, (1, 0)))
+        w_s.store(gl.where(group, W16, 0.0))
+        e_t.store(gl.permute(E, (1, 0)))
+        fence_async_shared()
+        cta_barrier()
+        P = warpgroup_mma(w_s, kl_t.permute((1, 0)), zero16, use_acc=False, is_async=True)
+        Q = warpgroup_mma(w_s.permute((1, 0)), ql_t.permute((1, 0)), zero16, use_acc=False, is_async=True)
+        # the operands as the products took them, back at the inputs' scale (exact: powers of two)
+        qm = ql_t.permute((1, 0)).load(MP16).to(gl.float32) * q_inv[None, :]
+        km = kl_t.permute((1, 0)).load(MP16).to(gl.float32) * k_inv[None, :]
+        Em = e_t.permute((1, 0)).load(MP16)
+        later_m = ((pos_m // (SPAN // 2)) % 2 == 1)[:, None]
+        P = warpgroup_mma_wait(num_outstanding=1, deps=[P]) * (k_inv * w_inv)[None, :]
+        dq_acc += gl.where(later_m, Em, 0.0) * P
+        terms += qm * P
+        Q = warpgroup_mma_wait(num_outstanding=0, deps=[Q]) * (q_inv * w_inv)[None, :]
+        dk_acc += gl.where(later_m, 0.0, Em) * Q
+        terms -= km * Q
+        return dq_acc, dk_acc, terms
+
+    @gluon.jit
     def gla_bwd_intra_gluon_kernel(
         q, k, v, g, do, hc, cu,
         T, H, HKV, scale,
         dq, dki, dgq,
         KD: gl.constexpr, VD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
-        KDS: gl.constexpr, ROW_LANES: gl.constexpr, OP16: gl.constexpr = False,
+        KDS: gl.constexpr, ROW_LANES: gl.constexpr, OP16: gl.constexpr = False, EPI: gl.constexpr = False,
     ):
         """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices
         of KDS key channels; KDS·ROW_LANES / 32 warps; BT = 64 (six levels), KD and VD 64 or 128."""
@@ -128,6 +164,15 @@ if IMPORT_ERROR is None:
             MP16: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
                                                            instr_shape=[16, KDS // (WARPS // 4), 16])
             zero16 = gl.zeros([BT, KDS], gl.float32, MP16)
+            if EPI:  # a second set of level buffers, and E for the epilogue in the MMA layout
+                ql2_t = gl.allocate_shared_memory(gl.float16, [KDS, BT], OPT16)
+                kl2_t = gl.allocate_shared_memory(gl.float16, [KDS, BT], OPT16)
+                w2_s = gl.allocate_shared_memory(gl.float16, [BT, BT],
+                                                 gl.NVMMASharedLayout.get_default_for([BT, BT], gl.float16))
+                ET: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+                e_t = gl.allocate_shared_memory(gl.float32, [KDS, BT], ET)
+                e2_t = gl.allocate_shared_memory(gl.float32, [KDS, BT], ET)
+                pos_m = gl.arange(0, BT, layout=gl.SliceLayout(1, MP16))
         else:
             OPT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KDS, BT], gl.float32)
             ql_t = gl.allocate_shared_memory(gl.float32, [KDS, BT], OPT)
@@ -203,7 +248,27 @@ if IMPORT_ERROR is None:
                 # the diagonal pairs (weight 1) go straight into dq and dk, never into dg's terms
                 dq_acc += w_diag[:, None] * kk
                 dk_acc = w_diag[:, None] * qq
-                if OP16:
+                if OP16 and EPI:
+                    sq, q_inv = _pow2_scale(gl.max(gl.abs(qq), axis=0), 14)
+                    sk, k_inv = _pow2_scale(gl.max(gl.abs(kk), axis=0), 14)
+                    q_inv_m = gl.convert_layout(q_inv, gl.SliceLayout(0, MP16))
+                    k_inv_m = gl.convert_layout(k_inv, gl.SliceLayout(0, MP16))
+                    dq_m = gl.convert_layout(dq_acc, MP16)
+                    dk_m = gl.convert_layout(dk_acc, MP16)
+                    terms_m = gl.convert_layout(terms, MP16)
+                    for lvl in gl.static_range(6):
+                        if lvl % 2 == 0:
+                            dq_m, dk_m, terms_m = _level16_in_mma_layout(
+                                B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, pos_m, ql_t, kl_t, w_s, e_t, q_inv_m,
+                                k_inv_m, w_inv, dq_m, dk_m, terms_m, zero16, L, MP16, BT, KDS, BT >> lvl)
+                        else:
+                            dq_m, dk_m, terms_m = _level16_in_mma_layout(
+                                B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, pos_m, ql2_t, kl2_t, w2_s, e2_t, q_inv_m,
+                                k_inv_m, w_inv, dq_m, dk_m, terms_m, zero16, L, MP16, BT, KDS, BT >> lvl)
+                    dq_acc = gl.convert_layout(dq_m, L)
+                    dk_acc = gl.convert_layout(dk_m, L)
+                    terms = gl.convert_layout(terms_m, L)
+                elif OP16:
                     # per key channel powers of two: |q⊙E|, |k⊙E| ≤ |q|, |k| (E ≤ 1) go below 2^15
                     sq, q_inv = _pow2_scale(gl.max(gl.abs(qq), axis=0), 14)
                     sk, k_inv = _pow2_scale(gl.max(gl.abs(kk), axis=0), 14)
