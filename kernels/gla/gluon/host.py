@@ -68,14 +68,7 @@ def jax_prep_reason(dtype_name: str, d: int, bt: int, device) -> str | None:
     sm_90 JAX ``device``."""
     if not JAX_PREP_ON:
         return "the Gluon prep launch of gla/jax-triton is off (GLA_JAX_GLUON_PREP=0)"
-    reason = _shape_reason(dtype_name, d, bt)
-    if reason is not None:
-        return reason
-    if compat.IMPORT_ERROR is not None:
-        return compat.unavailable_reason()
-    if getattr(device, "platform", None) != "gpu" or str(getattr(device, "compute_capability", "")) != "9.0":
-        return f"device {device} (the Gluon launches need an sm_90 GPU)"
-    return None
+    return _jax_device_reason(dtype_name, d, bt, device)
 
 
 def _shape_reason(dtype_name: str, d: int, bt: int) -> str | None:
@@ -108,6 +101,27 @@ def intra_reason(q: torch.Tensor, v: torch.Tensor, bt: int) -> str | None:
     if v.shape[3] not in HEAD_DIMS:
         return f"E={v.shape[3]} (the Gluon in-chunk backward takes E in {HEAD_DIMS})"
     return _reason(q, bt)
+
+
+def jax_intra_reason(dtype_name: str, d: int, e: int, bt: int, device) -> str | None:
+    """None when gla/jax-triton's in-chunk backward launch runs in Gluon, else why the Triton one
+    runs: the torch path's switch and rule (``intra_reason``) and an sm_90 JAX ``device``."""
+    if not INTRA_ON:
+        return "the Gluon in-chunk backward launch is off (GLA_GLUON_INTRA unset or not 1)"
+    if e not in HEAD_DIMS:
+        return f"E={e} (the Gluon in-chunk backward takes E in {HEAD_DIMS})"
+    return _jax_device_reason(dtype_name, d, bt, device)
+
+
+def _jax_device_reason(dtype_name: str, d: int, bt: int, device) -> str | None:
+    reason = _shape_reason(dtype_name, d, bt)
+    if reason is not None:
+        return reason
+    if compat.IMPORT_ERROR is not None:
+        return compat.unavailable_reason()
+    if getattr(device, "platform", None) != "gpu" or str(getattr(device, "compute_capability", "")) != "9.0":
+        return f"device {device} (the Gluon launches need an sm_90 GPU)"
+    return None
 
 
 _LAUNCH = LazyLauncher(".prep", __package__, "gla_prep_gluon_kernel")

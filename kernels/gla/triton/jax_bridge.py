@@ -8,7 +8,8 @@ so the plain kernels launch with one fixed config per sweep
 forward; then the backward's state pass, state-gradient pass, in-chunk launch, exit launch and dv
 pass. No launch depends on the gate values. On an sm_90 GPU the prep launch is the torch path's Gluon
 kernel, which jax-triton compiles through ``common.jax_gluon`` (``gluon.host.jax_prep_reason``;
-GLA_JAX_GLUON_PREP=0 takes the Triton one).
+GLA_JAX_GLUON_PREP=0 takes the Triton one); so is the in-chunk backward launch where the torch
+path's switch (GLA_GLUON_INTRA=1) takes it (``gluon.host.jax_intra_reason``).
 """
 from __future__ import annotations
 
@@ -106,10 +107,19 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
                    jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)],
         grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, HAS_DHT=True, **qk)
     grid = _cfg.prep_grid(t, b * h)
+    intra, intra_meta = _k.gla_bwd_intra_kernel, dict(flags, **_cfg.intra_meta(d, e, bt))
+    if _gluon_host.jax_intra_reason(jnp.dtype(q.dtype).name, d, e, bt, jax.devices()[0]) is None:
+        from ..gluon import intra as _gluon_intra
+        from ...common.jax_gluon import install
+
+        install(jt.triton_lib)
+        intra = _gluon_intra.gla_bwd_intra_gluon_kernel
+        intra_meta = dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=False, num_warps=_gluon_host.intra_warps(),
+                          **_gluon_host.intra_constexprs())
     dq, dki, dgq = jt.triton_call(
-        q, k, v, g, do, hc, g, t_, h_, hkv_, sc, kernel=_k.gla_bwd_intra_kernel,
+        q, k, v, g, do, hc, g, t_, h_, hkv_, sc, kernel=intra,
         out_shape=[jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),
-                   per_head_f32], grid=grid, **flags, **_cfg.intra_meta(d, e, bt))
+                   per_head_f32], grid=grid, **intra_meta)
     dk, dg = jt.triton_call(
         k, v, g, dhc, thr, g, dki, dgq, t_, h_, hkv_, sc, kernel=_k.gla_bwd_exit_kernel,
         out_shape=[jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), g.dtype)],

@@ -174,3 +174,16 @@ def test_the_intra_launch_compiles_for_sm90_with_two_tf32_products_a_level():
     for m in (wide, narrow):
         assert 12 <= m["barriers"] <= 80
         assert 0 < m["shared_bytes"] <= 227 * 1024
+
+
+def test_the_jax_intra_rule_follows_the_torch_switch_and_names_why(monkeypatch):
+    gpu90 = types.SimpleNamespace(platform="gpu", compute_capability="9.0")
+    monkeypatch.setattr(host, "INTRA_ON", False)
+    assert "GLA_GLUON_INTRA" in host.jax_intra_reason("bfloat16", 128, 128, 64, gpu90)
+    monkeypatch.setattr(host, "INTRA_ON", True)
+    assert "E=96" in host.jax_intra_reason("bfloat16", 128, 96, 64, gpu90)
+    assert "float32" in host.jax_intra_reason("float32", 128, 128, 64, gpu90)
+    assert "chunk 32" in host.jax_intra_reason("float16", 64, 64, 32, gpu90)
+    if compat.IMPORT_ERROR is None:
+        assert "sm_90" in host.jax_intra_reason("bfloat16", 128, 128, 64, types.SimpleNamespace(platform="cpu"))
+        assert host.jax_intra_reason("bfloat16", 128, 64, 64, gpu90) is None
