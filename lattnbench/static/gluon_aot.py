@@ -110,21 +110,19 @@ def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, va
 
 
 def gla_intra_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool = False, varlen: bool = False,
-                     gqa: bool = False, op16: bool | None = None):
+                     gqa: bool = False):
     """(GluonASTSource, launch options) of ``gla/triton``'s Gluon in-chunk backward launch
-    (``kernels.gla.gluon.intra``) as ``gla.gluon.host.launch_intra`` launches it: dk's in-chunk part
-    in the input dtype, or fp32 per query head under GQA (``gqa``); ``op16`` as ``GLA_GLUON_INTRA_OP16``
-    sets it (default: the host's)."""
+    (``kernels.gla.gluon.intra``) in the host's form, as ``gla.gluon.host.launch_intra`` launches it:
+    dk's in-chunk part in the input dtype, or fp32 per query head under GQA (``gqa``)."""
     from lattnbench.kernels.gla.gluon import host as C
     from lattnbench.kernels.gla.gluon import intra as K
 
     types = dict(q=f"*{dtype}", k=f"*{dtype}", v=f"*{dtype}", g="*fp32", do=f"*{dtype}", hc=f"*{dtype}", cu="*i32",
                  T="i32", H="i32", HKV="i32", scale="fp32", dq=f"*{dtype}", dki="*fp32" if gqa else f"*{dtype}",
                  dgq="*fp32")
-    constexprs = dict(KD=d, VD=e, REVERSE=reverse, IS_VARLEN=varlen, **C.intra_constexprs())
-    if op16 is not None:
-        constexprs["OP16"] = op16
-    options = dict(num_warps=C.intra_warps(), num_stages=1, enable_fp_fusion=True)
+    meta = C.intra_meta(d, e, reverse, varlen)
+    options = dict(num_warps=meta.pop("num_warps"), num_stages=1, enable_fp_fusion=True)
+    constexprs = meta
     return _source(K.gla_bwd_intra_gluon_kernel, types, constexprs), options
 
 

@@ -33,7 +33,8 @@ INTRA_OP16 = os.environ.get("GLA_GLUON_INTRA_OP16", "0").strip() == "1"
 # with fp16 operands: the level products' results stay in the MMA layout (the operands read back
 # from shared memory, two buffer sets, both products in flight) instead of moving to the column layout
 INTRA_EPI = os.environ.get("GLA_GLUON_INTRA_EPI", "0").strip() == "1"
-# a register cap per thread for the in-chunk launch (0: none): 128 at 8 warps lets two programs share an SM
+# a register cap per thread for the torch path's in-chunk launch (0: none): 128 at 8 warps lets two
+# programs share an SM
 INTRA_MAXNREG = int(os.environ.get("GLA_GLUON_INTRA_MAXNREG", "0"))
 # lanes sharing a key channel's rows in the prep launch: each thread holds CHUNK / ROW_LANES of them
 ROW_LANES = int(os.environ.get("GLA_GLUON_PREP_ROW_LANES", "2"))
@@ -96,24 +97,26 @@ def _reason(q: torch.Tensor, bt: int) -> str | None:
 def intra_reason(q: torch.Tensor, v: torch.Tensor, bt: int) -> str | None:
     """None when the in-chunk backward launch of a call runs in Gluon, else why the Triton one runs:
     the switch, the prep launch's rule, and E 64 or 128."""
-    if not INTRA_ON:
-        return "the Gluon in-chunk backward launch is off (GLA_GLUON_INTRA unset or not 1)"
-    if v.shape[3] not in HEAD_DIMS:
-        return f"E={v.shape[3]} (the Gluon in-chunk backward takes E in {HEAD_DIMS})"
-    return _reason(q, bt)
+    return _intra_switch_reason(v.shape[3]) or _reason(q, bt)
 
 
 def jax_intra_reason(dtype_name: str, d: int, e: int, bt: int, device) -> str | None:
     """None when gla/jax-triton's in-chunk backward launch runs in Gluon, else why the Triton one
     runs: the torch path's switch and rule (``intra_reason``) and an sm_90 JAX ``device``."""
+    return _intra_switch_reason(e) or _jax_device_reason(dtype_name, d, bt, device)
+
+
+def _intra_switch_reason(e: int) -> str | None:
+    """What the in-chunk launch asks beyond the prep launch's rule: its switch, and E 64 or 128."""
     if not INTRA_ON:
         return "the Gluon in-chunk backward launch is off (GLA_GLUON_INTRA unset or not 1)"
     if e not in HEAD_DIMS:
         return f"E={e} (the Gluon in-chunk backward takes E in {HEAD_DIMS})"
-    return _jax_device_reason(dtype_name, d, bt, device)
+    return None
 
 
 def _jax_device_reason(dtype_name: str, d: int, bt: int, device) -> str | None:
+    """The JAX launches' rule: the dtype, D and the chunk, then the API and an sm_90 ``device``."""
     reason = _shape_reason(dtype_name, d, bt)
     if reason is not None:
         return reason
@@ -133,6 +136,12 @@ def intra_constexprs() -> dict:
     return dict(BT=CHUNK, KDS=INTRA_KDS, ROW_LANES=INTRA_ROW_LANES, OP16=INTRA_OP16 or INTRA_EPI, EPI=INTRA_EPI)
 
 
+def intra_meta(d: int, e: int, reverse: bool, varlen: bool) -> dict:
+    """The in-chunk kernel's launch keywords (torch and JAX alike): its flags, layout and warps."""
+    return dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), num_warps=intra_warps(),
+                **intra_constexprs())
+
+
 def intra_warps() -> int:
     """Warps of the in-chunk launch: one thread per (key channel of a slice, row share)."""
     return warps(INTRA_KDS, INTRA_ROW_LANES)
@@ -142,8 +151,7 @@ def launch_intra(key: tuple, args: tuple, grid: tuple[int, int], d: int, e: int,
                  stream) -> None:
     """Launch ``intra.gla_bwd_intra_gluon_kernel`` with ``gla_bwd_intra_kernel``'s arguments ``args``."""
     spec = lambda: (lambda meta: grid,  # noqa: E731
-                    dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), num_warps=intra_warps(),
-                         **({"maxnreg": INTRA_MAXNREG} if INTRA_MAXNREG else {}), **intra_constexprs()))
+                    dict(intra_meta(d, e, reverse, varlen), **({"maxnreg": INTRA_MAXNREG} if INTRA_MAXNREG else {})))
     _LAUNCH_INTRA(("gluon-intra", INTRA_KDS, INTRA_ROW_LANES, INTRA_OP16, INTRA_EPI, INTRA_MAXNREG) + key, args, spec, stream)
 
 

@@ -71,6 +71,17 @@ if IMPORT_ERROR is None:
         return ((254 + TOP - e) << 23).to(gl.float32, bitcast=True), ((e - TOP) << 23).to(gl.float32, bitcast=True)
 
     @gluon.jit
+    def _operands16(B, qq, kk, sq, sk, pos, L: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr,
+                    SPAN: gl.constexpr):
+        """A tree level's fp16 operands: (E, the later halves' rows, q_L and k_L) with q_L = q⊙E on the
+        later halves' rows and k_L = k⊙E on the earlier ones', scaled per key channel by sq, sk."""
+        E = _level(B, L, BT, KDS, SPAN)
+        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
+        ql16 = (gl.where(later, qq * E, 0.0) * sq[None, :]).to(gl.float16)
+        kl16 = (gl.where(later, 0.0, kk * E) * sk[None, :]).to(gl.float16)
+        return E, later, ql16, kl16
+
+    @gluon.jit
     def _stage_level16(B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, ql_t, kl_t, w_s, L: gl.constexpr,
                        BT: gl.constexpr, KDS: gl.constexpr, SPAN: gl.constexpr):
         """``_pair_products`` with fp16 operands: q_L and k_L scaled per key channel (sq, sk) and W
@@ -78,12 +89,7 @@ if IMPORT_ERROR is None:
         at any input scale; fp16 keeps tf32's 10 mantissa bits. Q reads W_L transposed from w_s
         (16-bit operands may be M-major), so both copies of a pair take the same W value. Returns
         (E, q_L, k_L as fp16 values, the later halves' rows) in L."""
-        E = _level(B, L, BT, KDS, SPAN)
-        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
-        ql = gl.where(later, qq * E, 0.0) * sq[None, :]
-        kl = gl.where(later, 0.0, kk * E) * sk[None, :]
-        ql16 = ql.to(gl.float16)
-        kl16 = kl.to(gl.float16)
+        E, later, ql16, kl16 = _operands16(B, qq, kk, sq, sk, pos, L, BT, KDS, SPAN)
         group = (pos_w[:, None] // SPAN) == (pos_wc[None, :] // SPAN)
         cta_barrier()  # every warpgroup's products of the last level have read the buffers
         ql_t.store(gl.permute(ql16, (1, 0)))
@@ -102,10 +108,7 @@ if IMPORT_ERROR is None:
         its products), both products run at once, and the accumulators (dq, dk and dg's terms, in the
         MMA layout) take them with q_L, k_L and E read back from shared memory: no product changes
         layout. q_inv, k_inv: the channels' undoing scales in the MMA layout's columns; w_inv W's."""
-        E = _level(B, L, BT, KDS, SPAN)
-        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
-        ql16 = (gl.where(later, qq * E, 0.0) * sq[None, :]).to(gl.float16)
-        kl16 = (gl.where(later, 0.0, kk * E) * sk[None, :]).to(gl.float16)
+        E, later, ql16, kl16 = _operands16(B, qq, kk, sq, sk, pos, L, BT, KDS, SPAN)
         group = (pos_w[:, None] // SPAN) == (pos_wc[None, :] // SPAN)
         ql_t.store(gl.permute(ql16, (1, 0)))
         kl_t.store(gl.permute(kl16, (1, 0)))
@@ -248,9 +251,11 @@ if IMPORT_ERROR is None:
                 # the diagonal pairs (weight 1) go straight into dq and dk, never into dg's terms
                 dq_acc += w_diag[:, None] * kk
                 dk_acc = w_diag[:, None] * qq
-                if OP16 and EPI:
+                if OP16:
+                    # per key channel powers of two: |q⊙E|, |k⊙E| ≤ |q|, |k| (E ≤ 1) go below 2^15
                     sq, q_inv = _pow2_scale(gl.max(gl.abs(qq), axis=0), 14)
                     sk, k_inv = _pow2_scale(gl.max(gl.abs(kk), axis=0), 14)
+                if OP16 and EPI:
                     q_inv_m = gl.convert_layout(q_inv, gl.SliceLayout(0, MP16))
                     k_inv_m = gl.convert_layout(k_inv, gl.SliceLayout(0, MP16))
                     dq_m = gl.convert_layout(dq_acc, MP16)
@@ -269,9 +274,6 @@ if IMPORT_ERROR is None:
                     dk_acc = gl.convert_layout(dk_m, L)
                     terms = gl.convert_layout(terms_m, L)
                 elif OP16:
-                    # per key channel powers of two: |q⊙E|, |k⊙E| ≤ |q|, |k| (E ≤ 1) go below 2^15
-                    sq, q_inv = _pow2_scale(gl.max(gl.abs(qq), axis=0), 14)
-                    sk, k_inv = _pow2_scale(gl.max(gl.abs(kk), axis=0), 14)
                     for lvl in gl.static_range(6):
                         E, ql, kl, later = _stage_level16(B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, ql_t, kl_t, w_s,
                                                           L, BT, KDS, BT >> lvl)

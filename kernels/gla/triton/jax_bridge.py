@@ -114,8 +114,7 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
 
         install(jt.triton_lib)
         intra = _gluon_intra.gla_bwd_intra_gluon_kernel
-        intra_meta = dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=False, num_warps=_gluon_host.intra_warps(),
-                          **_gluon_host.intra_constexprs())
+        intra_meta = _gluon_host.intra_meta(d, e, reverse, False)
     dq, dki, dgq = jt.triton_call(
         q, k, v, g, do, hc, g, t_, h_, hkv_, sc, kernel=intra,
         out_shape=[jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),

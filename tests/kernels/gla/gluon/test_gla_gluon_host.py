@@ -25,9 +25,11 @@ def test_the_rule_names_why_a_call_keeps_the_triton_launches(monkeypatch):
         assert "not cpu" in host.prep_reason(q, 64)
 
 
-def test_a_cpu_call_with_the_switch_on_runs_the_triton_launches(monkeypatch):
-    monkeypatch.setattr(host, "PREP_ON", True)
-    monkeypatch.setattr(host, "launch_prep", lambda *a: pytest.fail("the Gluon prep launch on a CPU"))
+@pytest.mark.parametrize("switch,launch", [("PREP_ON", "launch_prep"), ("INTRA_ON", "launch_intra")])
+def test_a_cpu_call_with_a_switch_on_runs_the_triton_launches(monkeypatch, switch, launch):
+    """The prep launch's switch and the in-chunk launch's: a CPU call and its backward keep Triton."""
+    monkeypatch.setattr(host, switch, True)
+    monkeypatch.setattr(host, launch, lambda *a: pytest.fail(f"{launch} on a CPU"))
     gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
     q, k, v = (torch.randn(1, 40, 2, 16, generator=gen).requires_grad_() for _ in range(3))
     g = torch.nn.functional.logsigmoid(torch.randn(1, 40, 2, 16, generator=gen)).requires_grad_()
@@ -147,17 +149,6 @@ def test_the_intra_rule_names_why_a_backward_keeps_the_triton_in_chunk_launch(mo
     assert "chunk 32" in host.intra_reason(q, v, 32)
     if compat.IMPORT_ERROR is None:
         assert "not cpu" in host.intra_reason(q, v, 64)
-
-
-def test_a_cpu_backward_with_the_intra_switch_on_runs_the_triton_launches(monkeypatch):
-    monkeypatch.setattr(host, "INTRA_ON", True)
-    monkeypatch.setattr(host, "launch_intra", lambda *a: pytest.fail("the Gluon in-chunk launch on a CPU"))
-    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
-    q, k, v = (torch.randn(1, 40, 2, 16, generator=gen).requires_grad_() for _ in range(3))
-    g = torch.nn.functional.logsigmoid(torch.randn(1, 40, 2, 16, generator=gen)).requires_grad_()
-    o, s = gla_triton(q, k, v, g)
-    grads = torch.autograd.grad((o, s), (q, k, v, g), (torch.randn_like(o), torch.randn_like(s)))
-    assert all(torch.isfinite(x).all() for x in (o, s, *grads))
 
 
 def test_the_intra_launch_compiles_for_sm90_with_two_tf32_products_a_level():
