@@ -84,11 +84,12 @@ own = lib.get_or_create_triton_kernel(backend, "cuda", plain, ["*fp32", "i32"], 
 # jax-triton's argument list of the prep launch: q, k, g, g, T, H, HKV, then the four outputs
 dtypes = ["*bf16", "*bf16", "*fp32", "*fp32", "i32", "i32", "i32", "*bf16", "*bf16", "*fp32", "*bf16"]
 scalars = [(4, "i32", 1000), (5, "i32", 4), (6, "i32", 4)]
+# the launch's keywords as the bridge passes them: its warps beside the constexprs
 meta = dict(KD=128, REVERSE=False, IS_VARLEN=False, **host.prep_meta(128, 64))
-meta.pop("num_warps")
+launch_kw = dict(kw, num_warps=meta.pop("num_warps"))
 for _ in range(2):
     kernel, attrs = lib.get_or_create_triton_kernel(backend, "cuda", prep.gla_prep_gluon_kernel, dtypes, scalars,
-                                                    metaparams=meta, **kw)
+                                                    metaparams=meta, **launch_kw)
 name, warps, ctas, shared, ptx, ttgir, cc = made[0]
 entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx, re.S)
 print("RESULT", json.dumps(dict(own=own[0], routed=routed, made=len(made), kernel=list(kernel), name=name,
