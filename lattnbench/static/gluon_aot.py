@@ -119,7 +119,7 @@ def gla_intra_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: b
 
     types = dict(q=f"*{dtype}", k=f"*{dtype}", v=f"*{dtype}", g="*fp32", do=f"*{dtype}", hc=f"*{dtype}", cu="*i32",
                  T="i32", H="i32", HKV="i32", scale="fp32", dq=f"*{dtype}", dki="*fp32" if gqa else f"*{dtype}",
-                 dgq="*fp32")
+                 dgq="*fp32", wsc="*fp32")
     meta = C.intra_meta(d, e, reverse, varlen)
     options = dict(num_warps=meta.pop("num_warps"), num_stages=1, enable_fp_fusion=True)
     constexprs = meta

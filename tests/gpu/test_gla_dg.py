@@ -178,3 +178,14 @@ def test_gla_triton_with_the_triton_prep_every_tensor_within_tolerance(problem, 
     monkeypatch.setattr(host, "launch_prep", lambda *a: pytest.fail("the Gluon prep launch with the switch off"))
     name, x, ref = problem
     _assert_within_tolerance(name, _gla_triton_outputs(x), ref)
+
+
+def test_gla_triton_with_the_in_block_pairs_in_registers_every_tensor_within_tolerance(problem, monkeypatch):
+    """The in-chunk launch with the pairs inside blocks of 16 rows in fp32 registers
+    (``GLA_INTRA_TREE=2``), the upper two levels through the tree: every tensor, dg at fla's rule."""
+    from lattnbench.kernels.gla.triton import configs
+
+    monkeypatch.setattr(configs, "INTRA_TREE", 2)
+    assert configs.intra_pairs(configs.CHUNK) == 16
+    name, x, ref = problem
+    _assert_within_tolerance(name, _gla_triton_outputs(x), ref)

@@ -135,12 +135,13 @@ if IMPORT_ERROR is None:
     def gla_bwd_intra_gluon_kernel(
         q, k, v, g, do, hc, cu,
         T, H, HKV, scale,
-        dq, dki, dgq,
+        dq, dki, dgq, wsc,
         KD: gl.constexpr, VD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
         KDS: gl.constexpr, ROW_LANES: gl.constexpr, OP16: gl.constexpr = False, EPI: gl.constexpr = False,
     ):
         """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices
-        of KDS key channels; KDS·ROW_LANES / 32 warps; BT = 64 (six levels), KD and VD 64 or 128."""
+        of KDS key channels; KDS·ROW_LANES / 32 warps; BT = 64 (six levels), KD and VD 64 or 128.
+        wsc: the Triton launch's scratch (its in-block pairs), unused here."""
         WARPS: gl.constexpr = KDS * ROW_LANES // 32
         # a thread holds BT / ROW_LANES rows of one key channel; ROW_LANES lanes a column
         L: gl.constexpr = gl.BlockedLayout([BT // ROW_LANES, 1], [ROW_LANES, 32 // ROW_LANES], [1, WARPS], [0, 1])

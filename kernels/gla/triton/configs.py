@@ -48,6 +48,11 @@ PREP_WARPS = 4
 INTRA_BD = 32
 INTRA_WARPS = 4
 INTRA_BV = 64
+# the in-chunk launch takes the tree's upper INTRA_TREE levels as tensor-core products (the pairs
+# across blocks of CHUNK >> INTRA_TREE rows) and the pairs inside each block in fp32 registers, a
+# thread holding a channel's rows of one block; levels(CHUNK), the default until the H200 times the
+# register form against it, takes every level through the tree
+INTRA_TREE = int(os.environ.get("GLA_INTRA_TREE", "6"))
 # the exit launch (gla_bwd_exit_kernel): key channels per step, warps
 EXIT_BD = 32
 EXIT_WARPS = 4
@@ -88,8 +93,24 @@ def intra_meta(d: int, e: int, bt: int) -> dict:
     """The launch keywords of ``gla_bwd_intra_kernel`` at chunk bt and head dims d, e (its flags,
     DOT_PREC included, come from the caller): the key-channel slice BD, the value-column slice BV
     of do·vᵀ, the levels, warps and one stage."""
-    return dict(BT=bt, BD=min(INTRA_BD, pow2(d)), BV=min(INTRA_BV, pow2(e)), LEVELS=levels(bt),
-                num_warps=INTRA_WARPS, num_stages=1)
+    pairs = intra_pairs(bt)
+    return dict(BT=bt, BD=min(INTRA_BD, pow2(d)), BV=min(INTRA_BV, pow2(e)), LEVELS=levels(bt) - levels(max(pairs, 1)),
+                PAIRS=pairs, num_warps=INTRA_WARPS, num_stages=1)
+
+
+def intra_pairs(bt: int) -> int:
+    """The rows of the in-chunk launch's blocks whose pairs run in registers at chunk bt (0: none)."""
+    return 0 if INTRA_TREE >= levels(bt) else bt >> INTRA_TREE
+
+
+def intra_scratch(grid: tuple[int, int], d: int, bt: int) -> int:
+    """fp32 elements of the in-chunk launch's scratch: each program's copy of its chunk's in-block
+    pairs of W, [bt / C, C, C], and its slice's in-block dq and dk, [2, bt, BD] (one element when no
+    pairs run in registers)."""
+    pairs = intra_pairs(bt)
+    if not pairs:
+        return 1
+    return grid[0] * grid[1] * bt * (pairs + 2 * min(INTRA_BD, pow2(d)))
 
 
 def exit_meta(d: int, e: int, bt: int) -> dict:

@@ -115,10 +115,11 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
         install(jt.triton_lib)
         intra = _gluon_intra.gla_bwd_intra_gluon_kernel
         intra_meta = _gluon_host.intra_meta(d, e, reverse, False)
-    dq, dki, dgq = jt.triton_call(
+    dq, dki, dgq, _ = jt.triton_call(
         q, k, v, g, do, hc, g, t_, h_, hkv_, sc, kernel=intra,
         out_shape=[jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),
-                   per_head_f32], grid=grid, **intra_meta)
+                   per_head_f32, jax.ShapeDtypeStruct((_cfg.intra_scratch(grid, d, bt),), jnp.float32)],
+        grid=grid, **intra_meta)
     dk, dg = jt.triton_call(
         k, v, g, dhc, thr, g, dki, dgq, t_, h_, hkv_, sc, kernel=_k.gla_bwd_exit_kernel,
         out_shape=[jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), g.dtype)],

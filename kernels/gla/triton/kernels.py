@@ -268,13 +268,73 @@ def _before_rows(x, p, DOT_PREC: tl.constexpr, BACK: tl.constexpr):
         return tl.cumsum(x, 0, reverse=BACK) - x
 
 
+
+@triton.jit
+def _block_rows(base, stride, c0, lim, o_k, m_k, C: tl.constexpr, BT: tl.constexpr, BACK: tl.constexpr,
+                EXP: tl.constexpr = False):
+    """A chunk's rows of one tensor as C [BT / C, BD] fp32 tensors (their exponentials if EXP),
+    block i's row of processing offset x at index x (blocks by address): loaded row by row, so each
+    is a register of the thread that holds its channel in its block. c0: the chunk's first row
+    (lowest address); lim: its valid rows; rows past them read 0."""
+    i = tl.arange(0, BT // C)
+    rows = ()
+    for r in tl.static_range(C):
+        o = i * C + r
+        p = BT - 1 - o if BACK else o
+        x = tl.load(base + (c0 + o)[:, None] * stride + o_k[None, :], mask=(p < lim)[:, None] & m_k[None, :],
+                    other=0.0)
+        x = x.to(tl.float32)
+        rows = rows + ((tl.exp(x) if EXP else x),)
+    if BACK:  # processing order inside a block runs against the addresses
+        rows = rows[::-1]
+    return rows
+
+
+@triton.jit
+def _block_pairs(q_base, k_base, g_base, q_stride, k_stride, c0, lim, o_k, m_k, w_blk, out,
+                 C: tl.constexpr, BT: tl.constexpr, BD: tl.constexpr, BACK: tl.constexpr):
+    """The pairs s < t inside each block of C rows of a chunk (processing order), in fp32 registers:
+    dq_t = Σ_s W_ts k_s e^{B_t − B_s} and dk_s = Σ_t W_ts q_t e^{B_t − B_s} per channel. Walking s
+    down from t, e^{B_t − B_s} is a running product of the rows' gate factors a = e^{g} (those after
+    s up to t), so no exponent is positive and no difference of cumulative gates is formed; each
+    pair's weight W_ts·e^{B_t − B_s} feeds dq_t and dk_s at once. A thread holds one channel's C rows
+    of one block; W_ts, the same for every channel, is read per pair from the block's copy in
+    ``w_blk`` ([NB, C, C] fp32, row t, column s by processing offset). Writes dq and dk of these
+    pairs into ``out`` ([2, BT, BD] fp32, rows by address offset)."""
+    NB: tl.constexpr = BT // C
+    q = _block_rows(q_base, q_stride, c0, lim, o_k, m_k, C, BT, BACK)
+    k = _block_rows(k_base, k_stride, c0, lim, o_k, m_k, C, BT, BACK)
+    a = _block_rows(g_base, q_stride, c0, lim, o_k, m_k, C, BT, BACK, True)
+    i = tl.arange(0, NB)
+    w_row = w_blk + i[:, None] * (C * C)
+    zero = tl.zeros([NB, BD], dtype=tl.float32)
+    dq = (zero,)  # no pair ends at the first row
+    dk = (zero,) * C
+    for t in tl.static_range(1, C):
+        f = a[t]
+        w = tl.load(w_row + t * C + (t - 1)) * f
+        acc = w * k[t - 1]
+        dk = dk[:t - 1] + (dk[t - 1] + w * q[t],) + dk[t:]
+        for j in tl.static_range(2, t + 1):
+            f = f * a[t - j + 1]
+            w = tl.load(w_row + t * C + (t - j)) * f
+            acc = acc + w * k[t - j]
+            dk = dk[:t - j] + (dk[t - j] + w * q[t],) + dk[t - j + 1:]
+        dq = dq + (acc,)
+    o_l = tl.arange(0, BD)
+    for x in tl.static_range(C):
+        slot = out + (i * C + (C - 1 - x if BACK else x))[:, None] * BD + o_l[None, :]
+        tl.store(slot, dq[x])
+        tl.store(slot + BT * BD, dk[x])
+
+
 @triton.jit
 def gla_bwd_intra_kernel(
     q, k, v, g, do, hc, cu,
     T, H, HKV, scale,
-    dq, dki, dgq,
+    dq, dki, dgq, wsc,
     KD: tl.constexpr, VD: tl.constexpr, REVERSE: tl.constexpr, IS_VARLEN: tl.constexpr, DOT_PREC: tl.constexpr,
-    BT: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr, LEVELS: tl.constexpr,
+    BT: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr, LEVELS: tl.constexpr, PAIRS: tl.constexpr = 0,
 ):
     """The backward's per-chunk parts, every chunk at once (grid (P, N·H) as the prep launch),
     exact at any gate through the prep launch's levels. With W = scale·do·vᵀ (s ≤ t) and S_in the
@@ -286,12 +346,18 @@ def gla_bwd_intra_kernel(
     as one suffix sum of q⊙dq_x + q⊙dq_in − k⊙dk_in over the strict in-chunk pairs only: the diagonal
     pairs, the largest terms at strong gates, cancel exactly there and are added to dq, dki
     afterwards. Two tensor-core products per level, one each for dq and dk, on operands whose
-    rounding both copies of a pair share (``_dot_operand``)."""
+    rounding both copies of a pair share (``_dot_operand``). With PAIRS > 0 the tree runs its upper
+    LEVELS levels only and the pairs inside blocks of PAIRS rows come from registers
+    (``_block_pairs``, fp32 throughout, through the program's slot of the scratch ``wsc``)."""
     i_n, i_h, i_hk, bos, seq_len, o_t, p = _chunk_program(cu, T, H, HKV, BT, REVERSE, IS_VARLEN)
     q_base, g_base, k_base = _qgk_bases(q, g, k, bos, i_h, i_hk, H, HKV, KD)
     v_base = v + bos * (HKV * VD) + i_hk * VD
     do_base = do + bos * (H * VD) + i_h * VD
     row_off = bos * (H * KD) + i_h * KD  # every per-query-head [.., D] tensor
+    # the program's scratch: its chunk's in-block pairs of W [NB, C, C], then the in-block pairs'
+    # dq and dk of its current key slice [2, BT, BD] (fp32)
+    w_blk = wsc + (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * (BT * (PAIRS + 2 * BD))
+    pairs_out = w_blk + BT * PAIRS
     for i_c in range(tl.program_id(0), tl.cdiv(seq_len, BT), tl.num_programs(0)):
         rows, valid = _chunk_rows(seq_len, i_c, o_t, p, BT, REVERSE)
         W = tl.zeros([BT, BT], dtype=tl.float32)
@@ -303,9 +369,23 @@ def gla_bwd_intra_kernel(
             W = tl.dot(bdo, tl.trans(bv), W, input_precision=DOT_PREC)
         W = tl.where(p[None, :] <= p[:, None], W * scale, 0.0)
         w_diag = tl.sum(tl.where(o_t[:, None] == o_t[None, :], W, 0.0), 1)
+        if PAIRS > 0:
+            # each block's strict pairs for _block_pairs to read back per pair, in the program's slot
+            # [NB, C, C] (blocks by address, rows and columns by processing offset); the barriers keep
+            # the last chunk's readers ahead of this chunk's writes
+            tl.debug_barrier()
+            blk = (p[:, None] // PAIRS == p[None, :] // PAIRS) & (p[None, :] < p[:, None])
+            tl.store(w_blk + (o_t[:, None] // PAIRS) * (PAIRS * PAIRS) + (p[:, None] % PAIRS) * PAIRS
+                     + (p[None, :] % PAIRS), W, mask=blk)
+            tl.debug_barrier()
         for i_d in range(0, tl.cdiv(KD, BD)):
             o_k = i_d * BD + tl.arange(0, BD)
             m_k = o_k < KD
+            if PAIRS > 0:
+                tl.debug_barrier()  # the last slice's tile part has read the scratch
+                _block_pairs(q_base, k_base, g_base, H * KD, HKV * KD, _chunk_start(seq_len, i_c, BT, REVERSE),
+                             seq_len - i_c * BT, o_k, m_k, w_blk, pairs_out, PAIRS, BT, BD, REVERSE)
+                tl.debug_barrier()
             bg, bq, bk = _gqk_tiles(g_base, q_base, k_base, rows, valid, o_k, m_k, H, HKV, KD)
             B, _ = _chunk_gates(bg, DOT_PREC, REVERSE)
             dq_acc = _state_product(hc, do_base, H * VD, bos, i_n, i_c, i_h, H, KD, VD, rows, valid, o_k, m_k,
@@ -323,6 +403,13 @@ def gla_bwd_intra_kernel(
                 dk_acc += tl.where(later[:, None], 0.0, E) * Q
                 # each pair's two copies from the same rounded operands, so that they cancel
                 terms += ql * P - kl * Q
+            if PAIRS > 0:
+                o_l = o_t[:, None] * BD + tl.arange(0, BD)[None, :]
+                dq_in = tl.load(pairs_out + o_l)
+                dk_in = tl.load(pairs_out + BT * BD + o_l)
+                dq_acc += dq_in
+                dk_acc += dk_in
+                terms += bq * dq_in - bk * dk_in
             store_tile(dgq + row_off, rows, H * KD, o_k, valid, m_k, tl.cumsum(terms, 0, reverse=not REVERSE))
             store_tile(dq + row_off, rows, H * KD, o_k, valid, m_k, dq_acc + w_diag[:, None] * bk)
             store_tile(dki + row_off, rows, H * KD, o_k, valid, m_k, dk_acc + w_diag[:, None] * bq)

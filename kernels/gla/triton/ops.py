@@ -143,11 +143,13 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
                   dhc, thr, dh0 if dh0 is not None else ph), d_sliced(HAS_DHT=dht is not None), stream)
     grid = _cfg.prep_grid(t, n * h)
     # the in-chunk launch writes dk's and dg's first parts into dk and dgq, the exit launch adds the rest
-    intra_args = (q, k, v, g, do, hc, cu_arg, t, h, hkv, float(scale), dq, dk, dgq)
+    wsc = _empty(_cfg.intra_scratch(grid, d, bt), dtype=torch.float32, device=q.device)
+    intra_args = (q, k, v, g, do, hc, cu_arg, t, h, hkv, float(scale), dq, dk, dgq, wsc)
     if _gluon_host.intra_reason(q, v, bt) is None:
         _gluon_host.launch_intra(key, intra_args, grid, d, e, reverse, cu is not None, stream)
     else:
-        _BWD_INTRA(key, intra_args, lambda: (lambda meta: grid, dict(flags, **_cfg.intra_meta(d, e, bt))), stream)
+        _BWD_INTRA((*key, _cfg.intra_pairs(bt)), intra_args,
+                   lambda: (lambda meta: grid, dict(flags, **_cfg.intra_meta(d, e, bt))), stream)
     _BWD_EXIT(key, (k, v, g, dhc, thr, cu_arg, dk, dgq, t, h, hkv, float(scale), dk, dg),
               lambda: (lambda meta: grid, dict(flags, **_cfg.exit_meta(d, e, bt))), stream)
     _BWD_V(key, (qd, kd, bl, scores, do, dht_arg, cu_arg, t, h, hkv, float(scale), bucket, dv),

@@ -57,7 +57,7 @@ def intra_job() -> Job:
     from lattnbench.kernels.gla.triton import configs as C
 
     types = dict(q=_BF, k=_BF, v=_BF, g=_F32, do=_BF, hc=_BF, cu=_F32, T="i32", H="i32", HKV="i32", scale="fp32",
-                 dq=_BF, dki=_BF, dgq=_F32)
+                 dq=_BF, dki=_BF, dgq=_F32, wsc=_F32)
     return _parallel_job("gla/triton:bwd-intra", "gla_bwd_intra_kernel", types, _flags(), C.intra_meta(D, E, C.CHUNK))
 
 

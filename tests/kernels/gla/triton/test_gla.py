@@ -193,6 +193,28 @@ def test_only_the_pairs_inside_blocks_at_the_gpu_chunk(monkeypatch):
           skip=("dh0",))
 
 
+@pytest.mark.parametrize("tree, normaliser", [(1, 1.0), (2, 0.1)])
+@pytest.mark.parametrize("dtype, reverse", [(torch.float32, True), (torch.float16, False)])
+def test_in_block_pairs_in_registers(monkeypatch, tree, normaliser, dtype, reverse):
+    # the in-chunk launch's upper tree levels through tensor-core products, the pairs inside blocks
+    # of 8 or 4 rows in registers (GLA_INTRA_TREE); varlen with sequences ending inside a block, GQA,
+    # an initial state, two programs a row striding the chunks (the scratch reused across chunks)
+    monkeypatch.setattr(gla_ops._cfg, "INTRA_TREE", tree)
+    check(seed=24, t=61, h=2, hkv=1, d=24, e=40, dtype=dtype, reverse=reverse, cu_seqlens=[0, 13, 14, 61],
+          normaliser=normaliser)
+
+
+def test_in_block_pairs_in_registers_alone_at_the_gpu_chunk(monkeypatch):
+    # the GPU's chunk, blocks of 16 rows in registers, walls every 16 rows: o, dq, dk, dv, dg are the
+    # pairs inside blocks alone, the in-chunk launch's from registers only
+    monkeypatch.setattr(gla_ops._cfg, "INTRA_TREE", 2)
+    monkeypatch.setitem(gla_ops._INTERP_META, "BT", 64)
+    monkeypatch.setitem(gla_ops._INTERP_META, "BS", 32)
+    check(seed=25, t=91, h=1, d=16, e=16, normaliser=4.0, wall=-30.0, every=16)
+    check(seed=26, t=91, h=1, d=16, e=16, normaliser=1.0, wall=-30.0, every=16, reverse=True, dtype=torch.float16,
+          skip=("dh0",))
+
+
 def test_no_state_gradient_and_no_initial_state():
     check(seed=6, t=17, h=1, d=16, e=16, h0=False, dst=False)
 
