@@ -392,6 +392,12 @@ def gla_bwd_intra_kernel(
                                     DOT_PREC, BT, BV) * tl.exp(B).to(tl.float32) * scale
             terms = bq * dq_acc  # dg's terms: q⊙dq_x, then q⊙dq − k⊙dk of the strict pairs
             dk_acc = tl.zeros([BT, BD], dtype=tl.float32)
+            if PAIRS > 0:  # the pairs inside blocks, from _block_pairs, start the accumulators
+                o_l = o_t[:, None] * BD + tl.arange(0, BD)[None, :]
+                dq_in = tl.load(pairs_out + o_l)
+                dk_acc = tl.load(pairs_out + BT * BD + o_l)
+                dq_acc += dq_in
+                terms += bq * dq_in - bk * dk_acc
             for lv in range(0, LEVELS):
                 later, E = _level(B, p, lv, BT, REVERSE)
                 ql = _dot_operand(tl.where(later[:, None], bq * E, 0.0), DOT_PREC)
@@ -403,13 +409,6 @@ def gla_bwd_intra_kernel(
                 dk_acc += tl.where(later[:, None], 0.0, E) * Q
                 # each pair's two copies from the same rounded operands, so that they cancel
                 terms += ql * P - kl * Q
-            if PAIRS > 0:
-                o_l = o_t[:, None] * BD + tl.arange(0, BD)[None, :]
-                dq_in = tl.load(pairs_out + o_l)
-                dk_in = tl.load(pairs_out + BT * BD + o_l)
-                dq_acc += dq_in
-                dk_acc += dk_in
-                terms += bq * dq_in - bk * dk_in
             store_tile(dgq + row_off, rows, H * KD, o_k, valid, m_k, tl.cumsum(terms, 0, reverse=not REVERSE))
             store_tile(dq + row_off, rows, H * KD, o_k, valid, m_k, dq_acc + w_diag[:, None] * bk)
             store_tile(dki + row_off, rows, H * KD, o_k, valid, m_k, dk_acc + w_diag[:, None] * bq)
