@@ -59,7 +59,8 @@ def commit() -> str | None:
 # knob says so.
 # The kernels' and the harness's own switches (report lines name these; Triton's, fla's and JAX's
 # options stay in the JSON)
-OWN_KNOB_PREFIXES = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "GLA_GLUON_", "GLA_JAX_", "LATTNBENCH_AUTOTUNE")
+OWN_KNOB_PREFIXES = ("LIGHTNING_TRITON_", "LIGHTNING_GLUON_", "GLA_GLUON_", "GLA_JAX_", "GLA_INTRA_",
+                     "LATTNBENCH_AUTOTUNE")
 KNOB_PREFIXES = OWN_KNOB_PREFIXES + ("TRITON_", "FLA_", "JAX_", "XLA_")
 
 
