@@ -93,9 +93,13 @@ def intra_meta(d: int, e: int, bt: int) -> dict:
     """The launch keywords of ``gla_bwd_intra_kernel`` at chunk bt and head dims d, e (its flags,
     DOT_PREC included, come from the caller): the key-channel slice BD, the value-column slice BV
     of do·vᵀ, the levels, warps and one stage."""
-    pairs = intra_pairs(bt)
-    return dict(BT=bt, BD=min(INTRA_BD, pow2(d)), BV=min(INTRA_BV, pow2(e)), LEVELS=levels(bt) - levels(max(pairs, 1)),
-                PAIRS=pairs, num_warps=INTRA_WARPS, num_stages=1)
+    return dict(BT=bt, BD=intra_bd(d), BV=min(INTRA_BV, pow2(e)), LEVELS=min(INTRA_TREE, levels(bt)),
+                PAIRS=intra_pairs(bt), num_warps=INTRA_WARPS, num_stages=1)
+
+
+def intra_bd(d: int) -> int:
+    """The in-chunk launch's key-channel slice at head dim d."""
+    return min(INTRA_BD, pow2(d))
 
 
 def intra_pairs(bt: int) -> int:
@@ -110,7 +114,7 @@ def intra_scratch(grid: tuple[int, int], d: int, bt: int) -> int:
     pairs = intra_pairs(bt)
     if not pairs:
         return 1
-    return grid[0] * grid[1] * bt * (pairs + 2 * min(INTRA_BD, pow2(d)))
+    return grid[0] * grid[1] * bt * (pairs + 2 * intra_bd(d))
 
 
 def exit_meta(d: int, e: int, bt: int) -> dict:

@@ -268,7 +268,6 @@ def _before_rows(x, p, DOT_PREC: tl.constexpr, BACK: tl.constexpr):
         return tl.cumsum(x, 0, reverse=BACK) - x
 
 
-
 @triton.jit
 def _block_rows(base, stride, c0, lim, o_k, m_k, C: tl.constexpr, BT: tl.constexpr, BACK: tl.constexpr,
                 EXP: tl.constexpr = False):
