@@ -112,9 +112,12 @@ def backward_by_forwards(fwd: Forward, q: Tensor, k: Tensor, v: Tensor, do: Tens
     """
     end = end if end is not None else _end_terms_for(q)
     dkdv = dkdv if dkdv is not None else dkdv_by_forwards(fwd)
+    # The reversed dk / dv pass runs first: it starts at the chunks the forward ended on (q, k, v
+    # still in L2) and ends on the chunks the dq pass starts at (dO, v, k), so both hand-offs
+    # between passes find their first tiles in L2.
+    dk, dv, s_end = dkdv(q, k, v, do, g, scale, dht, not reverse, want_dh0)
     # q:[B,T,H,E] k:[B,T,H,E] v:[B,T,H,D], from S_0ᵀ
     dq, _ = fwd(do, v, k, g, scale, h0, reverse, False, H0_TRANSPOSED)
-    dk, dv, s_end = dkdv(q, k, v, do, g, scale, dht, not reverse, want_dh0)
     last = 0 if reverse else q.shape[1] - 1
     dh0 = end(dht, k, v, dk, dv, s_end, g, scale, LOG_DECAY_FLOOR, last, stream=stream)
     return dq, dk, dv, dh0
