@@ -12,6 +12,11 @@ whose operands are truncated to tf32 before they reach shared memory, so the cop
 dg's in-chunk sum (q_L⊙P − k_L⊙Q) come from the same rounded values and cancel. Wᵀ is W's own
 registers transposed, not a second product, for the same reason. Rows in the tiles are processing
 positions (reversed rows under REVERSE), so one code path serves both orders.
+
+With PAIRS = 16 (ROW_LANES = 4) a thread's 16 rows of a key channel are one block, so the pairs
+inside blocks are register arithmetic, as the Triton launch's register form takes them
+(``_block_pairs``): fp32, a running product of the gate factors, W_ts one broadcast load a pair
+from the program's slot of the scratch ``wsc``. Only the two levels above the blocks stay products.
 """
 from __future__ import annotations
 
@@ -19,6 +24,8 @@ from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, fence_async_shared
 from ...common.gluon_compat import warpgroup_mma_wait
 
 if IMPORT_ERROR is None:
+    from triton import constexpr_function
+
     from .prep import _add, _chunk_start, _level, _sequence
 
     @gluon.jit
@@ -131,6 +138,78 @@ if IMPORT_ERROR is None:
         terms -= km * Q
         return dq_acc, dk_acc, terms
 
+    @constexpr_function
+    def _tree_levels(bt, pairs):
+        """The tree's levels that run as products: all log2(bt), or with pairs inside blocks of
+        ``pairs`` rows taken in registers only those whose groups span more than a block."""
+        return (bt // (pairs or 1)).bit_length() - 1
+
+    @gluon.jit
+    def _store_block_pairs(W, wslot, pos_w, pos_wc, C: gl.constexpr):
+        """W's strict pairs inside each block of C rows (fp32, as the product left them) into the
+        program's scratch slot [NB, C, C] (block, row t, column s; processing positions), where
+        ``_block_pairs`` reads each pair's weight for all of a block's channels at once."""
+        blk = ((pos_w[:, None] // C) == (pos_wc[None, :] // C)) & (pos_wc[None, :] < pos_w[:, None])
+        off = (pos_w[:, None] // C) * (C * C) + (pos_w[:, None] % C) * C + pos_wc[None, :] % C
+        gl.store(wslot + off, W, mask=blk)
+
+    @gluon.jit
+    def _block_rows(X, BT: gl.constexpr, KDS: gl.constexpr, C: gl.constexpr):
+        """X [BT, KDS] (column layout, a thread's rows one block of C) as a tuple of C [BT / C, KDS]
+        tensors, item r row r of every block: a thread's own registers, so each masked sum folds to
+        a pick. The sum runs on the bits as integers, where x + 0 folds away (a float x + 0.0 does
+        not: it would turn −0.0 into 0.0)."""
+        X3 = gl.reshape(X, [BT // C, C, KDS]).to(gl.int32, bitcast=True)
+        L3: gl.constexpr = X3.type.layout
+        i3 = gl.arange(0, C, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))[None, :, None]
+        rows = ()
+        for r in gl.static_range(C):
+            rows = rows + (gl.sum(gl.where(i3 == r, X3, 0), axis=1).to(gl.float32, bitcast=True),)
+        return rows
+
+    @gluon.jit
+    def _block_tile(rows, L: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr, C: gl.constexpr):
+        """The inverse of ``_block_rows``: C [BT / C, KDS] block rows back into one [BT, KDS] tile in
+        L, through selects on constant masks (register moves)."""
+        L3: gl.constexpr = gl.expand_dims(rows[0], 1).type.layout
+        i3 = gl.arange(0, C, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))[None, :, None]
+        X3 = gl.where(i3 == 0, gl.expand_dims(rows[0], 1), 0.0)
+        for r in gl.static_range(1, C):
+            X3 = gl.where(i3 == r, gl.expand_dims(rows[r], 1), X3)
+        return gl.convert_layout(gl.reshape(X3, [BT, KDS]), L)
+
+    @gluon.jit
+    def _block_pairs(gg, qq, kk, wslot, L: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr, C: gl.constexpr):
+        """dq and dk [BT, KDS] in L of the pairs s < t inside each block of C rows, in fp32 registers,
+        as ``triton.kernels._block_pairs`` takes them (the same operations in the same order): a
+        thread holds one channel's C rows of one block, and walking s down from t, e^{B_t − B_s} is
+        a running product of the gate factors a = e^{g} of the rows after s up to t, so no exponent
+        is positive and no difference of cumulative gates is formed. Each pair's weight W_ts·f feeds
+        dq_t and dk_s at once; W_ts, the same for every channel, is one load a pair from the block's
+        row of ``wslot`` (``_store_block_pairs``), a broadcast over the channels."""
+        NB: gl.constexpr = BT // C
+        a = _block_rows(gl.exp(gg), BT, KDS, C)
+        q = _block_rows(qq, BT, KDS, C)
+        k = _block_rows(kk, BT, KDS, C)
+        LR: gl.constexpr = q[0].type.layout
+        w_row = wslot + gl.arange(0, NB, layout=gl.SliceLayout(1, LR)) * (C * C)
+        zero = gl.zeros([NB, KDS], gl.float32, LR)
+        dq = (zero,)  # no pair ends at a block's first row
+        dk = ()  # dk_s starts at its first pair, t = s + 1: w·q_t, what 0 + w·q_t is but for a zero's sign
+        for t in gl.static_range(1, C):
+            f = a[t]
+            w = gl.load(w_row + (t * C + t - 1))[:, None] * f
+            acc = w * k[t - 1]
+            dk = dk + (w * q[t],)
+            for j in gl.static_range(2, t + 1):
+                f = f * a[t - j + 1]
+                w = gl.load(w_row + (t * C + t - j))[:, None] * f
+                acc = acc + w * k[t - j]
+                dk = dk[:t - j] + (dk[t - j] + w * q[t],) + dk[t - j + 1:]
+            dq = dq + (acc,)
+        dk = dk + (zero,)  # no pair starts at a block's last row
+        return _block_tile(dq, L, BT, KDS, C), _block_tile(dk, L, BT, KDS, C)
+
     @gluon.jit
     def gla_bwd_intra_gluon_kernel(
         q, k, v, g, do, hc, cu,
@@ -138,10 +217,15 @@ if IMPORT_ERROR is None:
         dq, dki, dgq, wsc,
         KD: gl.constexpr, VD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
         KDS: gl.constexpr, ROW_LANES: gl.constexpr, OP16: gl.constexpr = False, EPI: gl.constexpr = False,
+        PAIRS: gl.constexpr = 0,
     ):
         """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices
         of KDS key channels; KDS·ROW_LANES / 32 warps; BT = 64 (six levels), KD and VD 64 or 128.
-        wsc: the Triton launch's scratch (its in-block pairs), unused here."""
+        PAIRS = 0 takes every pair through the six levels. PAIRS = BT / ROW_LANES (a thread's rows,
+        one block) takes the pairs inside blocks of PAIRS rows in fp32 registers (``_block_pairs``)
+        and only the levels above them (the pairs across blocks) as products. wsc: [P·N·H, BT·PAIRS]
+        fp32 scratch, each program's slot its chunk's in-block pairs of W (unused when PAIRS = 0)."""
+        gl.static_assert(PAIRS == 0 or PAIRS * ROW_LANES == BT, "PAIRS: 0 or a thread's rows, BT / ROW_LANES")
         WARPS: gl.constexpr = KDS * ROW_LANES // 32
         # a thread holds BT / ROW_LANES rows of one key channel; ROW_LANES lanes a column
         L: gl.constexpr = gl.BlockedLayout([BT // ROW_LANES, 1], [ROW_LANES, 32 // ROW_LANES], [1, WARPS], [0, 1])
@@ -190,6 +274,8 @@ if IMPORT_ERROR is None:
 
         i_n, i_h, i_hk, bos, seq_len = _sequence(cu, T, H, HKV, IS_VARLEN)
         slot0 = bos // BT + i_n  # chunk slots of this sequence in hc (``tiles.chunk_slot``)
+        # the program's slot of the scratch: its chunk's in-block pairs of W [BT / PAIRS, PAIRS, PAIRS]
+        wslot = wsc + (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)).to(gl.int64) * (BT * PAIRS)
 
         pos = gl.arange(0, BT, layout=gl.SliceLayout(1, L))      # processing position of a tile row
         pos_ld = gl.arange(0, BT, layout=gl.SliceLayout(1, LD))
@@ -224,6 +310,10 @@ if IMPORT_ERROR is None:
             W = warpgroup_mma(do_s, v_s.permute((1, 0)), zero_w, use_acc=False)
             W = gl.where(causal, W * scale, 0.0)
             w_diag = gl.convert_layout(gl.sum(gl.where(diag, W, 0.0), axis=1), gl.SliceLayout(1, L))
+            if PAIRS > 0:
+                # _stage_tiles' barriers keep the last chunk's readers ahead of these stores; the slice
+                # loop's first barrier makes them visible to every warp before _block_pairs reads them
+                _store_block_pairs(W, wslot, pos_w, pos_wc, PAIRS)
             if OP16:
                 # one power of two for the chunk's W: its largest entry near 2^14, fp16's range holds the rest
                 sw, w_inv = _pow2_scale(gl.max(gl.max(gl.abs(W), axis=1), axis=0), 14)
@@ -244,6 +334,9 @@ if IMPORT_ERROR is None:
                 hc_s.store(h_in)
                 fence_async_shared()
                 cta_barrier()
+                if PAIRS > 0:
+                    # the pairs inside blocks, fp32 from registers, while few accumulators are live
+                    dq_in, dk_in = _block_pairs(gg, qq, kk, wslot, L, BT, KDS, PAIRS)
                 # dq's state part: scale·e^{B}⊙(do·S_inᵀ)
                 x = gl.convert_layout(warpgroup_mma(do_s, hc_s.permute((1, 0)), zero_x, use_acc=False), L)
                 B = gl.associative_scan(gg, 0, _add)
@@ -252,6 +345,10 @@ if IMPORT_ERROR is None:
                 # the diagonal pairs (weight 1) go straight into dq and dk, never into dg's terms
                 dq_acc += w_diag[:, None] * kk
                 dk_acc = w_diag[:, None] * qq
+                if PAIRS > 0:  # then the levels above the blocks
+                    dq_acc += dq_in
+                    dk_acc += dk_in
+                    terms += qq * dq_in - kk * dk_in
                 if OP16:
                     # per key channel powers of two: |q⊙E|, |k⊙E| ≤ |q|, |k| (E ≤ 1) go below 2^15
                     sq, q_inv = _pow2_scale(gl.max(gl.abs(qq), axis=0), 14)
@@ -262,7 +359,7 @@ if IMPORT_ERROR is None:
                     dq_m = gl.convert_layout(dq_acc, MP16)
                     dk_m = gl.convert_layout(dk_acc, MP16)
                     terms_m = gl.convert_layout(terms, MP16)
-                    for lvl in gl.static_range(6):
+                    for lvl in gl.static_range(_tree_levels(BT, PAIRS)):
                         if lvl % 2 == 0:
                             dq_m, dk_m, terms_m = _level16_in_mma_layout(
                                 B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, pos_m, ql_t, kl_t, w_s, e_t, q_inv_m,
@@ -275,7 +372,7 @@ if IMPORT_ERROR is None:
                     dk_acc = gl.convert_layout(dk_m, L)
                     terms = gl.convert_layout(terms_m, L)
                 elif OP16:
-                    for lvl in gl.static_range(6):
+                    for lvl in gl.static_range(_tree_levels(BT, PAIRS)):
                         E, ql, kl, later = _stage_level16(B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, ql_t, kl_t, w_s,
                                                           L, BT, KDS, BT >> lvl)
                         # P = W_L·k_L and Q = W_Lᵀ·q_L in the operands' scales, then the scales undone (exact)
@@ -289,7 +386,7 @@ if IMPORT_ERROR is None:
                         dk_acc += gl.where(later, 0.0, E) * Q
                         terms -= kl * (Q * k_inv[None, :])
                 else:
-                    for lvl in gl.static_range(6):
+                    for lvl in gl.static_range(_tree_levels(BT, PAIRS)):
                         E, ql, kl, later = _pair_products(B, qq, kk, pos, pos_w, pos_wc, ql_t, kl_t, w_all, wt_all,
                                                           w_s, wt_s, L, MW, BT, KDS, BT >> lvl)
                         P = gl.convert_layout(warpgroup_mma(w_s, kl_t.permute((1, 0)), zero, use_acc=False), L)
