@@ -33,6 +33,9 @@ INTRA_OP16 = os.environ.get("GLA_GLUON_INTRA_OP16", "0").strip() == "1"
 # with fp16 operands: the level products' results stay in the MMA layout (the operands read back
 # from shared memory, two buffer sets, both products in flight) instead of moving to the column layout
 INTRA_EPI = os.environ.get("GLA_GLUON_INTRA_EPI", "0").strip() == "1"
+# the in-chunk pairs inside blocks of this many rows in fp32 registers, only the levels above them as
+# products (0: every level a product); a block is a thread's rows, CHUNK / INTRA_ROW_LANES (16 at 4)
+INTRA_PAIRS = int(os.environ.get("GLA_GLUON_INTRA_PAIRS", "0"))
 # a register cap per thread for the torch path's in-chunk launch (0: none): 128 at 8 warps lets two
 # programs share an SM
 INTRA_MAXNREG = int(os.environ.get("GLA_GLUON_INTRA_MAXNREG", "0"))
@@ -133,7 +136,24 @@ _LAUNCH_INTRA = LazyLauncher(".intra", __package__, "gla_bwd_intra_gluon_kernel"
 
 def intra_constexprs() -> dict:
     """The in-chunk kernel's layout keywords beyond gla_bwd_intra_kernel's flags."""
-    return dict(BT=CHUNK, KDS=INTRA_KDS, ROW_LANES=INTRA_ROW_LANES, OP16=INTRA_OP16 or INTRA_EPI, EPI=INTRA_EPI)
+    return dict(BT=CHUNK, KDS=INTRA_KDS, ROW_LANES=INTRA_ROW_LANES, OP16=INTRA_OP16 or INTRA_EPI, EPI=INTRA_EPI,
+                PAIRS=intra_pairs())
+
+
+def intra_pairs() -> int:
+    """The rows of the blocks whose pairs the in-chunk kernel takes in registers (0: none). A block
+    must be a thread's rows of one key channel, so any other value is refused here, before a compile."""
+    if INTRA_PAIRS not in (0, CHUNK // INTRA_ROW_LANES):
+        raise ValueError(f"GLA_GLUON_INTRA_PAIRS={INTRA_PAIRS}: 0 or a thread's rows, CHUNK / "
+                         f"GLA_GLUON_INTRA_ROW_LANES = {CHUNK // INTRA_ROW_LANES}")
+    return INTRA_PAIRS
+
+
+def intra_scratch(grid: tuple[int, int]) -> int:
+    """fp32 elements of the in-chunk kernel's scratch for ``grid``: each program's copy of its chunk's
+    in-block pairs of W, [CHUNK / PAIRS, PAIRS, PAIRS] (one element when no pairs run in registers)."""
+    pairs = intra_pairs()
+    return grid[0] * grid[1] * CHUNK * pairs if pairs else 1
 
 
 def intra_meta(d: int, e: int, reverse: bool, varlen: bool) -> dict:
@@ -152,7 +172,8 @@ def launch_intra(key: tuple, args: tuple, grid: tuple[int, int], d: int, e: int,
     """Launch ``intra.gla_bwd_intra_gluon_kernel`` with ``gla_bwd_intra_kernel``'s arguments ``args``."""
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(intra_meta(d, e, reverse, varlen), **({"maxnreg": INTRA_MAXNREG} if INTRA_MAXNREG else {})))
-    _LAUNCH_INTRA(("gluon-intra", INTRA_KDS, INTRA_ROW_LANES, INTRA_OP16, INTRA_EPI, INTRA_MAXNREG) + key, args, spec, stream)
+    _LAUNCH_INTRA(("gluon-intra", INTRA_KDS, INTRA_ROW_LANES, INTRA_OP16, INTRA_EPI, INTRA_PAIRS, INTRA_MAXNREG) + key,
+                  args, spec, stream)
 
 
 def prep_meta(d: int, bt: int) -> dict:

@@ -108,7 +108,7 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
         grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, HAS_DHT=True, **qk)
     grid = _cfg.prep_grid(t, b * h)
     intra, intra_meta = _k.gla_bwd_intra_kernel, dict(flags, **_cfg.intra_meta(d, e, bt))
-    scratch = _cfg.intra_scratch(grid, d, bt)  # the Triton launch's in-block pairs; the Gluon launch takes none
+    scratch = _cfg.intra_scratch(grid, d, bt)  # the launch's in-block pairs, sized by the launch taken
     if _gluon_host.jax_intra_reason(jnp.dtype(q.dtype).name, d, e, bt, jax.devices()[0]) is None:
         from ..gluon import intra as _gluon_intra
         from ...common.jax_gluon import install
@@ -116,7 +116,7 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
         install(jt.triton_lib)
         intra = _gluon_intra.gla_bwd_intra_gluon_kernel
         intra_meta = _gluon_host.intra_meta(d, e, reverse, False)
-        scratch = 1
+        scratch = _gluon_host.intra_scratch(grid)
     dq, dki, dgq, _ = jt.triton_call(
         q, k, v, g, do, hc, g, t_, h_, hkv_, sc, kernel=intra,
         out_shape=[jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),

@@ -144,8 +144,9 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     grid = _cfg.prep_grid(t, n * h)
     # the in-chunk launch writes dk's and dg's first parts into dk and dgq, the exit launch adds the rest
     gluon_intra = _gluon_host.intra_reason(q, v, bt) is None
-    # the Triton launch's scratch (its in-block pairs); the Gluon launch takes none
-    wsc = _empty(1 if gluon_intra else _cfg.intra_scratch(grid, d, bt), dtype=torch.float32, device=q.device)
+    # the launch's scratch (its in-block pairs), sized by the launch taken
+    scratch = _gluon_host.intra_scratch(grid) if gluon_intra else _cfg.intra_scratch(grid, d, bt)
+    wsc = _empty(scratch, dtype=torch.float32, device=q.device)
     intra_args = (q, k, v, g, do, hc, cu_arg, t, h, hkv, float(scale), dq, dk, dgq, wsc)
     if gluon_intra:
         _gluon_host.launch_intra(key, intra_args, grid, d, e, reverse, cu is not None, stream)
