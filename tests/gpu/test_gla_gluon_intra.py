@@ -48,16 +48,26 @@ def _inputs(b, t, h, hkv, d, e, dtype, lens, norm):
     return x, cu, n
 
 
-#: the Gluon launch's forms: (fp16 level operands, their products' epilogue in the MMA layout)
-VARIANTS = {"gluon_tf32": (False, False), "gluon_fp16": (True, False), "gluon_fp16_epi": (True, True)}
+#: the Gluon launch's forms: (fp16 level operands, their products' epilogue in the MMA layout, the
+#: rows of the blocks whose pairs run in fp32 registers, 0 for none)
+VARIANTS = {"gluon_tf32": (False, False, 0), "gluon_fp16": (True, False, 0), "gluon_fp16_epi": (True, True, 0),
+            "gluon_tf32_pairs": (False, False, 16), "gluon_fp16_pairs": (True, False, 16),
+            "gluon_fp16_epi_pairs": (True, True, 16)}
 
 
 def _backward(monkeypatch, on: bool, x: dict, reverse: bool, cu, n, variant: str = "gluon_tf32") -> dict:
     """The backward's gradients with the Gluon in-chunk launch (on; in the form ``variant``) or the
-    Triton one, and that the launch taken is the one asked for."""
+    Triton one, and that the launch taken is the one asked for. With a form that takes the pairs
+    inside blocks in registers, the Triton launch takes its own register form at the same blocks
+    (GLA_INTRA_TREE), so that both sum those pairs in fp32 in the same order."""
+    op16, epi, pairs = VARIANTS[variant]
     monkeypatch.setattr(host, "INTRA_ON", on)
-    monkeypatch.setattr(host, "INTRA_OP16", VARIANTS[variant][0])
-    monkeypatch.setattr(host, "INTRA_EPI", VARIANTS[variant][1])
+    monkeypatch.setattr(host, "INTRA_OP16", op16)
+    monkeypatch.setattr(host, "INTRA_EPI", epi)
+    monkeypatch.setattr(host, "INTRA_PAIRS", pairs)
+    monkeypatch.setattr(host, "INTRA_ROW_LANES", 4)
+    if pairs:  # the Triton launch's levels above blocks of ``pairs`` rows
+        monkeypatch.setattr(gops._cfg, "INTRA_TREE", gops._cfg.levels(64 // pairs))
     taken = []
     real = host.launch_intra
     monkeypatch.setattr(host, "launch_intra", lambda *a: taken.append(1) or real(*a))
@@ -87,12 +97,14 @@ def test_the_gluon_intra_launch_matches_the_triton_one(monkeypatch, b, t, h, hkv
     truncate alike and sum in fp32 in another order, they also agree with the Triton launch's to
     2e-3 (the 16-bit ones but for last-bit flips). fp16 operands round where tf32 ones truncate,
     to the same 10 bits. ``gluon_fp16_epi`` takes the products in the MMA layout, with the operands read back
-    from shared memory."""
+    from shared memory. The ``_pairs`` forms take the pairs inside blocks of 16 rows in fp32 registers,
+    against the Triton launch's register form at the same blocks; the scratch they read W from
+    starts as NaN too, so a weight read from a slot no chunk wrote fails."""
     x, cu, n = _inputs(b, t, h, hkv, d, e, dtype, lens, norm)
     if host._reason(x["q"], 64) is not None:
         pytest.skip(host._reason(x["q"], 64))
     got = _backward(monkeypatch, True, x, reverse, cu, n, variant)
-    want = _backward(monkeypatch, False, x, reverse, cu, n)
+    want = _backward(monkeypatch, False, x, reverse, cu, n, variant)
     ref = _reference(x, reverse, cu)
     for name in NAMES:
         assert torch.isfinite(got[name]).all(), name
@@ -101,7 +113,7 @@ def test_the_gluon_intra_launch_matches_the_triton_one(monkeypatch, b, t, h, hkv
             continue
         mine, theirs = err_ratio(got[name], ref[name]), err_ratio(want[name], ref[name])
         assert mine <= 1.25 * theirs + 1e-6, (name, mine, theirs)
-        if variant == "gluon_tf32":
+        if variant in ("gluon_tf32", "gluon_tf32_pairs"):
             assert err_ratio(got[name], want[name]) <= 2e-3, (name, err_ratio(got[name], want[name]))
 
 
@@ -120,7 +132,7 @@ def test_the_gluon_intra_launch_meets_flas_rule_against_fp64(monkeypatch, dtype,
     assert all(err <= 0.005 for err in errs.values()), errs
 
 
-@pytest.mark.parametrize("variant", ["gluon_fp16", "gluon_fp16_epi"])
+@pytest.mark.parametrize("variant", ["gluon_fp16", "gluon_fp16_epi", "gluon_fp16_pairs"])
 def test_fp16_operands_hold_inputs_and_cotangents_far_from_fp16s_range(monkeypatch, variant):
     """bf16 q around 1e6, k around 1e-6 and do around 1e-7 (W = do·vᵀ below fp16's normal range,
     q⊙E past its largest value), some rows all zero: the powers of two keep every level operand in
@@ -133,7 +145,7 @@ def test_fp16_operands_hold_inputs_and_cotangents_far_from_fp16s_range(monkeypat
     if host._reason(x["q"], 64) is not None:
         pytest.skip(host._reason(x["q"], 64))
     got = _backward(monkeypatch, True, x, False, cu, n, variant)
-    want = _backward(monkeypatch, False, x, False, cu, n)
+    want = _backward(monkeypatch, False, x, False, cu, n, variant)
     ref = _reference(x, False, cu)
     for name in ("dq", "dk", "dg"):
         assert torch.isfinite(got[name]).all(), name

@@ -169,6 +169,133 @@ def test_the_intra_launch_compiles_for_sm90_with_two_tf32_products_a_level():
         assert 0 < m["shared_bytes"] <= 227 * 1024
 
 
+def test_the_intra_launch_with_in_block_pairs_compiles_for_sm90_with_two_levels_of_products(monkeypatch):
+    """GLA_GLUON_INTRA_PAIRS=16 (read by the compile's own process): only the two levels above the
+    blocks of 16 rows stay wgmma products, two a level, beside the state product and W (D = E = 128),
+    in both operand forms; the pairs add no shared memory and no barrier a level. In a fresh process."""
+    if compat.IMPORT_ERROR is not None:
+        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
+    monkeypatch.setenv("GLA_GLUON_INTRA_PAIRS", "16")
+    monkeypatch.setenv("GLA_GLUON_INTRA_ROW_LANES", "4")
+    monkeypatch.setenv("GLA_GLUON_INTRA_OP16", "0")
+    tf32, = gluon_aot_metrics("compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True)")
+    monkeypatch.setenv("GLA_GLUON_INTRA_OP16", "1")
+    fp16, = gluon_aot_metrics("compile_gla_intra(d=64, e=128, dtype='fp16', varlen=True)")
+    assert tf32["wgmma"] == 2 * 2 * 64 // 8 + 2 * 128 // 16
+    assert fp16["wgmma"] == 2 * 2 * 64 // 16 + 2 * 128 // 16
+    for m in (tf32, fp16):
+        assert 8 <= m["barriers"] <= 48
+        assert 0 < m["shared_bytes"] <= 227 * 1024
+
+
+def _intra_form(monkeypatch, pairs: int, row_lanes: int = 4) -> None:
+    monkeypatch.setattr(host, "INTRA_PAIRS", pairs)
+    monkeypatch.setattr(host, "INTRA_ROW_LANES", row_lanes)
+
+
+def test_the_intra_pairs_knob_takes_a_threads_rows_and_refuses_any_other_block(monkeypatch):
+    """GLA_GLUON_INTRA_PAIRS: 0 (every level a product) or the rows a thread holds, CHUNK /
+    ROW_LANES; any other block is refused on the host, naming the knob, before a compile."""
+    _intra_form(monkeypatch, 0)
+    assert host.intra_meta(128, 128, False, False)["PAIRS"] == 0
+    _intra_form(monkeypatch, 16)
+    meta = host.intra_meta(128, 64, True, True)
+    assert meta["PAIRS"] == 16 and meta["ROW_LANES"] == 4 and meta["KD"] == 128 and meta["VD"] == 64
+    _intra_form(monkeypatch, 32, row_lanes=2)
+    assert host.intra_constexprs()["PAIRS"] == 32
+    for pairs, lanes in ((8, 4), (32, 4), (16, 2), (64, 4)):
+        _intra_form(monkeypatch, pairs, lanes)
+        with pytest.raises(ValueError, match=f"GLA_GLUON_INTRA_PAIRS={pairs}"):
+            host.intra_meta(128, 128, False, False)
+        with pytest.raises(ValueError, match=f"GLA_GLUON_INTRA_PAIRS={pairs}"):
+            host.intra_scratch((2, 3))
+
+
+def test_the_intra_scratch_holds_each_programs_in_block_pairs_of_w(monkeypatch):
+    """A program's slot is its chunk's [CHUNK / PAIRS, PAIRS, PAIRS] fp32 in-block pairs of W; one
+    element in all when no pairs run in registers."""
+    _intra_form(monkeypatch, 0)
+    assert host.intra_scratch((7, 12)) == 1
+    _intra_form(monkeypatch, 16)
+    assert host.intra_scratch((7, 12)) == 7 * 12 * 4 * 16 * 16
+    assert host.intra_scratch((1, 1)) == 64 * 16
+
+
+def test_the_intra_launch_keys_and_passes_the_pairs_knob(monkeypatch):
+    """The launch key names the form, so a launcher cached with one form is not reused with the
+    other, and the kernel gets PAIRS beside the launch's own keywords and grid."""
+    calls = []
+    monkeypatch.setattr(host, "_LAUNCH_INTRA", lambda key, args, spec, stream: calls.append((key, *spec())))
+    for pairs in (0, 16):
+        _intra_form(monkeypatch, pairs)
+        host.launch_intra(("call",), (), (3, 8), 128, 64, True, False, None)
+    (key0, grid0, meta0), (key16, grid16, meta16) = calls
+    assert key0 != key16 and key0[-1] == key16[-1] == "call"
+    assert (meta0["PAIRS"], meta16["PAIRS"]) == (0, 16)
+    assert grid16({}) == (3, 8) and meta16["REVERSE"] is True and meta16["num_warps"] == host.intra_warps()
+
+
+@pytest.mark.parametrize("pairs", [0, 16])
+def test_a_backward_gives_the_gluon_in_chunk_launch_the_scratch_of_its_form(monkeypatch, pairs):
+    """``ops.gla_bwd`` with the Gluon in-chunk launch (its rule passed on the CPU, the launch
+    recorded instead of run): the scratch is ``intra_scratch`` of the launch's grid, fp32."""
+    from lattnbench.kernels.gla.triton import ops
+
+    _intra_form(monkeypatch, pairs)
+    monkeypatch.setattr(host, "intra_reason", lambda *a: None)
+    seen = []
+
+    def launch(key, args, grid, *rest):  # records the scratch; dq, dk and dg's parts as zeros
+        seen.append((args[-1], grid))
+        for out in args[11:14]:
+            out.zero_()
+    monkeypatch.setattr(host, "launch_intra", launch)
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 40, 2, 16, generator=gen).requires_grad_() for _ in range(3))
+    g = torch.nn.functional.logsigmoid(torch.randn(1, 40, 2, 16, generator=gen)).requires_grad_()
+    o, s = gla_triton(q, k, v, g)
+    torch.autograd.grad((o, s), (q, k, v, g), (torch.ones_like(o), torch.ones_like(s)))
+    (wsc, grid), = seen
+    assert grid == ops._cfg.prep_grid(40, 2) and wsc.dtype == torch.float32
+    assert wsc.numel() == (grid[0] * grid[1] * 64 * 16 if pairs else 1)
+
+
+def test_the_jax_bridge_gives_the_gluon_in_chunk_launch_the_scratch_of_its_form(monkeypatch):
+    """gla/jax-triton with the Gluon in-chunk launch (its rule passed, jax-triton stood in for):
+    the launch takes PAIRS and an fp32 scratch output of ``intra_scratch`` of its grid."""
+    jax = pytest.importorskip("jax")
+    if compat.IMPORT_ERROR is not None:
+        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
+    import jax.numpy as jnp
+    import numpy as np
+
+    from lattnbench.kernels.common import jax_gluon
+    from lattnbench.kernels.gla.triton import jax_bridge
+    from triton_testutil import SignatureCheckingJaxTriton
+
+    class Fake(SignatureCheckingJaxTriton):
+        """The stand-in, with jax-triton's defaults for what the Gluon launch leaves out."""
+        triton_lib = None
+
+        def triton_call(self, *args, num_stages=None, **kw):
+            return super().triton_call(*args, num_stages=num_stages, **kw)
+
+    fake = Fake()
+    monkeypatch.setattr(jax_bridge, "jax_triton", lambda: fake)
+    monkeypatch.setattr(jax_bridge, "_FN", None)
+    monkeypatch.setattr(jax_gluon, "install", lambda lib: None)
+    monkeypatch.setattr(host, "jax_intra_reason", lambda *a: None)
+    _intra_form(monkeypatch, 16)
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.standard_normal((1, 70, 2, 64), dtype=np.float32)) for _ in range(3))
+    g = jnp.asarray(-rng.random((1, 70, 2, 64), dtype=np.float32))
+    out, vjp = jax.vjp(lambda *xs: jax_bridge.gla_jax_triton(*xs), q, k, v, g)
+    vjp(tuple(jnp.ones_like(x) for x in out))
+    intra, = [launch for launch in fake.launches if launch["name"] == "gla_bwd_intra_gluon_kernel"]
+    assert intra["meta"]["PAIRS"] == 16
+    assert intra["outs"][-1] == (host.intra_scratch(intra["grid"]),) == (intra["grid"][0] * 2 * 64 * 16,)
+
+
 def test_the_jax_intra_rule_follows_the_torch_switch_and_names_why(monkeypatch):
     gpu90 = types.SimpleNamespace(platform="gpu", compute_capability="9.0")
     monkeypatch.setattr(host, "INTRA_ON", False)
