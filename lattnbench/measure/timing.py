@@ -6,7 +6,7 @@
     synchronises once at the end, as ``triton.testing.do_bench`` does. Where no device events
     exist (JAX, the CPU) a sample is a batch of back-to-back calls closed by one sync, divided
     by the batch; on a GPU each call of the batch is preceded by an L2 flush whose own time,
-    measured the same way, is subtracted.
+    measured the same way in a batch run just before, is subtracted.
 ``graph``
     Device time without host work. torch on CUDA replays a CUDA graph of the call, the L2 flushed
     before each replay outside the graph. Where capture fails, and for JAX on a GPU, it is the
@@ -204,13 +204,16 @@ def time_device(call: Callable[[], object], be: Backend, budget_ms: float, est_m
     # on a GPU a batch has at least two calls, so the host work of all but the first is hidden
     per = max(2 if be.gpu else 1, min(BATCH_MAX, int(BATCH_TARGET_MS / max(est_ms, 1e-3))))
     reps = _rep_count(budget_ms, est_ms * per, min_reps, max_reps)
-    flush_ms = 0.0
-    if be.flush is not None:
-        flush_ms = statistics.median(_batches(lambda: None, be, per, min(reps, 10)))
-    samples = [max(x - flush_ms, 0.0) for x in _batches(call, be, per, reps)]
     how = f"host clock, batches of {per} back-to-back calls, one sync each"
-    if be.flush is not None:
-        how += f", an L2 flush before each call ({flush_ms:.4f} ms subtracted)"
+    if be.flush is None:
+        return TimerResult("device", _batches(call, be, per, reps), how)
+    # each batch pays for its own flush-only batch, run just before it: a flush cost taken from a
+    # separate window would be off by however much the host's load moved in between
+    flushes, samples = [], []
+    for _ in range(reps):
+        flushes.append(_batches(lambda: None, be, per, 1)[0])
+        samples.append(max(_batches(call, be, per, 1)[0] - flushes[-1], 0.0))
+    how += f", an L2 flush before each call (its own batch's time subtracted, median {statistics.median(flushes):.4f} ms)"
     return TimerResult("device", samples, how)
 
 
