@@ -17,6 +17,11 @@ With PAIRS = 16 (ROW_LANES = 4) a thread's 16 rows of a key channel are one bloc
 inside blocks are register arithmetic, as the Triton launch's register form takes them
 (``_block_pairs``): fp32, a running product of the gate factors, W_ts one broadcast load a pair
 from the program's slot of the scratch ``wsc``. Only the two levels above the blocks stay products.
+
+``gla_bwd_intra_exit_gluon_kernel`` adds ``triton.kernels.gla_bwd_exit_kernel``'s terms in the same
+launch: v is already in shared memory for W and the tiles' column layout keeps a chunk's prefix and
+suffix sums in a thread and a few lanes, so the exit state's part of dk is one more wgmma per key
+slice and dg's are register sums; dk and dg leave final, and the exit launch is not needed.
 """
 from __future__ import annotations
 
@@ -211,20 +216,83 @@ if IMPORT_ERROR is None:
         return _block_tile(dq, L, BT, KDS, C), _block_tile(dk, L, BT, KDS, C)
 
     @gluon.jit
-    def gla_bwd_intra_gluon_kernel(
-        q, k, v, g, do, hc, cu,
+    def _state_slice(st, slot, i_d, hrow, col, KD: gl.constexpr, VD: gl.constexpr, KDS: gl.constexpr):
+        """Key slice i_d [KDS, VD] of a per-chunk state [slots, H, D, E] at ``slot`` (chunk slot ·
+        H + head): the entry state (hc) or the exit state gradient over scale (dhc)."""
+        return gl.load(st + slot * (KD * VD) + (i_d * KDS + hrow)[:, None] * VD + col[None, :])
+
+    @gluon.jit
+    def _stage_states(hc, dhc, slot, i_d, hrow, col, hc_s, dhc_s, KD: gl.constexpr, VD: gl.constexpr,
+                      KDS: gl.constexpr, EXIT: gl.constexpr):
+        """Key slice i_d of the chunk's entry state (hc) and, with the exit terms, of its exit state
+        gradient over scale (dhc, the same slot) into shared memory for their products, behind one
+        pair of barriers: the first waits for the last slice's products to have read the buffers
+        (and for W's copies to be written), the second makes the stores visible to every warpgroup."""
+        h_in = _state_slice(hc, slot, i_d, hrow, col, KD, VD, KDS)
+        if EXIT:
+            y_in = _state_slice(dhc, slot, i_d, hrow, col, KD, VD, KDS)
+        cta_barrier()
+        hc_s.store(h_in)
+        if EXIT:
+            dhc_s.store(y_in)
+        fence_async_shared()
+        cta_barrier()
+
+    @gluon.jit
+    def _after_rows(gg, L: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr, C: gl.constexpr):
+        """Bl − B [BT, KDS] in L: the sum of the gates after each row (processing order), as sums of
+        gates only, so that at gates ≤ 0 every exponent is ≤ 0 as rounded and no difference of two
+        cumulative gates is formed. A thread's C rows of a key channel are one block: inside it a
+        running sum from the block's end (register arithmetic, ``_block_rows``), then the totals of
+        the later blocks, one masked sum over the ROW_LANES lanes per block. No reversed scan: a
+        reversed ``associative_scan`` moves every element across the lanes twice."""
+        NB: gl.constexpr = BT // C
+        g = _block_rows(gg, BT, KDS, C)
+        LR: gl.constexpr = g[0].type.layout
+        acc = gl.zeros([NB, KDS], gl.float32, LR)
+        after = (acc,)  # nothing after a block's last row inside it
+        for r in gl.static_range(C - 1, 0, -1):
+            acc = acc + g[r]
+            after = (acc,) + after
+        total = acc + g[0]
+        blk = gl.arange(0, NB, layout=gl.SliceLayout(1, LR))[:, None]
+        later = gl.zeros([NB, KDS], gl.float32, LR)  # the last block has none after it
+        for b in gl.static_range(NB - 1):
+            later = gl.where(blk == b, gl.sum(gl.where(blk > b, total, 0.0), axis=0)[None, :], later)
+        rows = ()
+        for r in gl.static_range(C):
+            rows = rows + (after[r] + later,)
+        return _block_tile(rows, L, BT, KDS, C)
+
+    @gluon.jit
+    def _exit_dk(gg, v_s, dhc_s, zero_x, scale, L: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr,
+                 C: gl.constexpr):
+        """What the state leaving the chunk adds to dk, dk_x = scale·e^{Bl − B}⊙(v·Yᵀ) [BT, KDS] in L,
+        Y the key slice of dS_out/scale in dhc_s: one wgmma against the chunk's v, already staged for
+        W, and the factor e^{Bl − B} ≤ 1 from the gates after each row (``_after_rows``)."""
+        y = gl.convert_layout(warpgroup_mma(v_s, dhc_s.permute((1, 0)), zero_x, use_acc=False), L)
+        return y * gl.exp(_after_rows(gg, L, BT, KDS, C)) * scale
+
+    @gluon.jit
+    def _before_rows(x):
+        """Σ_{s<t} x_s over a chunk's rows (processing order) in L: an in-thread prefix sum and a few
+        lanes, minus each row's own term, as the Triton exit launch takes it for 16-bit inputs; it
+        rounds at 6e-8 of that term."""
+        return gl.associative_scan(x, 0, _add) - x
+
+    @gluon.jit
+    def _intra_chunks(
+        q, k, v, g, do, hc, dhc, thr, cu,
         T, H, HKV, scale,
-        dq, dki, dgq, wsc,
+        dq, dk, dg, wsc,
         KD: gl.constexpr, VD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
-        KDS: gl.constexpr, ROW_LANES: gl.constexpr, OP16: gl.constexpr = False, EPI: gl.constexpr = False,
-        PAIRS: gl.constexpr = 0,
+        KDS: gl.constexpr, ROW_LANES: gl.constexpr, OP16: gl.constexpr, EPI: gl.constexpr, PAIRS: gl.constexpr,
+        EXIT: gl.constexpr,
     ):
-        """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices
-        of KDS key channels; KDS·ROW_LANES / 32 warps; BT = 64 (six levels), KD and VD 64 or 128.
-        PAIRS = 0 takes every pair through the six levels. PAIRS = BT / ROW_LANES (a thread's rows,
-        one block) takes the pairs inside blocks of PAIRS rows in fp32 registers (``_block_pairs``)
-        and only the levels above them (the pairs across blocks) as products. wsc: [P·N·H, BT·PAIRS]
-        fp32 scratch, each program's slot its chunk's in-block pairs of W (unused when PAIRS = 0)."""
+        """Both entries' work (``gla_bwd_intra_gluon_kernel``, ``gla_bwd_intra_exit_gluon_kernel``):
+        one body, so that the exit terms sit under a constexpr and the plain form compiles to the
+        same binary as before they existed. Without EXIT, dk and dg receive dk's in-chunk part and
+        dg's in-chunk suffix sum (fp32), and dhc and thr are placeholders."""
         gl.static_assert(PAIRS == 0 or PAIRS * ROW_LANES == BT, "PAIRS: 0 or a thread's rows, BT / ROW_LANES")
         WARPS: gl.constexpr = KDS * ROW_LANES // 32
         # a thread holds BT / ROW_LANES rows of one key channel; ROW_LANES lanes a column
@@ -243,6 +311,10 @@ if IMPORT_ERROR is None:
         v_s = gl.allocate_shared_memory(in_ty, [BT, VD], gl.NVMMASharedLayout.get_default_for([BT, VD], in_ty))
         do_s = gl.allocate_shared_memory(in_ty, [BT, VD], gl.NVMMASharedLayout.get_default_for([BT, VD], in_ty))
         hc_s = gl.allocate_shared_memory(in_ty, [KDS, VD], gl.NVMMASharedLayout.get_default_for([KDS, VD], in_ty))
+        if EXIT:  # the slice of the exit state gradient, staged with hc's
+            dhc_s = gl.allocate_shared_memory(in_ty, [KDS, VD], gl.NVMMASharedLayout.get_default_for([KDS, VD], in_ty))
+        else:
+            dhc_s = hc_s
         if OP16:
             OPT16: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KDS, BT], gl.float16)
             ql_t = gl.allocate_shared_memory(gl.float16, [KDS, BT], OPT16)
@@ -329,11 +401,7 @@ if IMPORT_ERROR is None:
                 gg = gl.convert_layout(gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
                 qq = gl.convert_layout(gl.load(q + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
                 kk = gl.convert_layout(gl.load(k + k_base + k_off, mask=m, other=0.0).to(gl.float32), L)
-                h_in = gl.load(hc + hc_base * (KD * VD) + (i_d * KDS + hrow_lv)[:, None] * VD + col_lv[None, :])
-                cta_barrier()  # the last slice's state product has read hc_s; w_all and wt_all are written
-                hc_s.store(h_in)
-                fence_async_shared()
-                cta_barrier()
+                _stage_states(hc, dhc, hc_base, i_d, hrow_lv, col_lv, hc_s, dhc_s, KD, VD, KDS, EXIT)
                 if PAIRS > 0:
                     # the pairs inside blocks, fp32 from registers, while few accumulators are live
                     dq_in, dk_in = _block_pairs(gg, qq, kk, wslot, L, BT, KDS, PAIRS)
@@ -345,6 +413,13 @@ if IMPORT_ERROR is None:
                 # the diagonal pairs (weight 1) go straight into dq and dk, never into dg's terms
                 dq_acc += w_diag[:, None] * kk
                 dk_acc = w_diag[:, None] * qq
+                if EXIT:
+                    # the exit state's terms beside the entry state's, before the levels: across them only
+                    # dg's part stays live, in place of the gates
+                    dk_x = _exit_dk(gg, v_s, dhc_s, zero_x, scale, L, BT, KDS, BT // ROW_LANES)
+                    dk_acc += dk_x
+                    col = i_d * KDS + gl.arange(0, KDS, layout=gl.SliceLayout(0, L))
+                    exits = _before_rows(kk * dk_x) + gl.load(thr + hc_base * KD + col)[None, :]
                 if PAIRS > 0:  # then the levels above the blocks
                     dq_acc += dq_in
                     dk_acc += dk_in
@@ -397,8 +472,49 @@ if IMPORT_ERROR is None:
                         terms -= kl * Q
                 dq_t = gl.convert_layout(dq_acc.to(dq.dtype.element_ty), LD)
                 gl.store(dq + x_base + x_off, dq_t, mask=m)
-                dk_t = gl.convert_layout(dk_acc.to(dki.dtype.element_ty), LD)
-                gl.store(dki + x_base + x_off, dk_t, mask=m)
+                dk_t = gl.convert_layout(dk_acc.to(dk.dtype.element_ty), LD)
+                gl.store(dk + x_base + x_off, dk_t, mask=m)
                 # the suffix sum in processing order: dg's pairs that end at or after each row
-                dg_t = gl.convert_layout(gl.associative_scan(terms, 0, _add, reverse=True), LD)
-                gl.store(dgq + x_base + x_off, dg_t, mask=m)
+                dg_t = gl.associative_scan(terms, 0, _add, reverse=True)
+                if EXIT:  # dg's pairs from a row before t to the exit state, and from the entry state to it
+                    dg_t += exits
+                dg_t = gl.convert_layout(dg_t.to(dg.dtype.element_ty), LD)
+                gl.store(dg + x_base + x_off, dg_t, mask=m)
+
+    @gluon.jit
+    def gla_bwd_intra_gluon_kernel(
+        q, k, v, g, do, hc, cu,
+        T, H, HKV, scale,
+        dq, dki, dgq, wsc,
+        KD: gl.constexpr, VD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
+        KDS: gl.constexpr, ROW_LANES: gl.constexpr, OP16: gl.constexpr = False, EPI: gl.constexpr = False,
+        PAIRS: gl.constexpr = 0,
+    ):
+        """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …, each over D in slices
+        of KDS key channels; KDS·ROW_LANES / 32 warps; BT = 64 (six levels), KD and VD 64 or 128.
+        PAIRS = 0 takes every pair through the six levels. PAIRS = BT / ROW_LANES (a thread's rows,
+        one block) takes the pairs inside blocks of PAIRS rows in fp32 registers (``_block_pairs``)
+        and only the levels above them (the pairs across blocks) as products. wsc: [P·N·H, BT·PAIRS]
+        fp32 scratch, each program's slot its chunk's in-block pairs of W (unused when PAIRS = 0).
+        ``gla_bwd_intra_kernel``'s arguments, so the torch path and the JAX bridge launch either."""
+        _intra_chunks(q, k, v, g, do, hc, hc, dgq, cu, T, H, HKV, scale, dq, dki, dgq, wsc,
+                      KD, VD, REVERSE, IS_VARLEN, BT, KDS, ROW_LANES, OP16, EPI, PAIRS, False)
+
+    @gluon.jit
+    def gla_bwd_intra_exit_gluon_kernel(
+        q, k, v, g, do, hc, dhc, thr, cu,
+        T, H, HKV, scale,
+        dq, dk, dg, wsc,
+        KD: gl.constexpr, VD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
+        KDS: gl.constexpr, ROW_LANES: gl.constexpr, OP16: gl.constexpr = False, EPI: gl.constexpr = False,
+        PAIRS: gl.constexpr = 0,
+    ):
+        """``gla_bwd_intra_gluon_kernel`` with ``gla_bwd_exit_kernel``'s terms too, so dk and dg leave
+        the launch final and the exit launch does not run: per key slice, dhc's slice (dS_out/scale,
+        input dtype, the slot of hc's) is staged beside hc's, one more wgmma v·Yᵀ gives
+        dk_x = scale·e^{Bl − B}⊙(v·Yᵀ), added to dk (stored in dk's dtype: the input's, or fp32 per
+        query head under GQA), and dg_t = (its in-chunk suffix sum) + Σ_{s<t}[k⊙dk_x]_s + thr (dg's
+        entry-to-exit pairs, [slots, H, D] fp32) is stored in dg's dtype (g's). Every form of the
+        kernel takes them (OP16, EPI, PAIRS)."""
+        _intra_chunks(q, k, v, g, do, hc, dhc, thr, cu, T, H, HKV, scale, dq, dk, dg, wsc,
+                      KD, VD, REVERSE, IS_VARLEN, BT, KDS, ROW_LANES, OP16, EPI, PAIRS, True)
