@@ -36,6 +36,9 @@ INTRA_EPI = os.environ.get("GLA_GLUON_INTRA_EPI", "0").strip() == "1"
 # the in-chunk pairs inside blocks of this many rows in fp32 registers, only the levels above them as
 # products (0: every level a product); a block is a thread's rows, CHUNK / INTRA_ROW_LANES (16 at 4)
 INTRA_PAIRS = int(os.environ.get("GLA_GLUON_INTRA_PAIRS", "0"))
+# the exit state's terms (``gla_bwd_exit_kernel``'s) as the in-chunk launch's epilogue: dk and dg
+# leave that launch final and the exit launch does not run (gla/triton and gla/jax-triton alike)
+INTRA_EXIT = os.environ.get("GLA_GLUON_INTRA_EXIT", "0").strip() == "1"
 # a register cap per thread for the torch path's in-chunk launch (0: none): 128 at 8 warps lets two
 # programs share an SM
 INTRA_MAXNREG = int(os.environ.get("GLA_GLUON_INTRA_MAXNREG", "0"))
@@ -132,6 +135,7 @@ def _jax_device_reason(dtype_name: str, d: int, bt: int, device) -> str | None:
 
 _LAUNCH = LazyLauncher(".prep", __package__, "gla_prep_gluon_kernel")
 _LAUNCH_INTRA = LazyLauncher(".intra", __package__, "gla_bwd_intra_gluon_kernel")
+_LAUNCH_INTRA_EXIT = LazyLauncher(".intra", __package__, "gla_bwd_intra_exit_gluon_kernel")
 
 
 def intra_constexprs() -> dict:
@@ -167,13 +171,26 @@ def intra_warps() -> int:
     return warps(INTRA_KDS, INTRA_ROW_LANES)
 
 
+def intra_exit() -> bool:
+    """Whether a backward whose in-chunk launch runs in Gluon takes the exit terms there
+    (GLA_GLUON_INTRA_EXIT=1, ``intra.gla_bwd_intra_exit_gluon_kernel``) and skips the exit launch.
+    Every form of the launch takes them (tf32 or fp16 operands, either epilogue, PAIRS 0 or 16): the
+    exit state's slice needs one more [KDS, E] 16-bit buffer (16 KB at KDS 64, E 128), so the
+    largest form, tf32 at 160 KB, stays within the H200's 227 KB."""
+    return INTRA_EXIT
+
+
 def launch_intra(key: tuple, args: tuple, grid: tuple[int, int], d: int, e: int, reverse: bool, varlen: bool,
-                 stream) -> None:
-    """Launch ``intra.gla_bwd_intra_gluon_kernel`` with ``gla_bwd_intra_kernel``'s arguments ``args``."""
+                 stream, exit_terms: bool = False) -> None:
+    """Launch ``intra.gla_bwd_intra_gluon_kernel`` with ``gla_bwd_intra_kernel``'s arguments ``args``,
+    or with ``exit_terms`` ``intra.gla_bwd_intra_exit_gluon_kernel`` with its own (q, k, v, g, do, hc,
+    dhc, thr, cu, T, H, HKV, scale, dq, dk, dg, wsc). The key names the form and the entry, so a
+    launcher cached for one is not reused for another."""
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(intra_meta(d, e, reverse, varlen), **({"maxnreg": INTRA_MAXNREG} if INTRA_MAXNREG else {})))
-    _LAUNCH_INTRA(("gluon-intra", INTRA_KDS, INTRA_ROW_LANES, INTRA_OP16, INTRA_EPI, INTRA_PAIRS, INTRA_MAXNREG) + key,
-                  args, spec, stream)
+    launcher = _LAUNCH_INTRA_EXIT if exit_terms else _LAUNCH_INTRA
+    launcher(("gluon-intra", INTRA_KDS, INTRA_ROW_LANES, INTRA_OP16, INTRA_EPI, INTRA_PAIRS, INTRA_MAXNREG,
+              bool(exit_terms)) + key, args, spec, stream)
 
 
 def prep_meta(d: int, bt: int) -> dict:

@@ -107,9 +107,10 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     """The backward launches: the state entering each chunk (D-slices, forward sweep); the state
     gradient leaving each chunk, dg's entry-to-exit pairs and dh0 (D-slices, backward sweep); dq
     whole, dk's and dg's parts from each chunk's rows and entry state (parallel over chunks); what
-    the exit state adds to dk (in place) and dg (written in g's dtype; parallel); dv (E-slices, backward sweep). GQA sums
-    dk, dv over each kv head's query heads (per query head in fp32 first). The per-chunk states
-    are scratch, freed on return."""
+    the exit state adds to dk (in place) and dg (written in g's dtype; parallel; not run where the
+    Gluon in-chunk launch takes these terms as its epilogue, ``gluon.host.intra_exit``, and dk and dg
+    leave that launch final); dv (E-slices, backward sweep). GQA sums dk, dv over each kv head's
+    query heads (per query head in fp32 first). The per-chunk states are scratch, freed on return."""
     b, t, h, d = q.shape
     hkv, e = k.shape[2], v.shape[3]
     grp = h // hkv
@@ -118,10 +119,15 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     dq = _empty(*q.shape, dtype=q.dtype, device=q.device)
     dk = _empty(b, t, h, d, dtype=gdt, device=q.device)
     dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
+    bt = _chunk()
+    gluon_intra = _gluon_host.intra_reason(q, v, bt) is None
+    # the Gluon in-chunk launch with the exit terms as its epilogue: dk and dg leave it final
+    fused = gluon_intra and _gluon_host.intra_exit()
     # dg's in-chunk part stays fp32 until the exit launch adds the rest; that launch writes dg in
-    # g's dtype, so a 16-bit g costs no cast launch (for fp32 g it adds in place)
-    dgq = _empty(*q.shape, dtype=torch.float32, device=q.device)
-    dg = dgq if g.dtype == torch.float32 else _empty(*q.shape, dtype=g.dtype, device=q.device)
+    # g's dtype, so a 16-bit g costs no cast launch (for fp32 g it adds in place). The fused launch
+    # writes dg whole, in g's dtype, and needs no fp32 part
+    dg = _empty(*q.shape, dtype=g.dtype, device=q.device)
+    dgq = dg if g.dtype == torch.float32 or fused else _empty(*q.shape, dtype=torch.float32, device=q.device)
     dh0 = _empty(n, h, d, e, dtype=torch.float32, device=q.device) if h0 is not None else None
     slots = _cfg.chunk_slots(b, t, n, _chunk())
     hc = _empty(slots, h, d, e, dtype=q.dtype, device=q.device)
@@ -135,26 +141,24 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     key = ("bwd", q.shape, k.shape, v.shape, q.dtype, g.dtype, q.device, n, h0 is not None, dht is not None,
            cu is not None, bool(reverse), alignment(q, k, v, g, do, h0, dht, cu))
     stream = raw_stream(q)
-    bt = _chunk()
     d_sliced = lambda **more: lambda: (lambda meta: (_cfg.cdiv(d, meta["BS"]), n * h),  # noqa: E731
                                        dict(flags, BV=_cfg.pow2(e), SPLIT=d, HAS_H0=h0 is not None, **more))
     _BWD_H(key, (kd, bl, v, h0 if h0 is not None else ph, cu_arg, t, h, hkv, bucket, hc), d_sliced(), stream)
     _BWD_DH(key, (qd, bl, do, dht_arg, cu_arg, hc, t, h, hkv, float(scale), bucket,
                   dhc, thr, dh0 if dh0 is not None else ph), d_sliced(HAS_DHT=dht is not None), stream)
     grid = _cfg.prep_grid(t, n * h)
-    # the in-chunk launch writes dk's and dg's first parts into dk and dgq, the exit launch adds the rest
-    gluon_intra = _gluon_host.intra_reason(q, v, bt) is None
     # the launch's scratch (its in-block pairs), sized by the launch taken
     scratch = _gluon_host.intra_scratch(grid) if gluon_intra else _cfg.intra_scratch(grid, d, bt)
     wsc = _empty(scratch, dtype=torch.float32, device=q.device)
-    intra_args = (q, k, v, g, do, hc, cu_arg, t, h, hkv, float(scale), dq, dk, dgq, wsc)
-    if gluon_intra:
-        _gluon_host.launch_intra(key, intra_args, grid, d, e, reverse, cu is not None, stream)
+    if fused:
+        _gluon_host.launch_intra(key, (q, k, v, g, do, hc, dhc, thr, cu_arg, t, h, hkv, float(scale), dq, dk, dg, wsc),
+                                 grid, d, e, reverse, cu is not None, stream, exit_terms=True)
     else:
-        _BWD_INTRA((*key, _cfg.intra_pairs(bt)), intra_args,
-                   lambda: (lambda meta: grid, dict(flags, **_cfg.intra_meta(d, e, bt))), stream)
-    _BWD_EXIT(key, (k, v, g, dhc, thr, cu_arg, dk, dgq, t, h, hkv, float(scale), dk, dg),
-              lambda: (lambda meta: grid, dict(flags, **_cfg.exit_meta(d, e, bt))), stream)
+        # the in-chunk launch writes dk's and dg's first parts into dk and dgq, the exit launch adds the rest
+        _intra_unfused(key, (q, k, v, g, do, hc, cu_arg, t, h, hkv, float(scale), dq, dk, dgq, wsc), grid, gluon_intra,
+                       flags, d, e, reverse, cu is not None, stream)
+        _BWD_EXIT(key, (k, v, g, dhc, thr, cu_arg, dk, dgq, t, h, hkv, float(scale), dk, dg),
+                  lambda: (lambda meta: grid, dict(flags, **_cfg.exit_meta(d, e, bt))), stream)
     _BWD_V(key, (qd, kd, bl, scores, do, dht_arg, cu_arg, t, h, hkv, float(scale), bucket, dv),
            lambda: (lambda meta: (_cfg.cdiv(e, meta["BS"]), n * h),
                     dict(flags, BK=_cfg.pow2(d), SPLIT=e, HAS_DHT=dht is not None)), stream)
@@ -162,6 +166,17 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
         dk = dk.view(b, t, hkv, grp, d).sum(3).to(q.dtype)
         dv = dv.view(b, t, hkv, grp, e).sum(3).to(q.dtype)
     return dq, dk, dv, dg, dh0
+
+
+def _intra_unfused(key, args, grid, gluon_intra, flags, d, e, reverse, varlen, stream):
+    """The in-chunk launch without the exit terms, Gluon or Triton, on ``gla_bwd_intra_kernel``'s
+    arguments: dq whole, dk's in-chunk part and dg's in-chunk suffix sums (fp32)."""
+    bt = _chunk()
+    if gluon_intra:
+        _gluon_host.launch_intra(key, args, grid, d, e, reverse, varlen, stream)
+    else:
+        _BWD_INTRA((*key, _cfg.intra_pairs(bt)), args,
+                   lambda: (lambda meta: grid, dict(flags, **_cfg.intra_meta(d, e, bt))), stream)
 
 
 class GLAFunction(torch.autograd.Function):
