@@ -110,20 +110,28 @@ def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, va
 
 
 def gla_intra_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool = False, varlen: bool = False,
-                     gqa: bool = False):
+                     gqa: bool = False, g_dtype: str = "fp32", exit_terms: bool | None = None):
     """(GluonASTSource, launch options) of ``gla/triton``'s Gluon in-chunk backward launch
     (``kernels.gla.gluon.intra``) in the host's form, as ``gla.gluon.host.launch_intra`` launches it:
-    dk's in-chunk part in the input dtype, or fp32 per query head under GQA (``gqa``)."""
+    dk's in-chunk part in the input dtype, or fp32 per query head under GQA (``gqa``). With the exit
+    terms (``exit_terms``; by default ``host.intra_exit``, GLA_GLUON_INTRA_EXIT=1) the fused entry,
+    which takes dhc and thr too and writes dk final and dg in g's dtype (``g_dtype``)."""
     from lattnbench.kernels.gla.gluon import host as C
     from lattnbench.kernels.gla.gluon import intra as K
 
-    types = dict(q=f"*{dtype}", k=f"*{dtype}", v=f"*{dtype}", g="*fp32", do=f"*{dtype}", hc=f"*{dtype}", cu="*i32",
-                 T="i32", H="i32", HKV="i32", scale="fp32", dq=f"*{dtype}", dki="*fp32" if gqa else f"*{dtype}",
-                 dgq="*fp32", wsc="*fp32")
+    types = dict(q=f"*{dtype}", k=f"*{dtype}", v=f"*{dtype}", g=f"*{g_dtype}", do=f"*{dtype}", hc=f"*{dtype}",
+                 cu="*i32", T="i32", H="i32", HKV="i32", scale="fp32", dq=f"*{dtype}", wsc="*fp32")
+    dk = "*fp32" if gqa else f"*{dtype}"
+    fused = C.intra_exit() if exit_terms is None else exit_terms
+    if fused:
+        fn = K.gla_bwd_intra_exit_gluon_kernel
+        types.update(dhc=f"*{dtype}", thr="*fp32", dk=dk, dg=f"*{g_dtype}")
+    else:
+        fn = K.gla_bwd_intra_gluon_kernel
+        types.update(dki=dk, dgq="*fp32")
     meta = C.intra_meta(d, e, reverse, varlen)
     options = dict(num_warps=meta.pop("num_warps"), num_stages=1, enable_fp_fusion=True)
-    constexprs = meta
-    return _source(K.gla_bwd_intra_gluon_kernel, types, constexprs), options
+    return _source(fn, types, meta), options
 
 
 def _source(fn, types: dict, constexprs: dict):
