@@ -9,7 +9,8 @@ forward; then the backward's state pass, state-gradient pass, in-chunk launch, e
 pass. No launch depends on the gate values. On an sm_90 GPU the prep launch is the torch path's Gluon
 kernel, which jax-triton compiles through ``common.jax_gluon`` (``gluon.host.jax_prep_reason``;
 GLA_JAX_GLUON_PREP=0 takes the Triton one); so is the in-chunk backward launch where the torch
-path's switch (GLA_GLUON_INTRA=1) takes it (``gluon.host.jax_intra_reason``).
+path's switch (GLA_GLUON_INTRA=1) takes it (``gluon.host.jax_intra_reason``), and with the torch
+path's GLA_GLUON_INTRA_EXIT=1 that launch takes the exit launch's terms too, which then does not run.
 """
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def fwd_call(q, k, v, g, h0, scale, reverse):
 
 
 def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
-    """(dq, dk, dv per query head, dg, dh0) from the five backward launches."""
+    """(dq, dk, dv per query head, dg, dh0) from the backward launches: five, or four where the Gluon
+    in-chunk launch takes the exit launch's terms (``_chunk_launches``)."""
     import jax
     import jax.numpy as jnp
 
@@ -95,7 +97,6 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
     bt = _cfg.CHUNK
     slots = _cfg.chunk_slots(b, t, b, bt)
     states = jax.ShapeDtypeStruct((slots, h, d, e), q.dtype)  # per-chunk states (scratch)
-    per_head_f32 = jax.ShapeDtypeStruct((b, t, h, d), jnp.float32)
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_H_CONFIG, d, e, name)
     hc = jt.triton_call(
         kd, bl, v, h0_arg, g, t_, h_, hkv_, bucket, kernel=_k.gla_bwd_h_kernel, out_shape=[states],
@@ -106,33 +107,54 @@ def _bwd_launches(q, k, v, g, do, h0, dht, pre, scale, reverse):
         out_shape=[states, jax.ShapeDtypeStruct((slots, h, d), jnp.float32),
                    jax.ShapeDtypeStruct((b, h, d, e), jnp.float32)],
         grid=(_cfg.cdiv(d, bs), b * h), num_warps=w, num_stages=s, BT=bt, BS=bs, HAS_DHT=True, **qk)
-    grid = _cfg.prep_grid(t, b * h)
-    intra, intra_meta = _k.gla_bwd_intra_kernel, dict(flags, **_cfg.intra_meta(d, e, bt))
-    scratch = _cfg.intra_scratch(grid, d, bt)  # the launch's in-block pairs, sized by the launch taken
-    if _gluon_host.jax_intra_reason(jnp.dtype(q.dtype).name, d, e, bt, jax.devices()[0]) is None:
-        from ..gluon import intra as _gluon_intra
-        from ...common.jax_gluon import install
-
-        install(jt.triton_lib)
-        intra = _gluon_intra.gla_bwd_intra_gluon_kernel
-        intra_meta = _gluon_host.intra_meta(d, e, reverse, False)
-        scratch = _gluon_host.intra_scratch(grid)
-    dq, dki, dgq, _ = jt.triton_call(
-        q, k, v, g, do, hc, g, t_, h_, hkv_, sc, kernel=intra,
-        out_shape=[jax.ShapeDtypeStruct((b, t, h, d), q.dtype), jax.ShapeDtypeStruct((b, t, h, d), gdt),
-                   per_head_f32, jax.ShapeDtypeStruct((scratch,), jnp.float32)],
-        grid=grid, **intra_meta)
-    dk, dg = jt.triton_call(
-        k, v, g, dhc, thr, g, dki, dgq, t_, h_, hkv_, sc, kernel=_k.gla_bwd_exit_kernel,
-        out_shape=[jax.ShapeDtypeStruct((b, t, h, d), gdt), jax.ShapeDtypeStruct((b, t, h, d), g.dtype)],
-        grid=grid, **flags,
-        **_cfg.exit_meta(d, e, bt))
+    dq, dk, dg = _chunk_launches(jt, q, k, v, g, do, hc, dhc, thr, (t_, h_, hkv_, sc), flags, reverse)
     _, bs, w, s = _cfg.jax_config(_cfg.JAX_BWD_V_CONFIG, d, e, name)
     dv = jt.triton_call(
         qd, kd, bl, scores, do, dht, g, t_, h_, hkv_, sc, bucket, kernel=_k.gla_bwd_v_kernel,
         out_shape=[jax.ShapeDtypeStruct((b, t, h, e), gdt)], grid=(_cfg.cdiv(e, bs), b * h), num_warps=w,
         num_stages=s, BK=_cfg.pow2(d), SPLIT=e, HAS_DHT=True, BT=bt, BS=bs, **flags)[0]
     return dq, dk, dv, dg, dh0
+
+
+def _chunk_launches(jt, q, k, v, g, do, hc, dhc, thr, scalars, flags, reverse):
+    """(dq, dk per query head, dg) from the parallel launches over chunks: the in-chunk launch, then
+    the exit launch adding the exit state's terms; or, where the Gluon in-chunk launch runs with
+    those terms too (``gluon.host.intra_exit``, as on the torch path), that launch alone, dk and dg
+    leaving it final."""
+    import jax
+    import jax.numpy as jnp
+
+    b, t, h, d = q.shape
+    e = v.shape[3]
+    bt = _cfg.CHUNK
+    grid = _cfg.prep_grid(t, b * h)
+    per_head = lambda dtype: jax.ShapeDtypeStruct((b, t, h, d), dtype)  # noqa: E731
+    gdt = q.dtype if h == k.shape[2] else jnp.float32
+    intra, intra_meta = _k.gla_bwd_intra_kernel, dict(flags, **_cfg.intra_meta(d, e, bt))
+    scratch = _cfg.intra_scratch(grid, d, bt)  # the launch's in-block pairs, sized by the launch taken
+    fused = False
+    if _gluon_host.jax_intra_reason(jnp.dtype(q.dtype).name, d, e, bt, jax.devices()[0]) is None:
+        from ..gluon import intra as _gluon_intra
+        from ...common.jax_gluon import install
+
+        install(jt.triton_lib)
+        fused = _gluon_host.intra_exit()
+        intra = _gluon_intra.gla_bwd_intra_exit_gluon_kernel if fused else _gluon_intra.gla_bwd_intra_gluon_kernel
+        intra_meta = _gluon_host.intra_meta(d, e, reverse, False)
+        scratch = _gluon_host.intra_scratch(grid)
+    scratch = jax.ShapeDtypeStruct((scratch,), jnp.float32)
+    if fused:
+        dq, dk, dg, _ = jt.triton_call(
+            q, k, v, g, do, hc, dhc, thr, g, *scalars, kernel=intra,
+            out_shape=[per_head(q.dtype), per_head(gdt), per_head(g.dtype), scratch], grid=grid, **intra_meta)
+        return dq, dk, dg
+    dq, dki, dgq, _ = jt.triton_call(
+        q, k, v, g, do, hc, g, *scalars, kernel=intra,
+        out_shape=[per_head(q.dtype), per_head(gdt), per_head(jnp.float32), scratch], grid=grid, **intra_meta)
+    dk, dg = jt.triton_call(
+        k, v, g, dhc, thr, g, dki, dgq, *scalars, kernel=_k.gla_bwd_exit_kernel,
+        out_shape=[per_head(gdt), per_head(g.dtype)], grid=grid, **flags, **_cfg.exit_meta(d, e, bt))
+    return dq, dk, dg
 
 
 def bwd_call(q, k, v, g, do, h0, dht, pre, scale, reverse):
