@@ -260,9 +260,10 @@ def test_a_backward_gives_the_gluon_in_chunk_launch_the_scratch_of_its_form(monk
     assert wsc.numel() == (grid[0] * grid[1] * 64 * 16 if pairs else 1)
 
 
-def test_the_jax_bridge_gives_the_gluon_in_chunk_launch_the_scratch_of_its_form(monkeypatch):
-    """gla/jax-triton with the Gluon in-chunk launch (its rule passed, jax-triton stood in for):
-    the launch takes PAIRS and an fp32 scratch output of ``intra_scratch`` of its grid."""
+def _jax_backward_launches(monkeypatch, pairs: int, exit_terms: bool) -> list:
+    """gla/jax-triton's launches of a forward and backward with the Gluon in-chunk launch (its rule
+    passed, jax-triton stood in for by a signature check), in the form ``pairs`` and with the exit
+    terms or not (GLA_GLUON_INTRA_EXIT)."""
     jax = pytest.importorskip("jax")
     if compat.IMPORT_ERROR is not None:
         pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
@@ -285,15 +286,36 @@ def test_the_jax_bridge_gives_the_gluon_in_chunk_launch_the_scratch_of_its_form(
     monkeypatch.setattr(jax_bridge, "_FN", None)
     monkeypatch.setattr(jax_gluon, "install", lambda lib: None)
     monkeypatch.setattr(host, "jax_intra_reason", lambda *a: None)
-    _intra_form(monkeypatch, 16)
+    monkeypatch.setattr(host, "INTRA_EXIT", exit_terms)
+    _intra_form(monkeypatch, pairs)
     rng = np.random.default_rng(0)
     q, k, v = (jnp.asarray(rng.standard_normal((1, 70, 2, 64), dtype=np.float32)) for _ in range(3))
     g = jnp.asarray(-rng.random((1, 70, 2, 64), dtype=np.float32))
     out, vjp = jax.vjp(lambda *xs: jax_bridge.gla_jax_triton(*xs), q, k, v, g)
     vjp(tuple(jnp.ones_like(x) for x in out))
-    intra, = [launch for launch in fake.launches if launch["name"] == "gla_bwd_intra_gluon_kernel"]
+    return fake.launches
+
+
+def test_the_jax_bridge_gives_the_gluon_in_chunk_launch_the_scratch_of_its_form(monkeypatch):
+    """gla/jax-triton with the Gluon in-chunk launch: the launch takes PAIRS and an fp32 scratch
+    output of ``intra_scratch`` of its grid, and the exit launch follows it."""
+    launches = _jax_backward_launches(monkeypatch, 16, False)
+    intra, = [launch for launch in launches if launch["name"] == "gla_bwd_intra_gluon_kernel"]
     assert intra["meta"]["PAIRS"] == 16
     assert intra["outs"][-1] == (host.intra_scratch(intra["grid"]),) == (intra["grid"][0] * 2 * 64 * 16,)
+    assert [launch["name"] for launch in launches].count("gla_bwd_exit_kernel") == 1
+
+
+def test_the_jax_bridge_takes_the_exit_terms_in_the_gluon_in_chunk_launch(monkeypatch):
+    """gla/jax-triton with GLA_GLUON_INTRA_EXIT: the fused entry, with dhc and thr among its inputs
+    (the signature check counts every argument) and dq, dk, dg and the scratch as its outputs, and no
+    exit launch after it."""
+    launches = _jax_backward_launches(monkeypatch, 0, True)
+    names = [launch["name"] for launch in launches]
+    assert "gla_bwd_exit_kernel" not in names and "gla_bwd_intra_gluon_kernel" not in names
+    fused, = [launch for launch in launches if launch["name"] == "gla_bwd_intra_exit_gluon_kernel"]
+    assert fused["meta"]["PAIRS"] == 0 and len(fused["args"]) == 13
+    assert fused["outs"] == [(1, 70, 2, 64)] * 3 + [(host.intra_scratch(fused["grid"]),)]
 
 
 def test_the_jax_intra_rule_follows_the_torch_switch_and_names_why(monkeypatch):
@@ -307,3 +329,151 @@ def test_the_jax_intra_rule_follows_the_torch_switch_and_names_why(monkeypatch):
     if compat.IMPORT_ERROR is None:
         assert "sm_90" in host.jax_intra_reason("bfloat16", 128, 128, 64, types.SimpleNamespace(platform="cpu"))
         assert host.jax_intra_reason("bfloat16", 128, 64, 64, gpu90) is None
+
+
+def test_the_exit_knob_is_read_at_import_and_off_by_default():
+    """GLA_GLUON_INTRA_EXIT: the in-chunk launch takes the exit terms only where it is 1."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from lattnbench.kernels.gla.gluon import host; print('EXIT', host.INTRA_EXIT, host.intra_exit())"
+    seen = {}
+    for value in (None, "0", "1", "yes"):
+        env = {k: v for k, v in os.environ.items() if k != "GLA_GLUON_INTRA_EXIT"}
+        if value is not None:
+            env["GLA_GLUON_INTRA_EXIT"] = value
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        line = next((ln for ln in run.stdout.splitlines() if ln.startswith("EXIT ")), None)
+        assert run.returncode == 0 and line, run.stderr[-2000:]
+        seen[value] = line.split()[1:]
+    assert seen == {None: ["False", "False"], "0": ["False", "False"], "1": ["True", "True"],
+                    "yes": ["False", "False"]}
+
+
+def test_the_intra_launch_keys_the_exit_entry_apart_and_gives_it_the_same_keywords(monkeypatch):
+    """``launch_intra(..., exit_terms=True)`` launches the fused entry, under a key of its own, with
+    the form's keywords and grid unchanged; without it, the plain entry."""
+    calls = []
+    monkeypatch.setattr(host, "_LAUNCH_INTRA", lambda key, args, spec, stream: calls.append(("plain", key, *spec())))
+    monkeypatch.setattr(host, "_LAUNCH_INTRA_EXIT",
+                        lambda key, args, spec, stream: calls.append(("exit", key, *spec())))
+    _intra_form(monkeypatch, 16)
+    host.launch_intra(("call",), (), (3, 8), 128, 64, False, True, None)
+    host.launch_intra(("call",), (), (3, 8), 128, 64, False, True, None, exit_terms=True)
+    (plain, key0, grid0, meta0), (fused, key1, grid1, meta1) = calls
+    assert (plain, fused) == ("plain", "exit")
+    assert key0 != key1 and key0[:-2] == key1[:-2] and key0[-1] == key1[-1] == "call"
+    assert (key0[-2], key1[-2]) == (False, True)
+    assert meta0 == meta1 and meta1["PAIRS"] == 16 and meta1["IS_VARLEN"] is True
+    assert grid0({}) == grid1({}) == (3, 8)
+
+
+if compat.IMPORT_ERROR is None:
+    from lattnbench.kernels.gla.gluon import intra as _intra_kernels
+
+    #: the fused entry's runtime arguments, in its order
+    _EXIT_ARGS = tuple(name for name, p in zip(_intra_kernels.gla_bwd_intra_exit_gluon_kernel.arg_names,
+                                               _intra_kernels.gla_bwd_intra_exit_gluon_kernel.params)
+                       if not p.is_constexpr)
+else:  # the arguments ops passes, named as the kernel names them
+    _EXIT_ARGS = ("q", "k", "v", "g", "do", "hc", "dhc", "thr", "cu", "T", "H", "HKV", "scale", "dq", "dk", "dg", "wsc")
+
+
+def _triton_stand_in(ops, real_exit, seen):
+    """A CPU stand-in for the Gluon in-chunk launch: the Triton launches on its arguments. The plain
+    form is the Triton in-chunk launch on the same arguments; the fused form (``exit_terms``, its
+    arguments named by the fused entry's signature) the Triton in-chunk launch into dk and an fp32
+    part of dg of its own, then the real exit launch into dk and dg. So a backward through either
+    gives the Triton path's gradients, bit for bit, only if ops hands each buffer to the right place."""
+    from lattnbench.kernels.common.launch import dot_precision
+
+    def launch(key, args, grid, d, e, reverse, varlen, stream, exit_terms=False):
+        seen.append((args, exit_terms))
+        flags = dict(KD=d, VD=e, REVERSE=bool(reverse), IS_VARLEN=varlen, DOT_PREC=dot_precision(args[0].dtype))
+        if not exit_terms:
+            ops._intra_unfused(("stand-in",) + key, args, grid, False, flags, d, e, reverse, varlen, stream)
+            return
+        a = dict(zip(_EXIT_ARGS, args))
+        dgq = torch.full(a["q"].shape, float("nan"), dtype=torch.float32)
+        wsc = torch.empty(ops._cfg.intra_scratch(grid, d, ops._chunk()), dtype=torch.float32)
+        ops._intra_unfused(("stand-in",) + key, (*(a[n] for n in ("q", "k", "v", "g", "do", "hc", "cu", "T", "H", "HKV",
+                                                                  "scale", "dq", "dk")), dgq, wsc),
+                           grid, False, flags, d, e, reverse, varlen, stream)
+        real_exit(("stand-in",) + key, (*(a[n] for n in ("k", "v", "g", "dhc", "thr", "cu", "dk")), dgq,
+                                        *(a[n] for n in ("T", "H", "HKV", "scale", "dk", "dg"))),
+                  lambda: (lambda meta: grid, dict(flags, **ops._cfg.exit_meta(d, e, ops._chunk()))), stream)
+    return launch
+
+
+@pytest.mark.parametrize("rule,knob", [(False, True), (True, False), (True, True)],
+                         ids=["triton-intra", "gluon-plain", "gluon-fused"])
+@pytest.mark.parametrize("g_dtype,hkv", [(torch.float32, 2), (torch.bfloat16, 1)], ids=["g32", "g16-gqa"])
+def test_a_backward_skips_the_exit_launch_exactly_when_the_gluon_launch_takes_its_terms(
+        monkeypatch, rule, knob, g_dtype, hkv):
+    """``ops.gla_bwd`` with the Gluon in-chunk rule passed or not and GLA_GLUON_INTRA_EXIT on or off
+    (the Gluon launch stood in for by the Triton launches, ``_triton_stand_in``; outputs NaN-poisoned):
+    the exit launch runs unless the Gluon launch runs with the exit terms, which then gets dhc and
+    thr as the state-gradient pass wrote them and dg in g's dtype (its own buffer for a 16-bit g, dk
+    per query head in fp32 under GQA). Every gradient equals the Triton path's bit for bit."""
+    from lattnbench.kernels.gla.triton import ops
+
+    monkeypatch.setattr(ops, "_empty", lambda *shape, dtype, device: torch.full(shape, float("nan"), dtype=dtype,
+                                                                                 device=device))
+    real_exit = ops._BWD_EXIT
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 40, 2, 16, generator=gen)
+    k, v = (torch.randn(1, 40, hkv, 16, generator=gen) for _ in range(2))
+    g = torch.nn.functional.logsigmoid(torch.randn(1, 40, 2, 16, generator=gen)).to(g_dtype)
+    cot = (torch.randn(1, 40, 2, 16, generator=gen), torch.randn(1, 2, 16, 16, generator=gen))
+
+    def grads():
+        leaves = [x.clone().requires_grad_() for x in (q, k, v, g)]
+        return torch.autograd.grad(gla_triton(*leaves), leaves, cot)
+
+    want = grads()  # the Triton path: the CPU keeps it
+    exits, seen = [], []
+    monkeypatch.setattr(ops, "_BWD_EXIT", lambda *a: exits.append(1) or real_exit(*a))
+    monkeypatch.setattr(host, "INTRA_EXIT", knob)
+    if rule:
+        monkeypatch.setattr(host, "intra_reason", lambda *a: None)
+        monkeypatch.setattr(host, "launch_intra", _triton_stand_in(ops, real_exit, seen))
+    got = grads()
+    fused = rule and knob
+    assert len(exits) == (0 if fused else 1)
+    assert len(seen) == (1 if rule else 0)
+    for mine, theirs in zip(got, want):
+        assert mine.dtype == theirs.dtype and torch.equal(mine, theirs)
+    if fused:
+        (args, exit_terms), = seen
+        a = dict(zip(_EXIT_ARGS, args))
+        assert exit_terms and len(args) == len(_EXIT_ARGS)
+        slots = ops._cfg.chunk_slots(1, 40, 1, ops._chunk())
+        assert a["dhc"].shape == (slots, 2, 16, 16) and a["thr"].shape == (slots, 2, 16)
+        assert a["thr"].dtype == torch.float32 and torch.isfinite(a["dhc"]).all() and torch.isfinite(a["thr"]).all()
+        assert a["dg"].dtype == g_dtype and a["dk"].dtype == (torch.float32 if hkv < 2 else q.dtype)
+        assert a["dk"].shape == a["dg"].shape == q.shape and a["wsc"].numel() == host.intra_scratch(ops._cfg.prep_grid(40, 2))
+
+
+def test_the_fused_intra_launch_compiles_for_sm90_with_one_more_product_a_key_slice(monkeypatch):
+    """The fused entry against the plain one, same form (fp16 operands, pairs in blocks of 16, D = E =
+    128): one more wgmma chain a key slice (v·Yᵀ, k-steps of 16 over E) in the one copy of the slice
+    loop, and exactly one more [KDS, E] bf16 buffer (dhc's slice) of shared memory. The tf32 form with
+    every level a product takes the exit terms too (GQA's fp32 dk, a bf16 g), within the H200's
+    227 KB. In a fresh process."""
+    if compat.IMPORT_ERROR is not None:
+        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
+    for name, value in dict(PAIRS="16", ROW_LANES="4", OP16="1", KDS="64").items():
+        monkeypatch.setenv(f"GLA_GLUON_INTRA_{name}", value)
+    plain, fused = gluon_aot_metrics("compile_gla_intra(d=128, e=128, dtype='bf16', exit_terms=False)",
+                                     "compile_gla_intra(d=128, e=128, dtype='bf16', exit_terms=True)")
+    assert plain["wgmma"] == 2 * 2 * 64 // 16 + 2 * 128 // 16
+    assert fused["wgmma"] == plain["wgmma"] + 128 // 16
+    assert fused["shared_bytes"] == plain["shared_bytes"] + 64 * 128 * 2
+    assert plain["barriers"] <= fused["barriers"] <= plain["barriers"] + 4
+    monkeypatch.setenv("GLA_GLUON_INTRA_OP16", "0")
+    monkeypatch.setenv("GLA_GLUON_INTRA_PAIRS", "0")
+    tf32, = gluon_aot_metrics("compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True, g_dtype='bf16', "
+                              "exit_terms=True)")
+    assert tf32["wgmma"] == 6 * 2 * 64 // 8 + 3 * 128 // 16
+    assert 0 < tf32["shared_bytes"] <= 227 * 1024
