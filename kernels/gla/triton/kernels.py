@@ -25,7 +25,8 @@ first two only store it per chunk, for the parallel launches):
                           dh0, backward sweep over D-slices, state dS [BS, E]
   gla_bwd_intra_kernel    dq whole, each chunk's own part of dk (W = scale·do·vᵀ weighted) and dg's
                           pairs ending in the chunk's rows (from inside it and from its entry state)
-  gla_bwd_exit_kernel     what the state leaving each chunk adds to dk and dg
+  gla_bwd_exit_kernel     what the state leaving each chunk adds to dk and dg (the Gluon in-chunk
+                          launch takes these terms itself under GLA_GLUON_INTRA_EXIT=1)
   gla_bwd_v_kernel        dv, backward sweep; programs own an E-slice, state dSᵀ [BS, D]
 
 Tensors are contiguous ``[B, T, heads, dim]`` (q, g, do, o, dq, dg with H heads; k, v with HKV);
