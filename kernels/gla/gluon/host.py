@@ -36,7 +36,7 @@ INTRA_EPI = os.environ.get("GLA_GLUON_INTRA_EPI", "0").strip() == "1"
 # the in-chunk pairs inside blocks of this many rows in fp32 registers, only the levels above them as
 # products (0: every level a product); a block is a thread's rows, CHUNK / INTRA_ROW_LANES (16 at 4)
 INTRA_PAIRS = int(os.environ.get("GLA_GLUON_INTRA_PAIRS", "0"))
-# the exit state's terms (``gla_bwd_exit_kernel``'s) as the in-chunk launch's epilogue: dk and dg
+# the exit state's terms (``gla_bwd_exit_kernel``'s) in the Gluon in-chunk launch itself: dk and dg
 # leave that launch final and the exit launch does not run (gla/triton and gla/jax-triton alike)
 INTRA_EXIT = os.environ.get("GLA_GLUON_INTRA_EXIT", "0").strip() == "1"
 # a register cap per thread for the torch path's in-chunk launch (0: none): 128 at 8 warps lets two

@@ -108,7 +108,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     gradient leaving each chunk, dg's entry-to-exit pairs and dh0 (D-slices, backward sweep); dq
     whole, dk's and dg's parts from each chunk's rows and entry state (parallel over chunks); what
     the exit state adds to dk (in place) and dg (written in g's dtype; parallel; not run where the
-    Gluon in-chunk launch takes these terms as its epilogue, ``gluon.host.intra_exit``, and dk and dg
+    Gluon in-chunk launch takes these terms itself, ``gluon.host.intra_exit``, and dk and dg
     leave that launch final); dv (E-slices, backward sweep). GQA sums dk, dv over each kv head's
     query heads (per query head in fp32 first). The per-chunk states are scratch, freed on return."""
     b, t, h, d = q.shape
@@ -121,7 +121,7 @@ def gla_bwd(q, k, v, g, do, scale, h0, dht, reverse, cu, n, pre):
     dv = _empty(b, t, h, e, dtype=gdt, device=q.device)
     bt = _chunk()
     gluon_intra = _gluon_host.intra_reason(q, v, bt) is None
-    # the Gluon in-chunk launch with the exit terms as its epilogue: dk and dg leave it final
+    # the Gluon in-chunk launch with the exit terms in it: dk and dg leave it final
     fused = gluon_intra and _gluon_host.intra_exit()
     # dg's in-chunk part stays fp32 until the exit launch adds the rest; that launch writes dg in
     # g's dtype, so a 16-bit g costs no cast launch (for fp32 g it adds in place). The fused launch
