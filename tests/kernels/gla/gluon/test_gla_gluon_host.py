@@ -332,22 +332,27 @@ def test_the_jax_intra_rule_follows_the_torch_switch_and_names_why(monkeypatch):
 
 
 def test_the_exit_knob_is_read_at_import_and_off_by_default():
-    """GLA_GLUON_INTRA_EXIT: the in-chunk launch takes the exit terms only where it is 1."""
+    """GLA_GLUON_INTRA_EXIT: the in-chunk launch takes the exit terms only where it is 1. One fresh
+    process imports the host module under each value in turn (a reload re-reads the environment)."""
     import os
     import subprocess
     import sys
 
-    code = "from lattnbench.kernels.gla.gluon import host; print('EXIT', host.INTRA_EXIT, host.intra_exit())"
-    seen = {}
-    for value in (None, "0", "1", "yes"):
-        env = {k: v for k, v in os.environ.items() if k != "GLA_GLUON_INTRA_EXIT"}
-        if value is not None:
-            env["GLA_GLUON_INTRA_EXIT"] = value
-        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-        line = next((ln for ln in run.stdout.splitlines() if ln.startswith("EXIT ")), None)
-        assert run.returncode == 0 and line, run.stderr[-2000:]
-        seen[value] = line.split()[1:]
-    assert seen == {None: ["False", "False"], "0": ["False", "False"], "1": ["True", "True"],
+    code = (
+        "import importlib, os\n"
+        "from lattnbench.kernels.gla.gluon import host\n"
+        "for value in (None, '0', '1', 'yes'):\n"
+        "    os.environ.pop('GLA_GLUON_INTRA_EXIT', None)\n"
+        "    if value is not None:\n"
+        "        os.environ['GLA_GLUON_INTRA_EXIT'] = value\n"
+        "    importlib.reload(host)\n"
+        "    print('EXIT', value, host.INTRA_EXIT, host.intra_exit())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GLA_GLUON_INTRA_EXIT"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    seen = {ln.split()[1]: ln.split()[2:] for ln in run.stdout.splitlines() if ln.startswith("EXIT ")}
+    assert seen == {"None": ["False", "False"], "0": ["False", "False"], "1": ["True", "True"],
                     "yes": ["False", "False"]}
 
 
