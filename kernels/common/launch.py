@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from .tensormap_cache import cached_runner
+
 _LAUNCHERS: "weakref.WeakSet[Launcher]" = weakref.WeakSet()
 
 # what a launch needs beyond its arguments, asked for only on a key's first call: (grid of the
@@ -70,6 +72,12 @@ def fast_launch_enabled() -> bool:
     return os.environ.get("LIGHTNING_TRITON_FAST_LAUNCH", "1").strip() != "0"
 
 
+def tensormap_reuse_enabled() -> bool:
+    """LIGHTNING_GLUON_TENSORMAPS=0 (read when a launcher is made) encodes every descriptor's tensor
+    map at every launch, as Triton's own runner does (``tensormap_cache``)."""
+    return os.environ.get("LIGHTNING_GLUON_TENSORMAPS", "1").strip() != "0"
+
+
 class Launcher:
     """Launch ``module.<autotuned>[grid](*args, **kw)``; later calls with the same key go straight
     to the compiled kernel's runner. The autotuned kernel is None under the interpreter: then
@@ -86,6 +94,7 @@ class Launcher:
         # Triton's compiled kernel could not be reached (its own path then, every call)
         self.cache: dict[Hashable, Any] = {}
         self.fast = fast_launch_enabled()
+        self.reuse_tensormaps = tensormap_reuse_enabled()
         self.fast_launches = 0
         self.stream_kw = True
         _LAUNCHERS.add(self)
@@ -133,7 +142,8 @@ class Launcher:
             values = {**self.defaults, **kw, **meta}
             tail = tuple(values[n] for n in self.names[len(args):])
             g = grid(meta)
-            run = compiled[(g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1)]
+            g3 = (g[0], g[1] if len(g) > 1 else 1, g[2] if len(g) > 2 else 1)
+            run = (cached_runner(compiled, g3) if self.reuse_tensormaps else None) or compiled[g3]
             return run, tail
         except Exception:  # noqa: BLE001 — an unknown Triton version: keep its own launch path
             return False
