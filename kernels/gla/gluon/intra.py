@@ -31,7 +31,7 @@ from ...common.gluon_compat import warpgroup_mma_wait
 if IMPORT_ERROR is None:
     from triton import constexpr_function
 
-    from .prep import _add, _chunk_start, _level, _sequence
+    from .prep import _add, _chunk_start, _exp_flush, _level, _sequence
 
     @gluon.jit
     def _tf32(x):
@@ -193,7 +193,7 @@ if IMPORT_ERROR is None:
         dq_t and dk_s at once; W_ts, the same for every channel, is one load a pair from the block's
         row of ``wslot`` (``_store_block_pairs``), a broadcast over the channels."""
         NB: gl.constexpr = BT // C
-        a = _block_rows(gl.exp(gg), BT, KDS, C)
+        a = _block_rows(_exp_flush(gg), BT, KDS, C)
         q = _block_rows(qq, BT, KDS, C)
         k = _block_rows(kk, BT, KDS, C)
         LR: gl.constexpr = q[0].type.layout
@@ -271,7 +271,7 @@ if IMPORT_ERROR is None:
         Y the key slice of dS_out/scale in dhc_s: one wgmma against the chunk's v, already staged for
         W, and the factor e^{Bl − B} ≤ 1 from the gates after each row (``_after_rows``)."""
         y = gl.convert_layout(warpgroup_mma(v_s, dhc_s.permute((1, 0)), zero_x, use_acc=False), L)
-        return y * gl.exp(_after_rows(gg, L, BT, KDS, C)) * scale
+        return y * _exp_flush(_after_rows(gg, L, BT, KDS, C)) * scale
 
     @gluon.jit
     def _before_rows(x):
@@ -408,7 +408,7 @@ if IMPORT_ERROR is None:
                 # dq's state part: scale·e^{B}⊙(do·S_inᵀ)
                 x = gl.convert_layout(warpgroup_mma(do_s, hc_s.permute((1, 0)), zero_x, use_acc=False), L)
                 B = gl.associative_scan(gg, 0, _add)
-                dq_acc = x * gl.exp(B) * scale
+                dq_acc = x * _exp_flush(B) * scale
                 terms = qq * dq_acc  # dg's terms: q⊙dq_x, then q_L⊙P − k_L⊙Q of the strict pairs
                 # the diagonal pairs (weight 1) go straight into dq and dk, never into dg's terms
                 dq_acc += w_diag[:, None] * kk

@@ -62,6 +62,14 @@ if IMPORT_ERROR is None:
         return gg
 
     @gluon.jit
+    def _exp_flush(x):
+        """e^x as 2^(x·log2 e): ``gl.exp2`` is one MUFU.EX2 that flushes a result below fp32's normal
+        range (x < −87.3) to 0, where ``gl.exp`` is the non-flushing form, which ptxas wraps in a
+        compare and two multiplies. Every factor here is ≤ 1 and multiplies q, k or their 16-bit
+        level operands, so a flushed one is below 1e-38 of the value it scales."""
+        return gl.exp2(x * 1.4426950408889634)
+
+    @gluon.jit
     def _level(B, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr, SPAN: gl.constexpr):
         """E [BT, KD] of the tree level with groups of SPAN positions: e^{B − R} on the later halves'
         rows and e^{R − B} on the earlier ones', R the cumulative gate at the group's boundary (its
@@ -71,7 +79,7 @@ if IMPORT_ERROR is None:
         i3 = gl.arange(0, SPAN, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
         R = gl.sum(gl.where((i3 == SPAN // 2 - 1)[None, :, None], B3, 0.0), axis=1)
         X3 = B3 - gl.expand_dims(R, 1)
-        E = gl.exp(gl.where((i3 >= SPAN // 2)[None, :, None], X3, -X3))
+        E = _exp_flush(gl.where((i3 >= SPAN // 2)[None, :, None], X3, -X3))
         return gl.convert_layout(gl.reshape(E, [BT, KD]), L)
 
     @gluon.jit
@@ -225,11 +233,11 @@ if IMPORT_ERROR is None:
             kk = k_s.load(L).to(gl.float32)
             B = gl.associative_scan(gg, 0, _add)
             Bl = gl.sum(gg, axis=0)
-            qd_t = gl.convert_layout((qq * gl.exp(B)).to(qd.dtype.element_ty), LD)
+            qd_t = gl.convert_layout((qq * _exp_flush(B)).to(qd.dtype.element_ty), LD)
             if SCALED:  # back to the inputs' scale: exact, a power of two
                 qd_t = (qd_t.to(gl.float32) * q_inv[:, None]).to(qd.dtype.element_ty)
             gl.store(qd + x_base + x_off, qd_t, mask=m)
-            kd_t = gl.convert_layout((kk * gl.exp(Bl[None, :] - B)).to(kd.dtype.element_ty), LD)
+            kd_t = gl.convert_layout((kk * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty), LD)
             if SCALED:
                 kd_t = (kd_t.to(gl.float32) * k_inv[:, None]).to(kd.dtype.element_ty)
             gl.store(kd + x_base + x_off, kd_t, mask=m)

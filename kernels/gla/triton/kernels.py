@@ -45,6 +45,15 @@ from .configs import (BWD_DH_CONFIGS, BWD_H_CONFIGS, BWD_V_CONFIGS, FWD_CONFIGS,
 
 
 @triton.jit
+def _exp(x):
+    """e^x as 2^(x·log2 e): ``tl.exp2`` is one MUFU.EX2 that flushes a result below fp32's normal
+    range (x < −87.3) to 0, where ``tl.exp`` is the non-flushing form, which ptxas wraps in a compare
+    and two multiplies. Every factor taken here is ≤ 1 and scales a value, so a flushed one is
+    below 1e-38 of the value it scales."""
+    return tl.exp2(x * 1.4426950408889634)
+
+
+@triton.jit
 def _offset(pos, BT: tl.constexpr, BACK: tl.constexpr):
     """Offset inside a chunk (ascending addresses) of processing position pos."""
     if BACK:
@@ -177,7 +186,7 @@ def _level(B, p, lv, BT: tl.constexpr, BACK: tl.constexpr):
         ref = BT - 1 - ref
     X = B - tl.gather(B, tl.broadcast_to(ref[:, None], B.shape), 0)
     later = (p // (span // 2)) % 2 == 1
-    return later, tl.exp(tl.where(later[:, None], X, -X).to(tl.float32))
+    return later, _exp(tl.where(later[:, None], X, -X).to(tl.float32))
 
 
 @triton.jit
@@ -225,8 +234,8 @@ def gla_prep_kernel(
             m_k = o_k < KD
             bg, bq, bk = _gqk_tiles(g_base, q_base, k_base, rows, valid, o_k, m_k, H, HKV, KD)
             B, Bl = _chunk_gates(bg, DOT_PREC, REVERSE)
-            store_tile(qd_base, rows, H * KD, o_k, valid, m_k, bq * tl.exp(B.to(tl.float32)))
-            store_tile(kd_base, rows, H * KD, o_k, valid, m_k, bk * tl.exp((Bl[None, :] - B).to(tl.float32)))
+            store_tile(qd_base, rows, H * KD, o_k, valid, m_k, bq * _exp(B.to(tl.float32)))
+            store_tile(kd_base, rows, H * KD, o_k, valid, m_k, bk * _exp((Bl[None, :] - B).to(tl.float32)))
             tl.store(_chunk_vector(bl, bos, i_n, i_c, i_h, H, KD, o_k, BT), Bl.to(tl.float32), mask=m_k)
             own += tl.sum(bq * bk, 1)
             for lv in range(0, LEVELS):
@@ -284,7 +293,7 @@ def _block_rows(base, stride, c0, lim, o_k, m_k, C: tl.constexpr, BT: tl.constex
         x = tl.load(base + (c0 + o)[:, None] * stride + o_k[None, :], mask=(p < lim)[:, None] & m_k[None, :],
                     other=0.0)
         x = x.to(tl.float32)
-        rows = rows + ((tl.exp(x) if EXP else x),)
+        rows = rows + ((_exp(x) if EXP else x),)
     if BACK:  # processing order inside a block runs against the addresses
         rows = rows[::-1]
     return rows
@@ -389,7 +398,7 @@ def gla_bwd_intra_kernel(
             bg, bq, bk = _gqk_tiles(g_base, q_base, k_base, rows, valid, o_k, m_k, H, HKV, KD)
             B, _ = _chunk_gates(bg, DOT_PREC, REVERSE)
             dq_acc = _state_product(hc, do_base, H * VD, bos, i_n, i_c, i_h, H, KD, VD, rows, valid, o_k, m_k,
-                                    DOT_PREC, BT, BV) * tl.exp(B).to(tl.float32) * scale
+                                    DOT_PREC, BT, BV) * _exp(B).to(tl.float32) * scale
             terms = bq * dq_acc  # dg's terms: q⊙dq_x, then q⊙dq − k⊙dk of the strict pairs
             dk_acc = tl.zeros([BT, BD], dtype=tl.float32)
             if PAIRS > 0:  # the pairs inside blocks, from _block_pairs, start the accumulators
@@ -445,7 +454,7 @@ def gla_bwd_exit_kernel(
             # Bl − B as an exclusive suffix sum: the sum of the gates it crosses, no difference of
             # two large cumulative gates
             dk_x = _state_product(dhc, v_base, HKV * VD, bos, i_n, i_c, i_h, H, KD, VD, rows, valid, o_k, m_k,
-                                  DOT_PREC, BT, BV) * tl.exp(tl.cumsum(bg, 0, reverse=not REVERSE) - bg) * scale
+                                  DOT_PREC, BT, BV) * _exp(tl.cumsum(bg, 0, reverse=not REVERSE) - bg) * scale
             exits = _before_rows(bk * dk_x, p, DOT_PREC, REVERSE) + _chunk_totals(
                 thr, bos, i_n, i_c, i_h, H, KD, o_k, m_k, BT)[None, :]
             store_tile(dk + row_off, rows, H * KD, o_k, valid, m_k,
