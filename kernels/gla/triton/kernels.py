@@ -397,8 +397,9 @@ def gla_bwd_intra_kernel(
                 tl.debug_barrier()
             bg, bq, bk = _gqk_tiles(g_base, q_base, k_base, rows, valid, o_k, m_k, H, HKV, KD)
             B, _ = _chunk_gates(bg, DOT_PREC, REVERSE)
+            # tl.exp, not _exp: once a slice, and with the flushing form ptxas spills more across the levels
             dq_acc = _state_product(hc, do_base, H * VD, bos, i_n, i_c, i_h, H, KD, VD, rows, valid, o_k, m_k,
-                                    DOT_PREC, BT, BV) * _exp(B).to(tl.float32) * scale
+                                    DOT_PREC, BT, BV) * tl.exp(B).to(tl.float32) * scale
             terms = bq * dq_acc  # dg's terms: q⊙dq_x, then q⊙dq − k⊙dk of the strict pairs
             dk_acc = tl.zeros([BT, BD], dtype=tl.float32)
             if PAIRS > 0:  # the pairs inside blocks, from _block_pairs, start the accumulators
