@@ -16,10 +16,8 @@ from lattnbench.kernels.gla.triton import gla_triton
 from lattnbench.kernels.gla.triton import ops as gla_ops
 from lattnbench.kernels.gla.triton.naive import gla_naive
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio
+from gla_testutil import check, gates
 from triton_testutil import record_launches
-
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-NAMES = {torch.float32: "fp32", torch.float16: "fp16"}
 
 
 @pytest.fixture(autouse=True)
@@ -30,66 +28,6 @@ def poison(monkeypatch):
         return torch.full(shape, float("nan") if dtype.is_floating_point else -7, dtype=dtype, device=device)
 
     monkeypatch.setattr(gla_ops, "_empty", nan_empty)
-
-
-def _gates(gen, shape, normaliser):
-    """log σ(x) / normaliser: fla's gates (normaliser 16) and stronger ones."""
-    return torch.nn.functional.logsigmoid(torch.randn(shape, generator=gen)) / normaliser
-
-
-def _walls(g, wall, reverse, cu_seqlens, every):
-    """g with every channel's gate set to ``wall`` at every ``every``-th row of each sequence (in
-    processing order, from its first): at a wall of −30 every pair across a wall and every state
-    carried past one weighs under e^{−30}, so o and every gradient are the pairs inside blocks of
-    ``every`` rows, to 1e-13: the deepest levels of the launches' tree, alone."""
-    g = g.clone()
-    bounds = [(i, 0, g.shape[1]) for i in range(g.shape[0])] if cu_seqlens is None else \
-        [(0, a, z) for a, z in zip(cu_seqlens[:-1], cu_seqlens[1:])]
-    for i, bos, eos in bounds:
-        order = torch.arange(bos, eos).flip(0) if reverse else torch.arange(bos, eos)
-        g[i, order[::every]] = wall
-    return g
-
-
-def check(seed=0, b=1, t=37, h=2, hkv=None, d=24, e=40, dtype=torch.float32, h0=True, reverse=False,
-          cu_seqlens=None, scale=None, normaliser=16.0, dst=True, skip=(), wall=None, every=4):
-    """Kernel and fp64 reference on the same dtype-rounded inputs; assert o, S_T, dq, dk, dv, dg,
-    dh0 within the dtype's tolerance (names in ``skip`` only finite). ``wall``: the gate of every
-    channel at every ``every``-th row (``_walls``). Returns the errors."""
-    hkv = hkv or h
-    n = b if cu_seqlens is None else len(cu_seqlens) - 1
-    gen = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, t, h, d, generator=gen).to(dtype)
-    k = torch.randn(b, t, hkv, d, generator=gen).to(dtype)
-    v = torch.randn(b, t, hkv, e, generator=gen).to(dtype)
-    g = _gates(gen, (b, t, h, d), normaliser)
-    if wall is not None:
-        g = _walls(g, wall, reverse, cu_seqlens, every)
-    s0 = torch.randn(n, h, d, e, generator=gen) if h0 else None
-    do = torch.randn(b, t, h, e, generator=gen).to(dtype)
-    ds = torch.randn(n, h, d, e, generator=gen)
-    ins = [q, k, v, g] + ([s0] if h0 else [])
-
-    mine = [x.to(DEV).requires_grad_(True) for x in ins]
-    o, st = gla_triton(*mine[:4], scale=scale, initial_state=mine[4] if h0 else None, reverse=reverse,
-                       cu_seqlens=cu_seqlens)
-    assert o.dtype == dtype and st.dtype == torch.float32 and st.shape == (n, h, d, e)
-    outs, cots = ((o, st), (do.to(DEV), ds.to(DEV))) if dst else ((o,), (do.to(DEV),))
-    grads = torch.autograd.grad(outs, mine, cots)
-
-    ref = [x.double().requires_grad_(True) for x in ins]
-    ro, rs = gla_naive(*ref[:4], scale=scale, initial_state=ref[4] if h0 else None, reverse=reverse,
-                       cu_seqlens=cu_seqlens)
-    routs, rcots = ((ro, rs), (do.double(), ds.double())) if dst else ((ro,), (do.double(),))
-    rgrads = torch.autograd.grad(routs, ref, rcots)
-
-    names = ["dq", "dk", "dv", "dg", "dh0"][: len(ins)]
-    pairs = {"o": (o, ro), "final_state": (st, rs), **{nm: (x, r) for nm, x, r in zip(names, grads, rgrads)}}
-    errs = {nm: err_ratio(x, r) for nm, (x, r) in pairs.items()}
-    tol = TOLERANCE[NAMES[dtype]]
-    bad = {nm: err for nm, err in errs.items() if not (err < float("inf") if nm in skip else err <= tol)}
-    assert not bad, f"errors above {tol}: {bad} (all: {errs})"
-    return errs
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -133,7 +71,7 @@ def test_g_in_bf16_and_fp16_is_cumulated_in_fp32():
     q, k = torch.randn(b, t, h, d, generator=gen), torch.randn(b, t, h, d, generator=gen)
     v, do = torch.randn(b, t, h, e, generator=gen), torch.randn(b, t, h, e, generator=gen)
     for gdt in (torch.bfloat16, torch.float16):
-        g = _gates(gen, (b, t, h, d), 1.0).to(gdt).requires_grad_(True)
+        g = gates(gen, (b, t, h, d), 1.0).to(gdt).requires_grad_(True)
         o, _ = gla_triton(q, k, v, g, output_final_state=False)
         (dg,) = torch.autograd.grad(o, g, do)
         gr = g.detach().double().requires_grad_(True)
@@ -222,7 +160,7 @@ def test_no_state_gradient_and_no_initial_state():
 def test_no_final_state_returned():
     gen = torch.Generator().manual_seed(7)
     q, k = torch.randn(1, 9, 1, 16, generator=gen), torch.randn(1, 9, 1, 16, generator=gen)
-    v, g = torch.randn(1, 9, 1, 16, generator=gen), _gates(gen, (1, 9, 1, 16), 16.0)
+    v, g = torch.randn(1, 9, 1, 16, generator=gen), gates(gen, (1, 9, 1, 16), 16.0)
     o, st = gla_triton(q, k, v, g, output_final_state=False)
     ro, _ = gla_naive(q.double(), k.double(), v.double(), g.double())
     assert st is None and err_ratio(o, ro) <= TOLERANCE["fp32"]
@@ -280,7 +218,7 @@ def test_prep_writes_every_chunks_operands_and_scores(reverse, normaliser):
     cu, h, hkv, d = [0, 21, 22, 50], 2, 1, 24
     t = cu[-1]
     q, k = torch.randn(1, t, h, d, generator=gen), torch.randn(1, t, hkv, d, generator=gen)
-    g = _gates(gen, (1, t, h, d), normaliser)
+    g = gates(gen, (1, t, h, d), normaliser)
     qd, kd, bl, scores = gla_ops.gla_prep(q, k, g, reverse, checks.cu_tensor(cu, t, q.device), len(cu) - 1)
     bt = gla_ops._chunk()
     kq = k.double().repeat_interleave(h // hkv, 2)

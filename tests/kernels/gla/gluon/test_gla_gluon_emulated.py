@@ -1,0 +1,160 @@
+"""gla/triton's Gluon launches on the CPU, through the Gluon emulator (``gluon_emulator``): the prep
+launch against the Triton one, and the whole op with the Gluon in-chunk backward in every form
+against the fp64 reference.
+
+The emulator runs each program's body over whole tiles, so these tests see the launches'
+arithmetic (exponents, masks, scales, pairs, the exit terms, stores of partial chunks, reversed
+and packed sequences), not their races or their compile: ``test_gla_gluon_host`` compiles them for
+sm_90 and ``tests/gpu`` runs them on the H200. The Triton sweeps run in the interpreter, which
+cannot do bf16 dots, so the whole op runs in fp16 here; the prep launch alone in bf16 too.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gluon_emulator as emu
+from gla_testutil import check
+from lattnbench.kernels.gla.gluon import host, intra, prep
+from lattnbench.kernels.gla.triton import ops as gops
+from lattnbench.measure.tolerance import err_ratio
+
+
+class _Emulated:
+    """A ``LazyLauncher``'s call, run by the emulator on the kernel's spec."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, 0
+
+    def __call__(self, key, args, spec, stream=None) -> None:
+        grid, kw = spec()
+        emu.run(self.kernel, grid({}), *args, **kw)
+        self.launches += 1
+
+
+@pytest.fixture
+def gluon_on_cpu(monkeypatch):
+    """The Gluon launches through the emulator wherever their shape rule takes a call (the sm_90
+    check skipped), at the GPU's chunk of 64 rows, every output buffer NaN-poisoned first."""
+    launches = {"prep": _Emulated(prep.gla_prep_gluon_kernel),
+                "intra": _Emulated(intra.gla_bwd_intra_gluon_kernel),
+                "intra_exit": _Emulated(intra.gla_bwd_intra_exit_gluon_kernel)}
+    monkeypatch.setattr(host, "_LAUNCH", launches["prep"])
+    monkeypatch.setattr(host, "_LAUNCH_INTRA", launches["intra"])
+    monkeypatch.setattr(host, "_LAUNCH_INTRA_EXIT", launches["intra_exit"])
+    monkeypatch.setattr(host, "_reason", lambda q, bt: host._shape_reason(str(q.dtype).removeprefix("torch."),
+                                                                          q.shape[3], bt))
+    monkeypatch.setitem(gops._INTERP_META, "BT", 64)
+    monkeypatch.setitem(gops._INTERP_META, "BS", 32)
+
+    def nan_empty(*shape, dtype, device):
+        return torch.full(shape, float("nan") if dtype.is_floating_point else -7, dtype=dtype, device=device)
+    monkeypatch.setattr(gops, "_empty", nan_empty)
+    return launches
+
+
+def _prep64(q, k, g, reverse, lens, bt=64):
+    """fp64 (qd, kd, A) as the prep launch lays them out: qd = q⊙e^B, kd = k⊙e^{Bl − B} per query
+    head [B, T, H, D], and A [B, T, H, BT] with A[t, h, s − chunk start] = Σ_d q_td k_sd e^{B_td − B_sd}
+    for s at or before t in processing order, else 0 (B the chunk's cumulative gate)."""
+    b, t, h, d = q.shape
+    kq = k.double().repeat_interleave(h // k.shape[2], 2)
+    qd, kd = torch.zeros(b, t, h, d, dtype=torch.float64), torch.zeros(b, t, h, d, dtype=torch.float64)
+    scores = torch.zeros(b, t, h, bt, dtype=torch.float64)
+    seqs = [(i, 0, t) for i in range(b)] if lens is None else \
+        [(0, int(s), int(s + n)) for s, n in zip(torch.tensor([0, *lens]).cumsum(0)[:-1].tolist(), lens)]
+    for i_b, bos, eos in seqs:
+        order = torch.arange(bos, eos)
+        order = order.flip(0) if reverse else order
+        for i_c, rows in enumerate(order.split(bt)):
+            start = eos - (i_c + 1) * bt if reverse else bos + i_c * bt
+            cum = g[i_b, rows].double().cumsum(0)
+            qd[i_b, rows] = q[i_b, rows].double() * cum.exp()
+            kd[i_b, rows] = kq[i_b, rows] * (cum[-1] - cum).exp()
+            n = len(rows)
+            lower = torch.arange(n)[None, :] <= torch.arange(n)[:, None]
+            expo = torch.where(lower[:, :, None, None], cum[:, None] - cum[None, :], -torch.inf)
+            pairs = torch.einsum("thd,shd,tshd->ths", q[i_b, rows].double(), kq[i_b, rows], expo.exp())
+            scores[i_b, rows[:, None], :, (rows - start)[None, :]] = pairs.permute(0, 2, 1)
+    return qd, kd, scores
+
+
+PREP_FORMS = {"tf32": (False, False), "fp16": (True, False), "fp16-async": (False, True)}
+PREP_CASES = [  # b, t, h, hkv, d, dtype, reverse, packed lengths or None, gate norm
+    (1, 150, 2, 1, 64, torch.bfloat16, False, None, 0.1),
+    (1, 130, 2, 2, 64, torch.float16, True, (3, 64, 63), 1.0),
+    (2, 70, 1, 1, 128, torch.bfloat16, True, None, 16.0),
+]
+
+
+@pytest.mark.parametrize("form", list(PREP_FORMS))
+@pytest.mark.parametrize("b,t,h,hkv,d,dtype,reverse,lens,norm", PREP_CASES,
+                         ids=[f"T{c[1]}-D{c[4]}-{str(c[5])[6:]}-{'rev' if c[6] else 'fwd'}"
+                              f"{'-varlen' if c[7] else ''}-norm{c[8]:g}" for c in PREP_CASES])
+def test_the_emulated_prep_launch_matches_the_triton_one(gluon_on_cpu, monkeypatch, form, b, t, h, hkv, d, dtype,
+                                                         reverse, lens, norm):
+    """The totals as the Triton launch (interpreted) makes them, from fp32 gates cumulated in another
+    order; qd and kd too where they are fp32, and where they are bf16 as close to fp64 as fp64
+    rounded to bf16 (the interpreter truncates where the GPU rounds); the scores within fp64's
+    rounding to their dtype and that of their 10-bit level operands (tf32 or fp16)."""
+    monkeypatch.setattr(host, "PREP_OP16", PREP_FORMS[form][0])
+    monkeypatch.setattr(host, "PREP_ASYNC", PREP_FORMS[form][1])
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    q = torch.randn(b, t, h, d, generator=gen).to(dtype)
+    k = (torch.randn(b, t, hkv, d, generator=gen) * d**-0.5).to(dtype)
+    g = torch.nn.functional.logsigmoid(torch.randn(b, t, h, d, generator=gen)) / norm
+    cu = None if lens is None else torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+    n = b if cu is None else len(lens)
+    monkeypatch.setattr(host, "PREP_ON", True)
+    got = gops.gla_prep(q, k, g, reverse, cu, n)
+    assert gluon_on_cpu["prep"].launches == 1
+    monkeypatch.setattr(host, "PREP_ON", False)
+    want = gops.gla_prep(q, k, g, reverse, cu, n)
+    qd64, kd64, a64 = _prep64(q, k, g, reverse, lens)
+    used = ~torch.isnan(want[2])  # slots no chunk takes stay NaN in both
+    # the same fp32 gates cumulated in another order: an exponent such as Bl − B differs by about an
+    # ulp of the chunk's depth, and a factor e^x by that much relatively
+    order = torch.finfo(torch.float32).eps * want[2][used].abs().max().item()
+    for name, x, y, x64 in zip(("qd", "kd", "bl"), got, want, (qd64, kd64, None)):
+        if name == "bl":
+            assert torch.isnan(x[~used]).all()
+            x, y = x[used], y[used]
+        assert torch.isfinite(x).all(), name
+        if x.dtype == torch.float32:
+            assert err_ratio(x, y) <= max(2e-5, order), (name, err_ratio(x, y))
+        else:
+            assert err_ratio(x, x64) <= 1.02 * err_ratio(x64.to(x.dtype), x64) + order, (name, err_ratio(x, x64))
+    assert torch.isfinite(got[3]).all()
+    # each level product reads its two operands at 10 bits: at most 2^-11 relative each (fp16
+    # rounds; tf32 truncates, so 2^-10), about 2^-10 of the scores over a row's random signs, on
+    # top of the scores' own rounding to their dtype
+    own = err_ratio(a64.to(dtype), a64)
+    assert err_ratio(got[3], a64) <= own + 2.0**-10, (err_ratio(got[3], a64), own)
+
+
+INTRA_FORMS = {  # OP16, EPI, PAIRS (ROW_LANES 4: a thread's 16 rows are one block)
+    "tf32": (False, False, 0), "fp16": (True, False, 0), "fp16-epi": (True, True, 0),
+    "tf32-pairs": (False, False, 16), "fp16-pairs": (True, False, 16), "fp16-epi-pairs": (True, True, 16),
+}
+
+
+@pytest.mark.parametrize("exit_terms", [False, True], ids=["plain", "exit"])
+@pytest.mark.parametrize("form", list(INTRA_FORMS))
+def test_the_emulated_gluon_backward_meets_fp64(gluon_on_cpu, monkeypatch, form, exit_terms):
+    """The whole op with the Gluon prep and in-chunk launches, every gradient dg included within
+    fp16's tolerance of fp64: packed sequences (one of a single row, one ending inside a block of
+    16), GQA, an initial state and dS_T, and per form another gate norm of fla's recipes and order."""
+    op16, epi, pairs = INTRA_FORMS[form]
+    monkeypatch.setattr(host, "INTRA_ON", True)
+    monkeypatch.setattr(host, "INTRA_OP16", op16)
+    monkeypatch.setattr(host, "INTRA_EPI", epi)
+    monkeypatch.setattr(host, "INTRA_PAIRS", pairs)
+    monkeypatch.setattr(host, "INTRA_ROW_LANES", 4)
+    monkeypatch.setattr(host, "INTRA_EXIT", exit_terms)
+    i = list(INTRA_FORMS).index(form)
+    norm, reverse = (16.0, 1.0, 0.1)[i % 3], bool(i % 2) != exit_terms
+    check(seed=40 + 2 * i + exit_terms, t=150, h=2, hkv=1, d=64, e=64, dtype=torch.float16, normaliser=norm,
+          reverse=reverse, cu_seqlens=[0, 70, 71, 150])
+    ran = gluon_on_cpu["intra_exit" if exit_terms else "intra"]
+    assert gluon_on_cpu["prep"].launches == 1 and ran.launches == 1
+    assert gluon_on_cpu["intra" if exit_terms else "intra_exit"].launches == 0
