@@ -17,10 +17,11 @@ try:
     from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                                   warpgroup_mma, warpgroup_mma_wait)
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy
     IMPORT_ERROR: str | None = None
 except Exception as exc:  # noqa: BLE001 — no Triton, or one without Gluon's Hopper API
     gluon = gl = fence_async_shared = mbarrier = tma = warpgroup_mma = warpgroup_mma_wait = None
-    TensorDescriptor = None
+    TensorDescriptor = async_copy = None
     IMPORT_ERROR = f"{type(exc).__name__}: {exc}"
 
 
@@ -41,6 +42,12 @@ def _tma_copies():
 
 
 tma_load, tma_store = _tma_copies() if IMPORT_ERROR is None else (None, None)
+# per-thread asynchronous copies global → shared (cp.async, masked elements zero-filled), committed
+# in groups and waited on by count: ``async_copy_global_to_shared`` up to 3.6, ``async_load`` later
+copy_to_shared = (getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+                  ) if IMPORT_ERROR is None else None
+copy_commit = async_copy.commit_group if IMPORT_ERROR is None else None
+copy_wait = async_copy.wait_group if IMPORT_ERROR is None else None
 # a barrier of all the program's threads: ``gl.thread_barrier`` up to 3.6, ``gl.barrier`` later
 cta_barrier = (getattr(gl, "thread_barrier", None) or gl.barrier) if IMPORT_ERROR is None else None
 LIST_FORM: bool = IMPORT_ERROR is None and _list_form()

@@ -92,10 +92,11 @@ def dkdv_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool =
 
 
 def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, varlen: bool = False,
-                    row_lanes: int | None = None, op16: bool = False, asynchronous: bool = False):
+                    row_lanes: int | None = None, op16: bool = False, asynchronous: bool = False,
+                    prefetch: bool = False):
     """(GluonASTSource, launch options) of ``gla/triton``'s Gluon prep launch (``kernels.gla.gluon.prep``)
     as ``gla.gluon.host.launch_prep`` launches it: qd and kd in bf16 for bf16 inputs, fp32 for fp16;
-    ``op16`` / ``asynchronous`` as ``GLA_GLUON_PREP_OP16`` / ``GLA_GLUON_PREP_ASYNC`` set them."""
+    ``op16`` / ``asynchronous`` / ``prefetch`` as ``GLA_GLUON_PREP_OP16`` / ``_ASYNC`` / ``_PREFETCH`` set them."""
     from lattnbench.kernels.gla.gluon import host as C
     from lattnbench.kernels.gla.gluon import prep as K
 
@@ -104,7 +105,7 @@ def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, va
                  qd=f"*{dec}", kd=f"*{dec}", bl="*fp32", A=f"*{dtype}")
     lanes = row_lanes or C.ROW_LANES
     constexprs = dict(KD=d, REVERSE=reverse, IS_VARLEN=varlen, BT=C.CHUNK, ROW_LANES=lanes,
-                      OP16=op16 or asynchronous, ASYNC=asynchronous)
+                      OP16=op16 or asynchronous, ASYNC=asynchronous, PREFETCH=prefetch)
     options = dict(num_warps=C.warps(d, lanes), num_stages=1, enable_fp_fusion=True)
     return _source(K.gla_prep_gluon_kernel, types, constexprs), options
 
@@ -178,7 +179,7 @@ def compile_gla_intra(**kw) -> dict:
 
 def _metrics(src, options) -> dict:
     """Compile for sm_90; the metrics: registers and spills (ptxas -v), shared bytes, shared-memory
-    store instructions, wgmma count,
+    store instructions, wgmma count, per-thread asynchronous copies (cp.async),
     the distinct ``wgmma.wait_group`` depths (a depth above 0 is a deferred wait), the
     per-partition register limits (``setmaxnreg``), TMA copies, mbarrier waits, the scalar
     pointer offsets and the PTX itself."""
@@ -191,6 +192,7 @@ def _metrics(src, options) -> dict:
             "setmaxnreg": sorted({int(x) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", text)}),
             "tma_loads": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::\w+\.global", text)),
             "tma_stores": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", text)),
+            "async_copies": len(re.findall(r"\bcp\.async\.c[ag]\.shared", text)),
             "mbarrier_waits": len(re.findall(r"mbarrier\.try_wait", text)),
             "barriers": len(re.findall(r"\bbar(?:rier)?\.sync", text)),
             "shared_stores": len(re.findall(r"\bst\.shared\.", text)),

@@ -306,6 +306,14 @@ class SharedMemory:
     def permute(self, dims) -> SharedMemory:
         return SharedMemory(self.data.permute(*dims), self.dt)
 
+    def index(self, i) -> SharedMemory:
+        return SharedMemory(self.data[int(i)], self.dt)
+
+
+def copy_to_shared(smem: SharedMemory, pointer: Pointer, mask=None, **_kw) -> None:
+    """An asynchronous copy global → shared, done at once; masked elements are zero-filled."""
+    smem.store(load(pointer, mask=mask, other=0))
+
 
 def _operand(x) -> torch.Tensor:
     """A wgmma operand as the tensor cores read it, in fp64: fp32 truncated to tf32 (10 mantissa
@@ -489,7 +497,8 @@ def _namespace() -> types.SimpleNamespace:
 _GL = _namespace()
 # the names the kernels import from ``common.gluon_compat`` besides ``gl``
 _COMPAT = {"gl": _GL, "cta_barrier": _nothing, "fence_async_shared": _nothing,
-           "warpgroup_mma": warpgroup_mma, "warpgroup_mma_wait": warpgroup_mma_wait}
+           "warpgroup_mma": warpgroup_mma, "warpgroup_mma_wait": warpgroup_mma_wait,
+           "copy_to_shared": copy_to_shared, "copy_commit": _nothing, "copy_wait": _nothing}
 
 _GLOBALS: dict[int, dict] = {}
 _FUNCS: dict[int, Callable] = {}

@@ -51,6 +51,9 @@ ROW_LANES = int(os.environ.get("GLA_GLUON_PREP_ROW_LANES", "2"))
 # on the H200 (more registers live across the wait), so it stays a knob
 PREP_OP16 = os.environ.get("GLA_GLUON_PREP_OP16", "1").strip() != "0"
 PREP_ASYNC = os.environ.get("GLA_GLUON_PREP_ASYNC", "0").strip() == "1"
+# the prep launch's g, q and k through a two-slot shared ring of asynchronous copies, the next chunk's
+# in flight while this one's levels run (GLA_GLUON_PREP_PREFETCH=1; off until timed on the H200)
+PREP_PREFETCH = os.environ.get("GLA_GLUON_PREP_PREFETCH", "0").strip() == "1"
 
 
 def warps(d: int, row_lanes: int = ROW_LANES) -> int:
@@ -196,7 +199,8 @@ def launch_intra(key: tuple, args: tuple, grid: tuple[int, int], d: int, e: int,
 def prep_meta(d: int, bt: int) -> dict:
     """The prep kernel's launch keywords beyond gla_prep_kernel's own (KD, REVERSE, IS_VARLEN): its
     layout, its level products' form and its warps (the torch and the JAX launches alike)."""
-    return dict(BT=bt, ROW_LANES=ROW_LANES, OP16=PREP_OP16 or PREP_ASYNC, ASYNC=PREP_ASYNC, num_warps=warps(d))
+    return dict(BT=bt, ROW_LANES=ROW_LANES, OP16=PREP_OP16 or PREP_ASYNC, ASYNC=PREP_ASYNC, PREFETCH=PREP_PREFETCH,
+                num_warps=warps(d))
 
 
 def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse: bool, varlen: bool, bt: int,
@@ -204,4 +208,4 @@ def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse:
     """Launch ``prep.gla_prep_gluon_kernel`` with ``gla_prep_kernel``'s arguments ``args``."""
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), **prep_meta(d, bt)))
-    _LAUNCH(("gluon", PREP_OP16, PREP_ASYNC) + key, args, spec, stream)
+    _LAUNCH(("gluon", PREP_OP16, PREP_ASYNC, PREP_PREFETCH, ROW_LANES) + key, args, spec, stream)

@@ -15,7 +15,7 @@ tiles are processing positions (reversed rows under REVERSE), so one code path s
 from __future__ import annotations
 
 from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, fence_async_shared, gl, gluon, warpgroup_mma
-from ...common.gluon_compat import warpgroup_mma_wait
+from ...common.gluon_compat import copy_commit, copy_to_shared, copy_wait, warpgroup_mma_wait
 
 if IMPORT_ERROR is None:
 
@@ -60,6 +60,29 @@ if IMPORT_ERROR is None:
         k_s.store(k_in)
         cta_barrier()
         return gg
+
+    @gluon.jit
+    def _issue_chunk(g, q, k, bos, seq_len, i_c, i_h, i_hk, H, HKV, off_ld, col_ld, pos_ld, g_s, q_s, k_s,
+                     KD: gl.constexpr, BT: gl.constexpr, REVERSE: gl.constexpr):
+        """Chunk i_c's gates, q and k copied into g_s, q_s, k_s (one slot of the prefetch ring) by
+        asynchronous per-thread copies, one commit group; rows past the sequence, and every row of a
+        chunk past the last, are zero-filled without a read (no decay there, no score)."""
+        row0 = bos + _chunk_start(seq_len, i_c, BT, REVERSE)
+        m = (pos_ld < seq_len - i_c * BT)[:, None]
+        x_off = off_ld[:, None] * (H * KD) + col_ld[None, :]
+        k_off = off_ld[:, None] * (HKV * KD) + col_ld[None, :]
+        copy_to_shared(g_s, g + (row0 * (H * KD) + i_h * KD) + x_off, mask=m)
+        copy_to_shared(q_s, q + (row0 * (H * KD) + i_h * KD) + x_off, mask=m)
+        copy_to_shared(k_s, k + (row0 * (HKV * KD) + i_hk * KD) + k_off, mask=m)
+        copy_commit()
+
+    @gluon.jit
+    def _scale_rows_in_place(x_s, LD: gl.constexpr):
+        """A 16-bit tile in shared memory scaled per row by a power of two (``_row_scale``), each
+        element written back by the thread that read it; returns the rows' inverse scales."""
+        x, inv = _row_scale(x_s.load(LD))
+        x_s.store(x)
+        return inv
 
     @gluon.jit
     def _exp_flush(x):
@@ -168,9 +191,12 @@ if IMPORT_ERROR is None:
         qd, kd, bl, A,
         KD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
         ROW_LANES: gl.constexpr, OP16: gl.constexpr = False, ASYNC: gl.constexpr = False,
+        PREFETCH: gl.constexpr = False,
     ):
         """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …; KD // 16 warps;
-        BT = 64 (six levels), KD 64 or 128."""
+        BT = 64 (six levels), KD 64 or 128. PREFETCH: each chunk's g, q and k arrive by asynchronous
+        copies into a two-slot shared ring, the next chunk's issued before this one's levels, so the
+        loads' latency overlaps them (one program an SM has nothing else to overlap it with)."""
         WARPS: gl.constexpr = KD * ROW_LANES // 32
         # fp16 level operands take bf16 inputs scaled per row (fp16 inputs fit as they are)
         SCALED: gl.constexpr = OP16 and q.dtype.element_ty == gl.bfloat16
@@ -194,8 +220,13 @@ if IMPORT_ERROR is None:
             qe_s = gl.allocate_shared_memory(gl.float32, [BT, KD], OP)
             ke_s = gl.allocate_shared_memory(gl.float32, [BT, KD], OP)
         RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-        q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KD], RAW)
-        k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KD], RAW)
+        if PREFETCH:  # the ring: slot i % 2 holds the program's i-th chunk
+            g_r = gl.allocate_shared_memory(g.dtype.element_ty, [2, BT, KD], RAW)
+            q_r = gl.allocate_shared_memory(q.dtype.element_ty, [2, BT, KD], RAW)
+            k_r = gl.allocate_shared_memory(k.dtype.element_ty, [2, BT, KD], RAW)
+        else:
+            q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KD], RAW)
+            k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KD], RAW)
 
         i_n, i_h, i_hk, bos, seq_len = _sequence(cu, T, H, HKV, IS_VARLEN)
         slot0 = bos // BT + i_n  # chunk slots of this sequence in bl (``tiles.chunk_slot``)
@@ -215,6 +246,9 @@ if IMPORT_ERROR is None:
         diag = pos_r[:, None] == pos_c[None, :]
 
         n_chunks = (seq_len + BT - 1) // BT
+        if PREFETCH:
+            _issue_chunk(g, q, k, bos, seq_len, gl.program_id(0), i_h, i_hk, H, HKV, off_ld, col_ld, pos_ld,
+                         g_r.index(0), q_r.index(0), k_r.index(0), KD, BT, REVERSE)
         for i_c in range(gl.program_id(0), n_chunks, gl.num_programs(0)):
             start = _chunk_start(seq_len, i_c, BT, REVERSE)
             m = (pos_ld < seq_len - i_c * BT)[:, None]
@@ -225,7 +259,22 @@ if IMPORT_ERROR is None:
             k_base = row0 * (HKV * KD) + i_hk * KD
             x_off = off_ld[:, None] * (H * KD) + col_ld[None, :]
             k_off = off_ld[:, None] * (HKV * KD) + col_ld[None, :]
-            if SCALED:
+            if PREFETCH:
+                slot = ((i_c - gl.program_id(0)) // gl.num_programs(0)) % 2
+                q_s, k_s = q_r.index(slot), k_r.index(slot)
+                # the next chunk's copies into the other slot, which the last chunk read before its
+                # levels' barriers; then this chunk's group (all but the newest) and every thread's
+                # copies visible
+                _issue_chunk(g, q, k, bos, seq_len, i_c + gl.num_programs(0), i_h, i_hk, H, HKV, off_ld, col_ld,
+                             pos_ld, g_r.index(1 - slot), q_r.index(1 - slot), k_r.index(1 - slot), KD, BT, REVERSE)
+                copy_wait(1)
+                cta_barrier()
+                gg = g_r.index(slot).load(L).to(gl.float32)
+                if SCALED:
+                    q_inv = _scale_rows_in_place(q_s, LD)
+                    k_inv = _scale_rows_in_place(k_s, LD)
+                    cta_barrier()
+            elif SCALED:
                 gg, q_inv, k_inv = _stage_gqk_scaled(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L)
             else:
                 gg = _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L)

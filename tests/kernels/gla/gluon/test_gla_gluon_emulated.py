@@ -79,7 +79,10 @@ def _prep64(q, k, g, reverse, lens, bt=64):
     return qd, kd, scores
 
 
-PREP_FORMS = {"tf32": (False, False), "fp16": (True, False), "fp16-async": (False, True)}
+PREP_FORMS = {  # OP16, ASYNC, PREFETCH
+    "tf32": (False, False, False), "fp16": (True, False, False), "fp16-async": (False, True, False),
+    "tf32-prefetch": (False, False, True), "fp16-prefetch": (True, False, True),
+}
 PREP_CASES = [  # b, t, h, hkv, d, dtype, reverse, packed lengths or None, gate norm
     (1, 150, 2, 1, 64, torch.bfloat16, False, None, 0.1),
     (1, 130, 2, 2, 64, torch.float16, True, (3, 64, 63), 1.0),
@@ -99,6 +102,7 @@ def test_the_emulated_prep_launch_matches_the_triton_one(gluon_on_cpu, monkeypat
     rounding to their dtype and that of their 10-bit level operands (tf32 or fp16)."""
     monkeypatch.setattr(host, "PREP_OP16", PREP_FORMS[form][0])
     monkeypatch.setattr(host, "PREP_ASYNC", PREP_FORMS[form][1])
+    monkeypatch.setattr(host, "PREP_PREFETCH", PREP_FORMS[form][2])
     gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
     q = torch.randn(b, t, h, d, generator=gen).to(dtype)
     k = (torch.randn(b, t, hkv, d, generator=gen) * d**-0.5).to(dtype)

@@ -47,8 +47,9 @@ def test_the_prep_launch_compiles_for_sm90_with_its_level_products_unrolled():
     the H200's 227 KB. In a fresh process (see the Lightning Gluon test)."""
     if compat.IMPORT_ERROR is not None:
         pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    prep, prep16 = gluon_aot_metrics("compile_gla_prep(d=128, dtype='bf16', reverse=True)",
-                                     "compile_gla_prep(d=128, dtype='bf16', asynchronous=True)")
+    prep, prep16, ring = gluon_aot_metrics("compile_gla_prep(d=128, dtype='bf16', reverse=True)",
+                                           "compile_gla_prep(d=128, dtype='bf16', asynchronous=True)",
+                                           "compile_gla_prep(d=128, dtype='bf16', op16=True, prefetch=True)")
     assert prep["wgmma"] == 6 * 128 // 8
     assert 12 <= prep["barriers"] <= 48
     assert 0 < prep["shared_bytes"] <= 227 * 1024
@@ -58,6 +59,11 @@ def test_the_prep_launch_compiles_for_sm90_with_its_level_products_unrolled():
     assert 1 in prep16["wait_depths"]
     assert prep16["shared_stores"] * 3 <= prep["shared_stores"], (prep16["shared_stores"], prep["shared_stores"])
     assert 0 < prep16["shared_bytes"] <= 227 * 1024
+    # the prefetch ring (GLA_GLUON_PREP_PREFETCH): g, q and k by per-thread asynchronous copies
+    # (none in the other forms), two slots of each beside the level operands
+    assert prep["async_copies"] == prep16["async_copies"] == 0 < ring["async_copies"]
+    assert ring["wgmma"] == 6 * 128 // 16
+    assert 2 * 64 * 128 * (4 + 2 + 2) <= ring["shared_bytes"] <= 227 * 1024
 
 
 _JAX_GLUON_PROBE = r'''
