@@ -93,21 +93,29 @@ def dkdv_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool =
 
 def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, varlen: bool = False,
                     row_lanes: int | None = None, op16: bool = False, asynchronous: bool = False,
-                    prefetch: bool = False):
-    """(GluonASTSource, launch options) of ``gla/triton``'s Gluon prep launch (``kernels.gla.gluon.prep``)
-    as ``gla.gluon.host.launch_prep`` launches it: qd and kd in bf16 for bf16 inputs, fp32 for fp16;
-    ``op16`` / ``asynchronous`` / ``prefetch`` as ``GLA_GLUON_PREP_OP16`` / ``_ASYNC`` / ``_PREFETCH`` set them."""
+                    prefetch: bool = False, ks: int = 0):
+    """(GluonASTSource, launch options) of ``gla/triton``'s Gluon prep launch (``kernels.gla.gluon.prep``,
+    or with a key slice ``ks`` < d ``prep_sliced``) as ``gla.gluon.host.launch_prep`` launches it: qd
+    and kd in bf16 for bf16 inputs, fp32 for fp16; ``op16`` / ``asynchronous`` / ``prefetch`` / ``ks``
+    as ``GLA_GLUON_PREP_OP16`` / ``_ASYNC`` / ``_PREFETCH`` / ``_KS`` set them."""
     from lattnbench.kernels.gla.gluon import host as C
     from lattnbench.kernels.gla.gluon import prep as K
+    from lattnbench.kernels.gla.gluon import prep_sliced as KS
 
     dec = dtype if dtype == "bf16" else "fp32"
     types = dict(q=f"*{dtype}", k=f"*{dtype}", g="*fp32", cu="*i32", T="i32", H="i32", HKV="i32",
                  qd=f"*{dec}", kd=f"*{dec}", bl="*fp32", A=f"*{dtype}")
     lanes = row_lanes or C.ROW_LANES
     constexprs = dict(KD=d, REVERSE=reverse, IS_VARLEN=varlen, BT=C.CHUNK, ROW_LANES=lanes,
-                      OP16=op16 or asynchronous, ASYNC=asynchronous, PREFETCH=prefetch)
-    options = dict(num_warps=C.warps(d, lanes), num_stages=1, enable_fp_fusion=True)
-    return _source(K.gla_prep_gluon_kernel, types, constexprs), options
+                      OP16=op16 or asynchronous, ASYNC=asynchronous)
+    sliced = 0 < ks < d
+    if sliced:
+        constexprs["KS"] = ks
+    else:
+        constexprs["PREFETCH"] = prefetch
+    options = dict(num_warps=C.warps(ks if sliced else d, lanes), num_stages=1, enable_fp_fusion=True)
+    kernel = KS.gla_prep_sliced_gluon_kernel if sliced else K.gla_prep_gluon_kernel
+    return _source(kernel, types, constexprs), options
 
 
 def gla_intra_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool = False, varlen: bool = False,

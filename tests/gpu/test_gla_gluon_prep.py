@@ -64,10 +64,18 @@ def _gluon_and_triton_prep(monkeypatch, q, k, g, reverse, cu, n):
     return got, gops.gla_prep(q, k, g, reverse, cu, n)
 
 
-VARIANTS = {  # OP16, ASYNC, PREFETCH
-    "tf32": (False, False, False), "fp16": (True, False, False), "fp16-async": (False, True, False),
-    "fp16-prefetch": (True, False, True),
+VARIANTS = {  # OP16, ASYNC, PREFETCH, key slice (0: all of D), lanes a key channel
+    "tf32": (False, False, False, 0, 2), "fp16": (True, False, False, 0, 2), "fp16-async": (False, True, False, 0, 2),
+    "fp16-prefetch": (True, False, True, 0, 2), "fp16-ks32": (True, False, False, 32, 4),
+    "fp16-ks64": (True, False, False, 64, 2),
 }
+
+
+def _form(monkeypatch, variant):
+    op16, asynchronous, prefetch, ks, lanes = VARIANTS[variant]
+    for name, value in dict(PREP_OP16=op16, PREP_ASYNC=asynchronous, PREP_PREFETCH=prefetch, PREP_KS=ks,
+                            ROW_LANES=lanes).items():
+        monkeypatch.setattr(host, name, value)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -78,9 +86,7 @@ def test_the_gluon_prep_launch_matches_the_triton_one(monkeypatch, b, t, h, hkv,
                                                       variant):
     """qd, kd and the totals as the Triton launch makes them; the scores too with tf32 products, and
     with fp16 ones no further from fp64 than the Triton launch's tf32 products are."""
-    monkeypatch.setattr(host, "PREP_OP16", VARIANTS[variant][0])
-    monkeypatch.setattr(host, "PREP_ASYNC", VARIANTS[variant][1])
-    monkeypatch.setattr(host, "PREP_PREFETCH", VARIANTS[variant][2])
+    _form(monkeypatch, variant)
     gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ())))
     q = torch.randn(b, t, h, d, generator=gen, device="cuda").to(dtype)
     k = (torch.randn(b, t, hkv, d, generator=gen, device="cuda") * d**-0.5).to(dtype)
@@ -110,14 +116,12 @@ def test_the_gluon_prep_launch_matches_the_triton_one(monkeypatch, b, t, h, hkv,
         assert err_ratio(x, y) <= tol, (name, err_ratio(x, y))
 
 
-@pytest.mark.parametrize("variant", ["fp16", "fp16-async", "fp16-prefetch"])
+@pytest.mark.parametrize("variant", ["fp16", "fp16-async", "fp16-prefetch", "fp16-ks32"])
 def test_fp16_operands_hold_bf16_inputs_past_the_fp16_range(monkeypatch, variant):
     """bf16 q around 1e6 and k around 1e-6 (their products past fp16's range and below its normal
     one), some rows all zero: the per-row power-of-two scales keep every level operand in range, so
     the scores are as close to fp64 as the Triton launch's tf32 ones, and qd, kd equal its own."""
-    monkeypatch.setattr(host, "PREP_OP16", VARIANTS[variant][0])
-    monkeypatch.setattr(host, "PREP_ASYNC", VARIANTS[variant][1])
-    monkeypatch.setattr(host, "PREP_PREFETCH", VARIANTS[variant][2])
+    _form(monkeypatch, variant)
     gen = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ())))
     b, t, h, d = 2, 300, 4, 128
     q = (torch.randn(b, t, h, d, generator=gen, device="cuda") * 1e6).to(torch.bfloat16)

@@ -54,11 +54,16 @@ PREP_ASYNC = os.environ.get("GLA_GLUON_PREP_ASYNC", "0").strip() == "1"
 # the prep launch's g, q and k through a two-slot shared ring of asynchronous copies, the next chunk's
 # in flight while this one's levels run (GLA_GLUON_PREP_PREFETCH=1; off until timed on the H200)
 PREP_PREFETCH = os.environ.get("GLA_GLUON_PREP_PREFETCH", "0").strip() == "1"
+# key channels a prep program takes at a time (GLA_GLUON_PREP_KS; 0, the default: all of D): a
+# narrower slice is fewer warps a program at the same registers a thread, so two programs share an SM
+# (``prep_sliced``; off until timed on the H200)
+PREP_KS = int(os.environ.get("GLA_GLUON_PREP_KS", "0"))
 
 
-def warps(d: int, row_lanes: int = ROW_LANES) -> int:
-    """Warps of a launch over d key channels at a time: one thread per (key channel, row share)."""
-    return d * row_lanes // 32
+def warps(d: int, row_lanes: int | None = None) -> int:
+    """Warps of a launch over d key channels at a time: one thread per (key channel, row share);
+    the prep launch's lanes a channel (ROW_LANES, read at the call) unless given."""
+    return d * (ROW_LANES if row_lanes is None else row_lanes) // 32
 
 
 # CUDA devices the sm_90 check accepted: later calls skip its device query
@@ -137,6 +142,7 @@ def _jax_device_reason(dtype_name: str, d: int, bt: int, device) -> str | None:
 
 
 _LAUNCH = LazyLauncher(".prep", __package__, "gla_prep_gluon_kernel")
+_LAUNCH_SLICED = LazyLauncher(".prep_sliced", __package__, "gla_prep_sliced_gluon_kernel")
 _LAUNCH_INTRA = LazyLauncher(".intra", __package__, "gla_bwd_intra_gluon_kernel")
 _LAUNCH_INTRA_EXIT = LazyLauncher(".intra", __package__, "gla_bwd_intra_exit_gluon_kernel")
 
@@ -196,16 +202,42 @@ def launch_intra(key: tuple, args: tuple, grid: tuple[int, int], d: int, e: int,
               bool(exit_terms)) + key, args, spec, stream)
 
 
+def prep_slice(d: int) -> int:
+    """The prep launch's key slice at head dim ``d`` (0: all of D, ``prep.gla_prep_gluon_kernel``).
+    A slice takes at least a warpgroup (its level products are wgmmas) in 16-channel steps, and the
+    prefetch ring is the whole-D kernel's: other settings are refused here, before a compile."""
+    ks = PREP_KS if 0 < PREP_KS < d else 0
+    if ks and (ks % 16 or ks * ROW_LANES < 128):
+        raise ValueError(f"GLA_GLUON_PREP_KS={PREP_KS}: a multiple of 16 whose warps, KS·ROW_LANES / 32 = "
+                         f"{ks * ROW_LANES // 32}, make a warpgroup (4) at least")
+    if ks and PREP_PREFETCH:
+        raise ValueError("GLA_GLUON_PREP_PREFETCH=1 with GLA_GLUON_PREP_KS: the prefetch ring is the whole-D kernel's")
+    return ks
+
+
+def prep_kernel(d: int):
+    """The Gluon prep kernel a launch at head dim ``d`` takes: the whole-D one, or the key-sliced one."""
+    if prep_slice(d):
+        from . import prep_sliced
+        return prep_sliced.gla_prep_sliced_gluon_kernel
+    from . import prep
+    return prep.gla_prep_gluon_kernel
+
+
 def prep_meta(d: int, bt: int) -> dict:
     """The prep kernel's launch keywords beyond gla_prep_kernel's own (KD, REVERSE, IS_VARLEN): its
     layout, its level products' form and its warps (the torch and the JAX launches alike)."""
-    return dict(BT=bt, ROW_LANES=ROW_LANES, OP16=PREP_OP16 or PREP_ASYNC, ASYNC=PREP_ASYNC, PREFETCH=PREP_PREFETCH,
-                num_warps=warps(d))
+    meta = dict(BT=bt, ROW_LANES=ROW_LANES, OP16=PREP_OP16 or PREP_ASYNC, ASYNC=PREP_ASYNC)
+    ks = prep_slice(d)
+    if ks:
+        return dict(meta, KS=ks, num_warps=warps(ks))
+    return dict(meta, PREFETCH=PREP_PREFETCH, num_warps=warps(d))
 
 
 def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse: bool, varlen: bool, bt: int,
                 stream) -> None:
-    """Launch ``prep.gla_prep_gluon_kernel`` with ``gla_prep_kernel``'s arguments ``args``."""
+    """Launch the Gluon prep kernel (``prep_kernel``) with ``gla_prep_kernel``'s arguments ``args``."""
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), **prep_meta(d, bt)))
-    _LAUNCH(("gluon", PREP_OP16, PREP_ASYNC, PREP_PREFETCH, ROW_LANES) + key, args, spec, stream)
+    launcher = _LAUNCH_SLICED if prep_slice(d) else _LAUNCH
+    launcher(("gluon", PREP_OP16, PREP_ASYNC, PREP_PREFETCH, PREP_KS, ROW_LANES) + key, args, spec, stream)

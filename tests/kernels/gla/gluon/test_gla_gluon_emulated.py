@@ -15,7 +15,7 @@ import torch
 
 import gluon_emulator as emu
 from gla_testutil import check
-from lattnbench.kernels.gla.gluon import host, intra, prep
+from lattnbench.kernels.gla.gluon import host, intra, prep, prep_sliced
 from lattnbench.kernels.gla.triton import ops as gops
 from lattnbench.measure.tolerance import err_ratio
 
@@ -37,9 +37,11 @@ def gluon_on_cpu(monkeypatch):
     """The Gluon launches through the emulator wherever their shape rule takes a call (the sm_90
     check skipped), at the GPU's chunk of 64 rows, every output buffer NaN-poisoned first."""
     launches = {"prep": _Emulated(prep.gla_prep_gluon_kernel),
+                "prep_sliced": _Emulated(prep_sliced.gla_prep_sliced_gluon_kernel),
                 "intra": _Emulated(intra.gla_bwd_intra_gluon_kernel),
                 "intra_exit": _Emulated(intra.gla_bwd_intra_exit_gluon_kernel)}
     monkeypatch.setattr(host, "_LAUNCH", launches["prep"])
+    monkeypatch.setattr(host, "_LAUNCH_SLICED", launches["prep_sliced"])
     monkeypatch.setattr(host, "_LAUNCH_INTRA", launches["intra"])
     monkeypatch.setattr(host, "_LAUNCH_INTRA_EXIT", launches["intra_exit"])
     monkeypatch.setattr(host, "_reason", lambda q, bt: host._shape_reason(str(q.dtype).removeprefix("torch."),
@@ -79,9 +81,10 @@ def _prep64(q, k, g, reverse, lens, bt=64):
     return qd, kd, scores
 
 
-PREP_FORMS = {  # OP16, ASYNC, PREFETCH
-    "tf32": (False, False, False), "fp16": (True, False, False), "fp16-async": (False, True, False),
-    "tf32-prefetch": (False, False, True), "fp16-prefetch": (True, False, True),
+PREP_FORMS = {  # OP16, ASYNC, PREFETCH, key slice (0: all of D), lanes a key channel
+    "tf32": (False, False, False, 0, 2), "fp16": (True, False, False, 0, 2), "fp16-async": (False, True, False, 0, 2),
+    "tf32-prefetch": (False, False, True, 0, 2), "fp16-prefetch": (True, False, True, 0, 2),
+    "fp16-ks32": (True, False, False, 32, 4), "tf32-ks32": (False, False, False, 32, 4),
 }
 PREP_CASES = [  # b, t, h, hkv, d, dtype, reverse, packed lengths or None, gate norm
     (1, 150, 2, 1, 64, torch.bfloat16, False, None, 0.1),
@@ -103,6 +106,8 @@ def test_the_emulated_prep_launch_matches_the_triton_one(gluon_on_cpu, monkeypat
     monkeypatch.setattr(host, "PREP_OP16", PREP_FORMS[form][0])
     monkeypatch.setattr(host, "PREP_ASYNC", PREP_FORMS[form][1])
     monkeypatch.setattr(host, "PREP_PREFETCH", PREP_FORMS[form][2])
+    monkeypatch.setattr(host, "PREP_KS", PREP_FORMS[form][3])
+    monkeypatch.setattr(host, "ROW_LANES", PREP_FORMS[form][4])
     gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
     q = torch.randn(b, t, h, d, generator=gen).to(dtype)
     k = (torch.randn(b, t, hkv, d, generator=gen) * d**-0.5).to(dtype)
@@ -111,7 +116,7 @@ def test_the_emulated_prep_launch_matches_the_triton_one(gluon_on_cpu, monkeypat
     n = b if cu is None else len(lens)
     monkeypatch.setattr(host, "PREP_ON", True)
     got = gops.gla_prep(q, k, g, reverse, cu, n)
-    assert gluon_on_cpu["prep"].launches == 1
+    assert gluon_on_cpu["prep_sliced" if PREP_FORMS[form][3] else "prep"].launches == 1
     monkeypatch.setattr(host, "PREP_ON", False)
     want = gops.gla_prep(q, k, g, reverse, cu, n)
     qd64, kd64, a64 = _prep64(q, k, g, reverse, lens)

@@ -47,9 +47,11 @@ def test_the_prep_launch_compiles_for_sm90_with_its_level_products_unrolled():
     the H200's 227 KB. In a fresh process (see the Lightning Gluon test)."""
     if compat.IMPORT_ERROR is not None:
         pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    prep, prep16, ring = gluon_aot_metrics("compile_gla_prep(d=128, dtype='bf16', reverse=True)",
-                                           "compile_gla_prep(d=128, dtype='bf16', asynchronous=True)",
-                                           "compile_gla_prep(d=128, dtype='bf16', op16=True, prefetch=True)")
+    prep, prep16, ring, sliced = gluon_aot_metrics(
+        "compile_gla_prep(d=128, dtype='bf16', reverse=True)",
+        "compile_gla_prep(d=128, dtype='bf16', asynchronous=True)",
+        "compile_gla_prep(d=128, dtype='bf16', op16=True, prefetch=True)",
+        "compile_gla_prep(d=128, dtype='bf16', op16=True, ks=32, row_lanes=4)")
     assert prep["wgmma"] == 6 * 128 // 8
     assert 12 <= prep["barriers"] <= 48
     assert 0 < prep["shared_bytes"] <= 227 * 1024
@@ -64,6 +66,10 @@ def test_the_prep_launch_compiles_for_sm90_with_its_level_products_unrolled():
     assert prep["async_copies"] == prep16["async_copies"] == 0 < ring["async_copies"]
     assert ring["wgmma"] == 6 * 128 // 16
     assert 2 * 64 * 128 * (4 + 2 + 2) <= ring["shared_bytes"] <= 227 * 1024
+    # key slices of 32 at 4 lanes a channel (GLA_GLUON_PREP_KS): 4 warps, one slice's six levels in
+    # a loop over the slices, and shared memory for two programs an SM
+    assert sliced["wgmma"] == 6 * 32 // 16
+    assert sliced["registers"] * 128 * 2 <= 65536 and 0 < 2 * sliced["shared_bytes"] <= 227 * 1024
 
 
 _JAX_GLUON_PROBE = r'''
@@ -489,3 +495,43 @@ def test_the_fused_intra_launch_compiles_for_sm90_with_one_more_product_a_key_sl
                               "exit_terms=True)")
     assert tf32["wgmma"] == 6 * 2 * 64 // 8 + 3 * 128 // 16
     assert 0 < tf32["shared_bytes"] <= 227 * 1024
+
+
+def test_the_prep_slice_knob_picks_the_sliced_kernel_and_refuses_what_no_warpgroup_runs(monkeypatch):
+    """GLA_GLUON_PREP_KS: 0 or a slice of all of D keeps the whole-D kernel; a narrower slice takes
+    ``prep_sliced`` at KS·ROW_LANES / 32 warps. A slice of fewer warps than a warpgroup, one that is
+    not a multiple of 16, or one beside the prefetch ring (the whole-D kernel's) is refused on the
+    host, naming the knob."""
+    from lattnbench.kernels.gla.gluon import prep, prep_sliced
+    monkeypatch.setattr(host, "PREP_PREFETCH", False)
+    monkeypatch.setattr(host, "ROW_LANES", 4)
+    for ks in (0, 128):
+        monkeypatch.setattr(host, "PREP_KS", ks)
+        assert host.prep_kernel(128) is prep.gla_prep_gluon_kernel
+        assert "KS" not in host.prep_meta(128, 64) and host.prep_meta(128, 64)["num_warps"] == 16
+    monkeypatch.setattr(host, "PREP_KS", 32)
+    assert host.prep_kernel(128) is prep_sliced.gla_prep_sliced_gluon_kernel
+    meta = host.prep_meta(128, 64)
+    assert meta["KS"] == 32 and meta["num_warps"] == 4 and "PREFETCH" not in meta
+    for ks, lanes, prefetch in ((32, 2, False), (40, 4, False), (32, 4, True)):
+        monkeypatch.setattr(host, "PREP_KS", ks)
+        monkeypatch.setattr(host, "ROW_LANES", lanes)
+        monkeypatch.setattr(host, "PREP_PREFETCH", prefetch)
+        with pytest.raises(ValueError, match="GLA_GLUON_PREP_"):
+            host.prep_meta(128, 64)
+
+
+def test_the_prep_launch_keys_its_form_and_launches_the_sliced_kernel_by_its_own_launcher(monkeypatch):
+    """A launcher cached for one form of the prep launch is not reused for another: the key names the
+    prefetch ring, the slice and the lanes, and the sliced kernel has a launcher of its own."""
+    calls = []
+    monkeypatch.setattr(host, "_LAUNCH", lambda key, args, spec, stream: calls.append(("whole", key, spec()[1])))
+    monkeypatch.setattr(host, "_LAUNCH_SLICED", lambda key, args, spec, stream: calls.append(("sliced", key, spec()[1])))
+    for ks, lanes, prefetch in ((0, 2, False), (0, 2, True), (64, 2, False), (32, 4, False)):
+        monkeypatch.setattr(host, "PREP_KS", ks)
+        monkeypatch.setattr(host, "ROW_LANES", lanes)
+        monkeypatch.setattr(host, "PREP_PREFETCH", prefetch)
+        host.launch_prep(("call",), (), (2, 8), 128, False, False, 64, None)
+    assert [c[0] for c in calls] == ["whole", "whole", "sliced", "sliced"]
+    assert len({c[1] for c in calls}) == 4
+    assert calls[1][2]["PREFETCH"] is True and calls[3][2]["KS"] == 32 and calls[3][2]["ROW_LANES"] == 4
