@@ -11,13 +11,20 @@ tensor's does not widen it), C integer division, int32 wrap-around, bit casts, `
 results below fp32's normal range. Loads and stores check every unmasked address against the
 buffer, and a shared buffer takes only its own dtype.
 
-What it cannot see: races (the programs and their warps run one after another), asynchronous
-products reading a buffer rewritten before their wait, register or shared-memory limits and
-anything else of the compile. The sm_90 compile tests and the GPU tests cover those.
+Warp-specialized kernels run their partitions as threads of one program: mbarriers keep phases,
+arrival counts and expected bytes as the hardware does, a TMA copy moves its box at once (zeros
+read past the tensor, nothing written past it) and completes its bytes on the barrier, and a
+partition that waits past ``DEADLOCK_S`` fails the run, naming the barrier, instead of hanging.
+
+What it cannot see: races inside a partition's warps (they run as one), asynchronous products
+reading a buffer rewritten before their wait, register or shared-memory limits and anything else
+of the compile. The sm_90 compile tests and the GPU tests cover those.
 """
 from __future__ import annotations
 
 import itertools
+import math
+import threading
 import types
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -25,6 +32,11 @@ from typing import Any
 import torch
 from triton.experimental.gluon import language as _gl
 from triton.runtime.jit import ConstexprFunction, JITFunction
+
+try:
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as _HostDescriptor
+except ImportError:  # a Triton without Gluon's Hopper host API: no descriptor arguments
+    _HostDescriptor = None
 
 _TORCH = {
     _gl.float64: torch.float64, _gl.float32: torch.float32, _gl.float16: torch.float16,
@@ -309,6 +321,13 @@ class SharedMemory:
     def index(self, i) -> SharedMemory:
         return SharedMemory(self.data[int(i)], self.dt)
 
+    def reshape(self, shape) -> SharedMemory:
+        return SharedMemory(self.data.view(*[int(x) for x in shape]), self.dt)
+
+    @property
+    def type(self) -> _Type:
+        return _Type(self.shape, self.dt)
+
 
 def copy_to_shared(smem: SharedMemory, pointer: Pointer, mask=None, **_kw) -> None:
     """An asynchronous copy global → shared, done at once; masked elements are zero-filled."""
@@ -344,6 +363,179 @@ def _nothing(*_a, **_k) -> None:
     return None
 
 
+# -- TMA, mbarriers, warp specialization -------------------------------------------------------------
+
+#: seconds a partition may wait on one barrier before the run fails as a deadlock
+DEADLOCK_S = 30.0
+
+
+class Deadlock(RuntimeError):
+    pass
+
+
+class _Abort:
+    """Set when a partition of the running program fails: the others stop waiting."""
+    event = threading.Event()
+
+
+class MBarrier:
+    """One mbarrier: a phase counter, the arrivals and transaction bytes its current phase awaits."""
+
+    def __init__(self, name: str = "mbarrier"):
+        self.name, self.cv = name, threading.Condition()
+        self.count = self.pending = self.tx = self.phase = 0
+
+    def init(self, count: int) -> None:
+        with self.cv:
+            self.count = self.pending = int(count)
+            self.tx = self.phase = 0
+
+    def _settle(self) -> None:
+        if self.pending <= 0 and self.tx <= 0:
+            if self.pending < 0 or self.tx < 0:
+                raise RuntimeError(f"{self.name}: more arrivals or bytes than its phase awaited")
+            self.phase += 1
+            self.pending, self.tx = self.count, 0
+            self.cv.notify_all()
+
+    def arrive(self, count: int = 1) -> None:
+        with self.cv:
+            self.pending -= int(count)
+            self._settle()
+
+    def expect(self, nbytes: int) -> None:
+        """``mbarrier.arrive.expect_tx``: await nbytes more, and arrive once."""
+        with self.cv:
+            self.tx += int(nbytes)
+            self.pending -= 1
+            self._settle()
+
+    def complete_tx(self, nbytes: int) -> None:
+        with self.cv:
+            self.tx -= int(nbytes)
+            self._settle()
+
+    def wait(self, parity: int) -> None:
+        """Return once the phase of this parity has completed (at once for parity 1 on a fresh one)."""
+        with self.cv:
+            waited = 0.0
+            while self.phase % 2 == int(parity) % 2:
+                if _Abort.event.is_set():
+                    raise Deadlock(f"{self.name}: another partition failed")
+                self.cv.wait(0.05)
+                waited += 0.05
+                if waited > DEADLOCK_S:
+                    raise Deadlock(f"{self.name}: waited {DEADLOCK_S:g} s for parity {parity} "
+                                   f"(phase {self.phase}, {self.pending} arrivals and {self.tx} bytes awaited)")
+
+
+class _MBarriers:
+    """A shared array of mbarriers ([N, 1] int64 in MBarrierLayout)."""
+
+    def __init__(self, n: int):
+        self.bars = [MBarrier(f"mbarrier {i}") for i in range(n)]
+
+    def index(self, i) -> MBarrier:
+        return self.bars[int(i)]
+
+
+def _mbar_init(bar: MBarrier, count) -> None:
+    bar.init(int(count))
+
+
+def _mbar_wait(bar: MBarrier, phase, pred=True, deps=(), **_kw) -> None:
+    if pred:
+        bar.wait(int(phase))
+
+
+def _mbar_arrive(bar: MBarrier, *, count=1, pred=True, **_kw) -> None:
+    if pred:
+        bar.arrive(int(count))
+
+
+def _mbar_expect(bar: MBarrier, nbytes=None, pred=True, **_kw) -> None:
+    if pred:
+        bar.expect(int(nbytes))
+
+
+class _BlockType:
+    def __init__(self, shape: list[int], dt):
+        self.shape, self.dt = list(shape), dt
+        self.nbytes = math.prod(self.shape) * dt.primitive_bitwidth // 8
+
+
+class Descriptor:
+    """A host TensorDescriptor's view of its tensor: shape, strides and the box a TMA copy moves."""
+
+    def __init__(self, desc: Any):
+        self.view = torch.as_strided(desc.base, [int(x) for x in desc.shape], [int(x) for x in desc.strides])
+        self.shape, self.block_shape, self.layout = list(self.view.shape), [int(x) for x in desc.block_shape], desc.layout
+        self.dt = _FROM_TORCH[desc.base.dtype]
+
+    @property
+    def block_type(self) -> _BlockType:
+        return _BlockType(self.block_shape, self.dt)
+
+    @property
+    def dtype(self):
+        return self.dt
+
+    def _boxes(self, coord):
+        """(the box's part inside the tensor, the same part inside the box) as slices."""
+        inner, outer = [], []
+        for c, n, b in zip((int(x) for x in coord), self.shape, self.block_shape):
+            lo, hi = max(c, 0), min(c + b, n)
+            hi = max(hi, lo)
+            inner.append(slice(lo, hi))
+            outer.append(slice(lo - c, hi - c))
+        return tuple(inner), tuple(outer)
+
+
+def _tma_load(desc: Descriptor, coord, bar: MBarrier, smem: SharedMemory, pred=True, **_kw) -> None:
+    if not pred:
+        return
+    inner, outer = desc._boxes(coord)
+    box = torch.zeros(desc.block_shape, dtype=desc.view.dtype)
+    box[outer] = desc.view[inner]
+    smem.store(Tensor(box.view(smem.data.shape), desc.dt))
+    bar.complete_tx(desc.block_type.nbytes)
+
+
+def _tma_store(desc: Descriptor, coord, smem: SharedMemory, **_kw) -> None:
+    inner, outer = desc._boxes(coord)
+    if smem.dt != desc.dt:
+        raise TypeError(f"a TMA store of a {smem.dt} buffer through a {desc.dt} descriptor")
+    desc.view[inner] = smem.data.reshape(desc.block_shape)[outer]
+
+
+def _warp_specialize(*args, **_kw) -> None:
+    """Run the partitions of one program as threads (the list form: [(fn, args), ...], the
+    default first; the older form: default args, default fn, worker args, worker fns)."""
+    if isinstance(args[0], list):
+        parts = [(_python(fn), tuple(a)) for fn, a in args[0]]
+    else:
+        default_args, default_fn, worker_args, worker_fns = args[:4]
+        parts = [(_python(default_fn), tuple(default_args))] + [(_python(f), tuple(worker_args)) for f in worker_fns]
+    errors: list[BaseException] = []
+
+    def body(fn, fargs):
+        try:
+            with torch.no_grad():  # grad mode is per thread; a kernel's writes are never recorded
+                fn(*fargs)
+        except BaseException as exc:  # noqa: BLE001 — re-raised by the program
+            errors.append(exc)
+            _Abort.event.set()
+
+    threads = [threading.Thread(target=body, args=part, daemon=True) for part in parts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        real = [e for e in errors if not isinstance(e, Deadlock) or "another partition" not in str(e)]
+        raise (real or errors)[0]
+
+
 # -- the gl namespace ------------------------------------------------------------------------------
 
 class _Layout:
@@ -355,6 +547,10 @@ class _Layout:
     @classmethod
     def get_default_for(cls, *args, **kwargs) -> _Layout:
         return cls(*args, **kwargs)
+
+
+class _MBarrierLayout(_Layout):
+    """An mbarrier array's layout: the allocation is barriers, not a tensor."""
 
 
 def _t(x, like: Tensor | None = None) -> Tensor:
@@ -453,7 +649,9 @@ def _num_programs(axis) -> Tensor:
     return Tensor(torch.tensor(_Program.grid[int(axis)], dtype=torch.int32), _gl.int32)
 
 
-def _allocate_shared_memory(dtype, shape, layout=None, value=None) -> SharedMemory:
+def _allocate_shared_memory(dtype, shape, layout=None, value=None) -> SharedMemory | _MBarriers:
+    if isinstance(layout, _MBarrierLayout):
+        return _MBarriers(int(shape[0]))
     smem = SharedMemory(torch.full([int(s) for s in shape], float("nan") if dtype.is_floating() else -1,
                                    dtype=_TORCH[dtype]), dtype)
     if value is not None:
@@ -491,14 +689,22 @@ def _namespace() -> types.SimpleNamespace:
     ns.minimum, ns.maximum = _binary(torch.minimum), _binary(torch.maximum)
     ns.allocate_shared_memory = _allocate_shared_memory
     ns.thread_barrier = ns.barrier = _nothing
+    ns.warp_specialize = _warp_specialize
+    ns.cdiv = lambda a, b: (a + b - 1) // b
     return ns
 
 
 _GL = _namespace()
 # the names the kernels import from ``common.gluon_compat`` besides ``gl``
+_MBARRIER = types.SimpleNamespace(init=_mbar_init, wait=_mbar_wait, arrive=_mbar_arrive, expect=_mbar_expect,
+                                  MBarrierLayout=_MBarrierLayout,
+                                  allocate_mbarrier=lambda *a, **k: _MBarriers(1).index(0))
+_TMA = types.SimpleNamespace(store_wait=_nothing, async_copy_global_to_shared=_tma_load, async_load=_tma_load,
+                             async_copy_shared_to_global=_tma_store, async_store=_tma_store)
 _COMPAT = {"gl": _GL, "cta_barrier": _nothing, "fence_async_shared": _nothing,
            "warpgroup_mma": warpgroup_mma, "warpgroup_mma_wait": warpgroup_mma_wait,
-           "copy_to_shared": copy_to_shared, "copy_commit": _nothing, "copy_wait": _nothing}
+           "copy_to_shared": copy_to_shared, "copy_commit": _nothing, "copy_wait": _nothing,
+           "mbarrier": _MBARRIER, "tma": _TMA, "tma_load": _tma_load, "tma_store": _tma_store, "WS_LIST_FORM": True}
 
 _GLOBALS: dict[int, dict] = {}
 _FUNCS: dict[int, Callable] = {}
@@ -531,6 +737,8 @@ class _Rebound(dict):
         if name in _COMPAT:
             return _COMPAT[name]
         value = self.original[name]
+        if isinstance(value, _gl.constexpr):
+            return value.value
         return _python(value)
 
 
@@ -543,6 +751,8 @@ def _module_globals(original: dict) -> dict:
 
 
 def _argument(x: Any) -> Any:
+    if _HostDescriptor is not None and isinstance(x, _HostDescriptor):
+        return Descriptor(x)
     if isinstance(x, torch.Tensor):
         if x.device.type != "cpu":
             raise ValueError("the Gluon emulator takes CPU tensors")
@@ -582,8 +792,10 @@ def run(kernel: JITFunction, grid: Iterable[int], *args: Any, **kwargs: Any) -> 
     g = tuple(int(x) for x in grid) + (1,) * (3 - len(tuple(grid)))
     _Program.grid = g
     try:
-        for pid in itertools.product(range(g[0]), range(g[1]), range(g[2])):
-            _Program.pid = pid
-            body(*bound)
+        with torch.no_grad():
+            for pid in itertools.product(range(g[0]), range(g[1]), range(g[2])):
+                _Program.pid = pid
+                _Abort.event.clear()
+                body(*bound)
     finally:
         _Program.pid, _Program.grid = (0, 0, 0), (1, 1, 1)

@@ -1,12 +1,14 @@
 """The Gluon emulator (``gluon_emulator``) keeps the GPU's arithmetic where a kernel's numerics depend
 on it: Triton's dtype promotion, C integer division, bit casts, exp2's flush, tf32 operands, and
-loads and stores that refuse unmasked addresses outside their buffer."""
+loads and stores that refuse unmasked addresses outside their buffer; warp-specialized partitions
+hand tiles over through mbarriers, and a wait that never ends fails as a deadlock."""
 from __future__ import annotations
 
 import pytest
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 import gluon_emulator as emu
 
@@ -88,3 +90,38 @@ def test_a_kernel_runs_every_program_of_its_grid():
     emu.run(_suffix_sums, (3,), x, y, 5, N=8, num_warps=1)
     want = torch.where(torch.arange(8) < 5, x, 0.0).flip(1).cumsum(1).flip(1) + torch.arange(3)[:, None]
     assert torch.allclose(y, want, rtol=0, atol=1e-6)
+
+
+@gluon.jit
+def _producer(buf, bar, x, out, N: gl.constexpr):
+    L: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    buf.store(gl.load(x + gl.arange(0, N, layout=L)) * 2.0)
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def _consumer(buf, bar, x, out, N: gl.constexpr):
+    L: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    mbarrier.wait(bar, 0)
+    gl.store(out + gl.arange(0, N, layout=L), buf.load(L) + 1.0)
+
+
+@gluon.jit
+def _handoff(x, out, N: gl.constexpr, COUNT: gl.constexpr):
+    """A producer partition doubles x into shared memory and arrives once; the consumer waits for the
+    barrier's first phase, which takes COUNT arrivals (2: it never completes), and stores buf + 1."""
+    buf = gl.allocate_shared_memory(gl.float32, [N], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    bars = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(bars.index(0), count=COUNT)
+    args = (buf, bars.index(0), x, out, N)
+    gl.warp_specialize([(_consumer, args), (_producer, args)], [1], [24])
+
+
+def test_partitions_run_as_threads_on_mbarriers_and_a_wait_that_never_ends_is_a_deadlock(monkeypatch):
+    x = torch.randn(32)
+    out = torch.full((32,), float("nan"))
+    emu.run(_handoff, (1,), x, out, N=32, COUNT=1)
+    assert torch.equal(out, x * 2.0 + 1.0)
+    monkeypatch.setattr(emu, "DEADLOCK_S", 0.3)
+    with pytest.raises(emu.Deadlock, match="waited 0.3 s for parity 0 .phase 0, 1 arrivals"):
+        emu.run(_handoff, (1,), x, out, N=32, COUNT=2)

@@ -1,0 +1,98 @@
+"""lightning/gluon's kernels on the CPU, through the Gluon emulator (``gluon_emulator``): the
+warp-specialized forward (a TMA load warp, the state warpgroup, the output warpgroup, their mbarrier
+rings) and the Gluon backward (dq by the forward kernel, dk and dv by the one-pass ``dkdv`` kernel or
+by two more forward passes) against the fp64 reference, every tensor at fla's 0.005.
+
+The partitions run as threads on the emulator's mbarriers and TMA copies, so a ring whose phases or
+counts do not match fails with the barrier named (``Deadlock``) instead of hanging. What the
+emulator cannot see (races inside a partition, the compile) is the sm_90 compile tests' and the GPU
+tests' (``tests/gpu/test_lightning_gluon.py``)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import gluon_emulator as emu
+from lattnbench.kernels.lightning.gluon import configs as gcfg
+from lattnbench.kernels.lightning.gluon import dkdv, kernels, ops
+from lattnbench.kernels.naive.torch_ref import lightning_naive
+from lattnbench.measure.tolerance import FLA_TOLERANCE, err_ratio
+
+
+class _Emulated:
+    """A ``LazyLauncher``'s call, run by the emulator on the kernel's spec."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launches = kernel, 0
+
+    def __call__(self, key, args, spec, stream=None) -> None:
+        grid, kw = spec()
+        emu.run(self.kernel, grid({}), *args, **kw)
+        self.launches += 1
+
+
+@pytest.fixture
+def gluon_on_cpu(monkeypatch):
+    """The Gluon forward and dk / dv kernels through the emulator (the sm_90 check skipped), the
+    Gluon backward at any length, every buffer the kernels write NaN-poisoned first."""
+    launches = {"fwd": _Emulated(kernels.lightning_fwd_kernel), "dkdv": _Emulated(dkdv.lightning_dkdv_kernel)}
+    monkeypatch.setattr(ops, "_FWD_LAUNCH", launches["fwd"])
+    monkeypatch.setattr(ops, "_DKDV_LAUNCH", launches["dkdv"])
+    monkeypatch.setattr(ops, "gluon_path", lambda q, v, cu=None: gcfg.fallback_reason(
+        str(q.dtype).removeprefix("torch."), q.shape[3], v.shape[3], cu is not None))
+    monkeypatch.setattr(gcfg, "BACKWARD_MODE", "1")
+    monkeypatch.setattr(gcfg, "BACKWARD_ON_GLUON", True)
+
+    def nan_empty(*shape, dtype, device):
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    monkeypatch.setattr(ops, "_empty", nan_empty)
+    return launches
+
+
+def _inputs(seed, b, t, h, d, e, h0):
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(b, t, h, d, generator=gen).bfloat16() for _ in range(2))
+    v = torch.randn(b, t, h, e, generator=gen).bfloat16()
+    s0 = torch.randn(b, h, d, e, generator=gen) if h0 else None
+    # per-token decays of 2.5 % to 25 %: every pair's weight differs from its neighbour's by more
+    # than the tolerance, and the state carried into a chunk still weighs on its first rows
+    gamma = -(0.5 + torch.rand(h, generator=gen)) * torch.tensor([0.05, 0.2] * (h // 2))
+    return q, k, v, s0, gamma, gen
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["dkdv", "passes"])
+@pytest.mark.parametrize("b,t,h,d,e,reverse,h0", [
+    (1, 150, 2, 64, 64, False, True),
+    (2, 100, 2, 64, 128, True, True),
+    (1, 64, 2, 128, 64, False, False),
+], ids=["T150-D64", "T100-D64-E128-rev", "T64-D128-E64-noh0"])
+def test_the_emulated_gluon_forward_and_backward_meet_fp64(gluon_on_cpu, monkeypatch, fused, b, t, h, d, e,
+                                                           reverse, h0):
+    """o, S_T, dq, dk, dv and dh0 within fla's 0.005 of fp64, with random dO and dS_T: partial last
+    chunks, D ≠ E, both orders, with and without h0; the backward through the dk / dv kernel or
+    through two more forward passes."""
+    monkeypatch.setattr(gcfg, "FUSED_DKDV", fused)
+    q, k, v, s0, gamma, gen = _inputs(7 + t + d, b, t, h, d, e, h0)
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)] + ([s0.clone().requires_grad_(True)] if h0 else [])
+    o, st = ops.lightning_attn_gluon(*leaves[:3], gamma=gamma, reverse=reverse, initial_state=leaves[3] if h0 else None)
+    do, ds = torch.randn(o.shape, generator=gen).bfloat16(), torch.randn(st.shape, generator=gen)
+    grads = torch.autograd.grad((o, st), leaves, (do, ds))
+    ref = [x.detach().double().requires_grad_(True) for x in leaves]
+    ro, rs = lightning_naive(*ref[:3], gamma=gamma.double(), reverse=reverse, initial_state=ref[3] if h0 else None)
+    rgrads = torch.autograd.grad((ro, rs), ref, (do.double(), ds.double()))
+    errs = {name: err_ratio(x, r) for name, x, r in zip(("o", "S_T", "dq", "dk", "dv", "dh0"),
+                                                        (o, st, *grads), (ro, rs, *rgrads))}
+    assert all(err <= FLA_TOLERANCE for err in errs.values()), errs
+    assert gluon_on_cpu["fwd"].launches == (2 if fused else 4)  # the forward, the dq pass (and dk, dv)
+    assert gluon_on_cpu["dkdv"].launches == (1 if fused else 0)
+
+
+def test_the_emulated_forward_takes_grouped_heads_and_no_gradient(gluon_on_cpu):
+    """GQA (k, v with half the heads) in a forward without autograd: o and S_T within fla's 0.005."""
+    q, k, v, _, gamma, _ = _inputs(3, 1, 90, 4, 64, 64, False)
+    k, v = k[:, :, :2].contiguous(), v[:, :, :2].contiguous()
+    with torch.no_grad():
+        o, st = ops.lightning_attn_gluon(q, k, v, gamma=gamma)
+    ro, rs = lightning_naive(q.double(), k.double(), v.double(), gamma=gamma.double())
+    assert err_ratio(o, ro) <= FLA_TOLERANCE and err_ratio(st, rs) <= FLA_TOLERANCE
+    assert gluon_on_cpu["fwd"].launches == 1
