@@ -8,6 +8,7 @@ up to a warpgroup), and the load warp gives most of its share to the two compute
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -60,9 +61,10 @@ class Config:
 DKDV_CONFIG = Config(bv=0, load_stages=2, state_stages=2, out_stages=1)  # bv 0: all of E, no slices
 
 
+@functools.lru_cache(maxsize=None)
 def config_for(e: int) -> Config:
     """The forward's config for value head dim E: all of E per program (q and k read once per
-    head) up to 128 columns."""
+    head) up to 128 columns (made once per E: a forward asks on every call)."""
     return Config(bv=min(e, 128))
 
 

@@ -156,11 +156,20 @@ def gluon_dkdv(q: Tensor, k: Tensor, v: Tensor, do: Tensor, g: Tensor, scale: fl
     return dk, dv, s_end
 
 
+# why a forward's backward takes the Triton passes (None: the Gluon ones), per (dtype, heads, kv heads,
+# rows) and the switches' values: a forward under autograd asks on every call, and formatting the
+# refusal costs more host time than the rule
+_BACKWARD_REASONS: dict[tuple, str | None] = {}
+
+
 def gluon_backward_path(q: Tensor, k: Tensor) -> str | None:
     """None when the backward of a Gluon forward on these inputs runs on the Gluon kernel, else why
     the Triton kernel's backward does."""
     b, t, h, _ = q.shape
-    return _cfg.backward_reason(str(q.dtype).removeprefix("torch."), h, k.shape[2], b * t * h)
+    key = (q.dtype, h, k.shape[2], b * t * h, _cfg.BACKWARD_MODE, _cfg.BACKWARD_ON_GLUON)
+    if key not in _BACKWARD_REASONS:
+        _BACKWARD_REASONS[key] = _cfg.backward_reason(str(q.dtype).removeprefix("torch."), h, k.shape[2], b * t * h)
+    return _BACKWARD_REASONS[key]
 
 
 class GluonForwardFunction(triton_ops.LightningAttnFunction):
