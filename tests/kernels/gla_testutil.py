@@ -9,7 +9,7 @@ from lattnbench.kernels.gla.triton.naive import gla_naive
 from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-NAMES = {torch.float32: "fp32", torch.float16: "fp16"}
+NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def gates(gen, shape, normaliser):
@@ -32,9 +32,9 @@ def walls(g, wall, reverse, cu_seqlens, every):
 
 
 def check(seed=0, b=1, t=37, h=2, hkv=None, d=24, e=40, dtype=torch.float32, h0=True, reverse=False,
-          cu_seqlens=None, scale=None, normaliser=16.0, dst=True, skip=(), wall=None, every=4):
+          cu_seqlens=None, scale=None, normaliser=16.0, dst=True, skip=(), wall=None, every=4, tol=None):
     """Kernel and fp64 reference on the same dtype-rounded inputs; assert o, S_T, dq, dk, dv, dg,
-    dh0 within the dtype's tolerance (names in ``skip`` only finite). ``wall``: the gate of every
+    dh0 within ``tol``, by default the dtype's tolerance (names in ``skip`` only finite). ``wall``: the gate of every
     channel at every ``every``-th row (``walls``). Returns the errors."""
     hkv = hkv or h
     n = b if cu_seqlens is None else len(cu_seqlens) - 1
@@ -66,7 +66,7 @@ def check(seed=0, b=1, t=37, h=2, hkv=None, d=24, e=40, dtype=torch.float32, h0=
     names = ["dq", "dk", "dv", "dg", "dh0"][: len(ins)]
     pairs = {"o": (o, ro), "final_state": (st, rs), **{nm: (x, r) for nm, x, r in zip(names, grads, rgrads)}}
     errs = {nm: err_ratio(x, r) for nm, (x, r) in pairs.items()}
-    tol = TOLERANCE[NAMES[dtype]]
+    tol = TOLERANCE[NAMES[dtype]] if tol is None else tol
     bad = {nm: err for nm, err in errs.items() if not (err < float("inf") if nm in skip else err <= tol)}
     assert not bad, f"errors above {tol}: {bad} (all: {errs})"
     return errs

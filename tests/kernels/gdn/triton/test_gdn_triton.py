@@ -2,7 +2,7 @@
 test_gdn_triton_backward.py).
 
 On a machine without a GPU the kernels run in the Triton interpreter (tests/conftest.py sets
-TRITON_INTERPRET=1), which cannot do bf16 dots: fp32 and fp16 here, bf16 on the GPU
+TRITON_INTERPRET=1), where bf16 computes as on the GPU (``interpreter_bf16``); bf16 on the H200 too
 (``lattnbench check-grad -k gdn/triton --dtype bf16``). o and S_T within the dtype's tolerance, on
 the same dtype-rounded inputs (L2-normalised keys, g = logsigmoid(x)/norm, β = sigmoid(x)); every
 buffer the kernels must fully write is NaN-poisoned first. The interpreter's chunk is 16 tokens, so T = 37 crosses
@@ -26,7 +26,7 @@ from lattnbench.measure.tolerance import TOLERANCE, err_ratio
 from triton_testutil import record_launches
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-NAMES = {torch.float32: "fp32", torch.float16: "fp16"}
+NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 BASE_SEED = int(os.environ.get("GDN_TEST_SEED", np.random.SeedSequence().entropy % 2**32))
 
 
@@ -82,7 +82,7 @@ def within_tolerance(errs: dict, dtype, seed: int) -> dict:
     return errs
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("h0", [True, False])
 def test_gqa_odd_t_non_pow2_dims(seed, dtype, h0):
     check(seed, h=4, hkv=2, d=24, e=40, dtype=dtype, h0=h0, scale=0.3)

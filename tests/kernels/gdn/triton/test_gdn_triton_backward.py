@@ -1,8 +1,8 @@
 """The Triton GDN backward against autograd through the fp64 token-by-token reference ``gdn_naive``.
 
 dq, dk, dv, dg, dβ and dh0 for random cotangents of o and S_T, within the dtype's tolerance, on
-the same dtype-rounded inputs as the forward's tests (fp32 and fp16 in the interpreter; bf16 on
-the GPU through ``lattnbench check-grad -k gdn/triton``). Every buffer the kernels must fully
+the same dtype-rounded inputs as the forward's tests (fp32, fp16 and bf16 in the interpreter, bf16
+as on the GPU through ``interpreter_bf16``; on the H200 through ``lattnbench check-grad -k gdn/triton``). Every buffer the kernels must fully
 write is NaN-poisoned first (the fixture of test_gdn_triton.py). The interpreter's chunk is 16
 tokens and its value slice 16 columns, so E = 40 splits the reverse sweep into three slices, and
 D = 40 makes the parallel launches take two key slices. Inputs are drawn afresh
@@ -50,8 +50,8 @@ def check_grad(seed, scale=0.3, cu_seqlens=None, final_state=True, **kw):
     return within_tolerance({name: err_ratio(a.cpu(), b) for name, a, b in zip(GRADS, got, want)}, dtype, seed)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-@pytest.mark.parametrize("h0", [True, False])
+@pytest.mark.parametrize("dtype, h0", [(torch.float32, True), (torch.float32, False), (torch.float16, True),
+                                       (torch.float16, False), (torch.bfloat16, True)])
 def test_gqa_odd_t_non_pow2_dims(seed, dtype, h0):
     # a GQA group's two query heads gate one kv head their own ways: dk and dv sum over them
     check_grad(seed, h=4, hkv=2, d=24, e=40, dtype=dtype, h0=h0)

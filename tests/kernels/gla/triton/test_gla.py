@@ -1,9 +1,8 @@
 """The Triton GLA kernels against the fp64 token-by-token reference.
 
 On a machine without a GPU the kernels run in the Triton interpreter (tests/conftest.py sets
-TRITON_INTERPRET=1), which cannot do bf16 dots: fp32 and fp16 here, bf16 on the GPU
-(`lattnbench check-grad -k gla/triton --dtype bf16`). Outputs and every gradient (q, k, v, g,
-initial_state) are checked with random ``do`` and ``dS_T``; every buffer the kernels must fully
+TRITON_INTERPRET=1), where bf16 computes as on the GPU (``interpreter_bf16``). Outputs and every
+gradient (q, k, v, g, initial_state) are checked with random ``do`` and ``dS_T``; every buffer the kernels must fully
 write is NaN-poisoned first. The interpreter's chunk is 16 tokens, so T = 37 crosses two chunk
 boundaries and ends in a partial chunk.
 """
@@ -15,7 +14,7 @@ import torch
 from lattnbench.kernels.gla.triton import gla_triton
 from lattnbench.kernels.gla.triton import ops as gla_ops
 from lattnbench.kernels.gla.triton.naive import gla_naive
-from lattnbench.measure.tolerance import TOLERANCE, err_ratio
+from lattnbench.measure.tolerance import FLA_TOLERANCE, TOLERANCE, err_ratio
 from gla_testutil import check, gates
 from triton_testutil import record_launches
 
@@ -51,6 +50,14 @@ def test_any_gate_norm(dtype, normaliser):
     # reaches −500, far past e^{±88}) beside the GLA paper's /16, with an initial state, GQA, odd T,
     # reverse; every tensor within the dtype's tolerance (fp16: 2e-3, under fla's 0.005)
     check(seed=12, t=37, h=2, hkv=1, d=24, e=40, dtype=dtype, normaliser=normaliser, reverse=normaliser == 1.0)
+
+
+@pytest.mark.parametrize("normaliser", [16.0, 1.0, 0.1])
+def test_bf16_at_any_gate_norm_within_flas_rule(normaliser):
+    # bf16 inputs (q, k, v and do; g in fp32) at fla's recipes' gate norms, with an initial state,
+    # GQA, odd T, reverse: every tensor, dg included, within fla's 0.005 of fp64
+    check(seed=12, t=37, h=2, hkv=1, d=24, e=40, dtype=torch.bfloat16, normaliser=normaliser,
+          reverse=normaliser == 1.0, tol=FLA_TOLERANCE)
 
 
 def test_gates_deeper_than_fp32_exponents_at_the_gpu_chunk(monkeypatch):

@@ -1,7 +1,7 @@
 """The Triton Lightning Attention kernels against the fp64 quadratic reference.
 
 On a machine without a GPU the kernels run in the Triton interpreter (tests/conftest.py sets
-TRITON_INTERPRET=1), which cannot do bf16 dots: fp32 and fp16 here, bf16 on the GPU.
+TRITON_INTERPRET=1), where bf16 computes as on the GPU (``interpreter_bf16``).
 Outputs and gradients (q, k, v, initial_state) are checked with random ``do`` and random
 ``dS_T``; every buffer the kernels must fully write is NaN-poisoned first. The chunk-pass
 orientation (the TR config key) is set per test: every kernel test runs with the three pointer
@@ -85,7 +85,7 @@ def _reference(q, k, v, s0, gamma, scale, reverse, cu_seqlens, do, ds):
     Kept by the exact bytes of the inputs: the three orientations of a test draw the same inputs,
     and the reference does not depend on the orientation."""
     tensors = [x for x in (q, k, v, s0, do, ds) if x is not None]
-    key = (tuple((x.dtype, tuple(x.shape), x.detach().contiguous().numpy().tobytes()) for x in tensors),
+    key = (tuple((x.dtype, tuple(x.shape), x.detach().contiguous().view(torch.uint8).numpy().tobytes()) for x in tensors),
            s0 is None, ds is None, None if gamma is None else np.asarray(gamma, np.float64).tobytes(),
            scale, reverse, None if cu_seqlens is None else tuple(cu_seqlens))
     if key not in _REFERENCES:
@@ -149,12 +149,12 @@ def check(seed=0, b=2, t=100, h=3, hkv=None, d=48, e=48, dtype=torch.float32, ga
     return errs
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_decay_initial_state_final_state(dtype):
     check(seed=1, t=52, dtype=dtype)  # three whole chunks of the interpreter's 16 and a partial one
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_reverse(dtype):
     check(seed=2, b=1, t=77, h=3, d=48, e=32, dtype=dtype, reverse=True)
 
