@@ -325,3 +325,5 @@ if IMPORT_ERROR is None:
             a_ptr = A + (row0 * (H * BT) + i_h * BT) + (off_r[:, None] * (H * BT) + off_c[None, :])
             a_valid = (pos_r < seq_len - i_c * BT)[:, None]  # every column: keys past the end score 0
             gl.store(a_ptr, scores.to(A.dtype.element_ty), mask=a_valid)
+        if PREFETCH:  # the last issue (of a chunk past the end: zeros) lands before the program's memory is freed
+            copy_wait(0)
