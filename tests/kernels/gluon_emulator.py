@@ -430,10 +430,14 @@ class MBarrier:
 
 
 class _MBarriers:
-    """A shared array of mbarriers ([N, 1] int64 in MBarrierLayout)."""
+    """A shared array of mbarriers ([N, 1] int64 in MBarrierLayout), named by the order of their
+    allocation in the program (the kernel's first array is "mbarriers 0")."""
+
+    made = 0  # arrays allocated by the running program
 
     def __init__(self, n: int):
-        self.bars = [MBarrier(f"mbarrier {i}") for i in range(n)]
+        self.bars = [MBarrier(f"mbarriers {_MBarriers.made}[{i}]") for i in range(n)]
+        _MBarriers.made += 1
 
     def index(self, i) -> MBarrier:
         return self.bars[int(i)]
@@ -796,6 +800,7 @@ def run(kernel: JITFunction, grid: Iterable[int], *args: Any, **kwargs: Any) -> 
             for pid in itertools.product(range(g[0]), range(g[1]), range(g[2])):
                 _Program.pid = pid
                 _Abort.event.clear()
+                _MBarriers.made = 0
                 body(*bound)
     finally:
         _Program.pid, _Program.grid = (0, 0, 0), (1, 1, 1)
