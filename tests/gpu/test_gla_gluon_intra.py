@@ -53,7 +53,9 @@ def _inputs(b, t, h, hkv, d, e, dtype, lens, norm):
 #: rows of the blocks whose pairs run in fp32 registers, 0 for none)
 VARIANTS = {"gluon_tf32": (False, False, 0), "gluon_fp16": (True, False, 0), "gluon_fp16_epi": (True, True, 0),
             "gluon_tf32_pairs": (False, False, 16), "gluon_fp16_pairs": (True, False, 16),
-            "gluon_fp16_epi_pairs": (True, True, 16)}
+            "gluon_fp16_epi_pairs": (True, True, 16),
+            # key slices of 32 channels at 4 lanes a channel: 4 warps, two programs an SM
+            "gluon_fp16_pairs_kds32": (True, False, 16)}
 
 
 def _backward(monkeypatch, on: bool, x: dict, reverse: bool, cu, n, variant: str = "gluon_tf32",
@@ -70,6 +72,7 @@ def _backward(monkeypatch, on: bool, x: dict, reverse: bool, cu, n, variant: str
     monkeypatch.setattr(host, "INTRA_EPI", epi)
     monkeypatch.setattr(host, "INTRA_PAIRS", pairs)
     monkeypatch.setattr(host, "INTRA_ROW_LANES", 4)
+    monkeypatch.setattr(host, "INTRA_KDS", 32 if variant.endswith("kds32") else 64)
     monkeypatch.setattr(host, "INTRA_EXIT", exit_terms)
     if pairs:  # the Triton launch's levels above blocks of ``pairs`` rows
         monkeypatch.setattr(gops._cfg, "INTRA_TREE", gops._cfg.levels(64 // pairs))

@@ -144,6 +144,7 @@ def test_the_emulated_prep_launch_matches_the_triton_one(gluon_on_cpu, monkeypat
 INTRA_FORMS = {  # OP16, EPI, PAIRS (ROW_LANES 4: a thread's 16 rows are one block)
     "tf32": (False, False, 0), "fp16": (True, False, 0), "fp16-epi": (True, True, 0),
     "tf32-pairs": (False, False, 16), "fp16-pairs": (True, False, 16), "fp16-epi-pairs": (True, True, 16),
+    "fp16-pairs-kds32": (True, False, 16),  # key slices of 32: 4 warps, two programs an SM
 }
 
 
@@ -160,6 +161,7 @@ def test_the_emulated_gluon_backward_meets_fp64(gluon_on_cpu, monkeypatch, form,
     monkeypatch.setattr(host, "INTRA_EPI", epi)
     monkeypatch.setattr(host, "INTRA_PAIRS", pairs)
     monkeypatch.setattr(host, "INTRA_ROW_LANES", 4)
+    monkeypatch.setattr(host, "INTRA_KDS", 32 if form.endswith("kds32") else 64)
     monkeypatch.setattr(host, "INTRA_EXIT", exit_terms)
     i = list(INTRA_FORMS).index(form)
     norm, reverse = (16.0, 1.0, 0.1)[i % 3], bool(i % 2) != exit_terms
