@@ -148,15 +148,21 @@ if IMPORT_ERROR is None:
         return _group_mask(s, pos_r, pos_c, SPAN)
 
     @gluon.jit
-    def _row_scale(x):
-        """x [BT, KD] (16-bit, row-major layout) scaled per row by a power of two into [0.5, 1) of its
-        largest entry, in x's dtype (exact: a 16-bit value times 2^j), and 2^-j per row: fp16 level
-        operands then hold any bf16 input. The power comes from the exponent bits of the row's
-        largest |x|; a row spans one warp in the row-major layout, so its max is a warp shuffle."""
+    def _row_scales(x):
+        """Per row of x [BT, KD] (16-bit, row-major layout), a power of two 2^j that takes its largest
+        entry into [0.5, 1), and 2^-j: fp16 level operands then hold any bf16 input, exactly (a 16-bit
+        value times 2^j). The power comes from the exponent bits of the row's largest |x|; a row
+        spans one warp in the row-major layout, so its max is a warp shuffle."""
         e = (gl.max(gl.abs(x.to(gl.float32)), axis=1).to(gl.int32, bitcast=True) >> 23) & 0xFF
         e = gl.minimum(e, 252)  # the scale's exponent stays normal (a row past 2^125 keeps up to 8)
-        scale = ((253 - e) << 23).to(gl.float32, bitcast=True)
-        return (x.to(gl.float32) * scale[:, None]).to(x.dtype), ((e + 1) << 23).to(gl.float32, bitcast=True)
+        return ((253 - e) << 23).to(gl.float32, bitcast=True), ((e + 1) << 23).to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _row_scale(x):
+        """x scaled per row by its ``_row_scales`` power of two, in x's dtype (exact), and the rows'
+        inverse scales."""
+        scale, inv = _row_scales(x)
+        return (x.to(gl.float32) * scale[:, None]).to(x.dtype), inv
 
     @gluon.jit
     def _stage_gqk_scaled(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L: gl.constexpr):
@@ -183,6 +189,34 @@ if IMPORT_ERROR is None:
     def _group_mask(s, pos_r, pos_c, SPAN: gl.constexpr):
         """A level's products kept to the pairs of one group of SPAN positions."""
         return gl.where((pos_r[:, None] // SPAN) == (pos_c[None, :] // SPAN), s, 0.0)
+
+    @gluon.jit
+    def _level_scores(lv, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero, L: gl.constexpr,
+                      BT: gl.constexpr, KD: gl.constexpr, OP16: gl.constexpr, ASYNC: gl.constexpr):
+        """lv plus the six levels' scores of BT = 64 (groups of 64 down to 2 positions) over KD key
+        channels, added level by level into lv (no second [BT, BT] accumulator lives across them):
+        fp16 products of the registers qq, kk (ASYNC: level l + 1 staged in the second buffer pair,
+        qe2_s / ke2_s, while level l's product runs), or tf32 ones of q_s, k_s read back."""
+        if OP16:
+            if ASYNC:
+                prev = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, BT)
+                for lvl in gl.static_range(1, 6):
+                    if lvl % 2 == 1:
+                        cur = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, BT >> lvl)
+                    else:
+                        cur = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, BT >> lvl)
+                    done = warpgroup_mma_wait(num_outstanding=1, deps=[prev])
+                    lv += _group_mask(done, pos_r, pos_c, BT >> (lvl - 1))
+                    prev = cur
+                done = warpgroup_mma_wait(num_outstanding=0, deps=[prev])
+                lv += _group_mask(done, pos_r, pos_c, 2)
+            else:
+                for lvl in gl.static_range(6):
+                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl)
+        else:
+            for lvl in gl.static_range(6):
+                lv += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl)
+        return lv
 
     @gluon.jit
     def gla_prep_gluon_kernel(
@@ -212,13 +246,15 @@ if IMPORT_ERROR is None:
             OPT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KD, BT], gl.float16)
             qe_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
             ke_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
-            if ASYNC:  # a second pair: level l + 1 is staged while level l's product runs
-                qe2_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
-                ke2_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
         else:
             OP: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, KD], gl.float32)
             qe_s = gl.allocate_shared_memory(gl.float32, [BT, KD], OP)
             ke_s = gl.allocate_shared_memory(gl.float32, [BT, KD], OP)
+        if OP16 and ASYNC:  # a second pair: level l + 1 is staged while level l's product runs
+            qe2_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
+            ke2_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
+        else:
+            qe2_s, ke2_s = qe_s, ke_s
         RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
         if PREFETCH:  # the ring: slot i % 2 holds the program's i-th chunk
             g_r = gl.allocate_shared_memory(g.dtype.element_ty, [2, BT, KD], RAW)
@@ -297,31 +333,16 @@ if IMPORT_ERROR is None:
                 own = own * q_inv * gl.convert_layout(k_inv, gl.SliceLayout(1, MMA))
                 k_inv = gl.convert_layout(k_inv, gl.SliceLayout(0, MMA))
             scores = gl.where(diag, own[:, None], 0.0)
-            # the six levels of BT = 64, groups of 64 down to 2 positions
+            # the six levels of BT = 64; fp16 ones at the rows' scales, undone once (exact: powers of two)
             if OP16:
-                lv = zero
-                if ASYNC:
-                    # level l + 1 is staged in the other buffer pair while level l's product runs
-                    prev = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, BT)
-                    for lvl in gl.static_range(1, 6):
-                        if lvl % 2 == 1:
-                            cur = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, BT >> lvl)
-                        else:
-                            cur = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, BT >> lvl)
-                        done = warpgroup_mma_wait(num_outstanding=1, deps=[prev])
-                        lv += _group_mask(done, pos_r, pos_c, BT >> (lvl - 1))
-                        prev = cur
-                    done = warpgroup_mma_wait(num_outstanding=0, deps=[prev])
-                    lv += _group_mask(done, pos_r, pos_c, 2)
-                else:
-                    for lvl in gl.static_range(6):
-                        lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl)
+                lv = _level_scores(zero, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero, L,
+                                   BT, KD, OP16, ASYNC)
                 if SCALED:
                     lv = lv * q_inv[:, None] * k_inv[None, :]
                 scores += lv
             else:
-                for lvl in gl.static_range(6):
-                    scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl)
+                scores = _level_scores(scores, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero,
+                                       L, BT, KD, OP16, ASYNC)
             a_ptr = A + (row0 * (H * BT) + i_h * BT) + (off_r[:, None] * (H * BT) + off_c[None, :])
             a_valid = (pos_r < seq_len - i_c * BT)[:, None]  # every column: keys past the end score 0
             gl.store(a_ptr, scores.to(A.dtype.element_ty), mask=a_valid)

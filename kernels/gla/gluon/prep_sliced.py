@@ -12,45 +12,30 @@ Same arguments, outputs and numerics as ``prep.gla_prep_gluon_kernel`` (whose he
 """
 from __future__ import annotations
 
-from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, gl, gluon, warpgroup_mma_wait
+from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, gl, gluon
 
 if IMPORT_ERROR is None:
-    from .prep import _add, _chunk_start, _exp_flush, _group_mask, _issue_level16, _sequence, _tree_level
-    from .prep import _tree_level16
+    from .prep import _add, _chunk_start, _exp_flush, _level_scores, _row_scales, _sequence
 
     @gluon.jit
-    def _row_scales(x):
-        """Per row of x [BT, KD] (16-bit, row-major layout), a power of two 2^j that takes its largest
-        entry into [0.5, 1), and 2^-j: fp16 level operands then hold any bf16 input, exactly (a 16-bit
-        value times 2^j). The power comes from the exponent bits of the row's largest |x|; a row
-        spans one warp in the row-major layout, so its max is a warp shuffle."""
-        e = (gl.max(gl.abs(x.to(gl.float32)), axis=1).to(gl.int32, bitcast=True) >> 23) & 0xFF
-        e = gl.minimum(e, 252)  # the scale's exponent stays normal (a row past 2^125 keeps up to 8)
-        return ((253 - e) << 23).to(gl.float32, bitcast=True), ((e + 1) << 23).to(gl.float32, bitcast=True)
-
-    @gluon.jit
-    def _stage_slice(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, q_sc, k_sc, q_inv, k_inv, L: gl.constexpr,
-                     SCALED: gl.constexpr, WHOLE: gl.constexpr):
+    def _stage_slice(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, q_sc, k_sc, L: gl.constexpr,
+                     SCALED: gl.constexpr):
         """A key slice of a chunk: its gates in the column layout L (fp32, zero past the end: no decay
         there), and its q and k tiles into q_s and k_s for the levels to read back, times their rows'
-        scales under SCALED: q_sc, k_sc, or, where the slice is all of D (WHOLE), the scales of its
-        own rows (``_row_scales``), whose inverses it returns in place of q_inv, k_inv. Loads go
-        through the row-major layout of the offsets (in L every element of a thread is another row,
-        an address of its own); the first barrier waits for the last slice's readers of the buffers."""
+        scales q_sc, k_sc under SCALED. Loads go through the row-major layout of the offsets (in L
+        every element of a thread is another row, an address of its own); the first barrier waits
+        for the last slice's readers of the buffers."""
         gg = gl.convert_layout(gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
         q_in = gl.load(q + x_base + x_off, mask=m, other=0.0)
         k_in = gl.load(k + k_base + k_off, mask=m, other=0.0)
         if SCALED:
-            if WHOLE:
-                q_sc, q_inv = _row_scales(q_in)
-                k_sc, k_inv = _row_scales(k_in)
             q_in = (q_in.to(gl.float32) * q_sc[:, None]).to(q_in.dtype)
             k_in = (k_in.to(gl.float32) * k_sc[:, None]).to(k_in.dtype)
         cta_barrier()
         q_s.store(q_in)
         k_s.store(k_in)
         cta_barrier()
-        return gg, q_inv, k_inv
+        return gg
 
     @gluon.jit
     def _chunk_row_scales(q, k, x_base, k_base, H, HKV, rows, BT: gl.constexpr, KD: gl.constexpr,
@@ -73,21 +58,22 @@ if IMPORT_ERROR is None:
         T, H, HKV,
         qd, kd, bl, A,
         KD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
-        ROW_LANES: gl.constexpr, OP16: gl.constexpr = False, ASYNC: gl.constexpr = False, KS: gl.constexpr = 0,
+        ROW_LANES: gl.constexpr, OP16: gl.constexpr, ASYNC: gl.constexpr, KS: gl.constexpr,
     ):
         """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …; BT = 64 (six levels),
-        KD 64 or 128, in slices of KS key channels (0: all of KD) with KS·ROW_LANES / 32 warps. The
-        slices' level products add up in one accumulator: a narrower slice is fewer warps a
-        program, so more programs share an SM and overlap each other's level chains."""
-        KSL: gl.constexpr = KD if KS == 0 else KS
-        WARPS: gl.constexpr = KSL * ROW_LANES // 32
+        KD 64 or 128, in slices of KS < KD key channels with KS·ROW_LANES / 32 warps. The slices'
+        level products add up in one accumulator: a narrower slice is fewer warps a program, so more
+        programs share an SM and overlap each other's level chains (all of D is
+        ``prep.gla_prep_gluon_kernel``'s)."""
+        gl.static_assert(0 < KS and KS < KD, "KS: a slice narrower than the head dim")
+        WARPS: gl.constexpr = KS * ROW_LANES // 32
         # fp16 level operands take bf16 inputs scaled per row (fp16 inputs fit as they are)
         SCALED: gl.constexpr = OP16 and q.dtype.element_ty == gl.bfloat16
         # a thread holds BT / ROW_LANES rows of one key channel; ROW_LANES lanes a column
         L: gl.constexpr = gl.BlockedLayout([BT // ROW_LANES, 1], [ROW_LANES, 32 // ROW_LANES], [1, WARPS], [0, 1])
         # global loads and stores go through a row-major layout (4 contiguous channels a thread):
         # in L every element of a thread is another row, an address of its own
-        LD: gl.constexpr = gl.BlockedLayout([1, 4], [32 * 4 // KSL, KSL // 4], [WARPS, 1], [1, 0])
+        LD: gl.constexpr = gl.BlockedLayout([1, 4], [32 * 4 // KS, KS // 4], [WARPS, 1], [1, 0])
         # the same over all of D: the rows' scales come from whole rows, so that every slice's level
         # products share them and the scores are scaled back once
         LF: gl.constexpr = gl.BlockedLayout([1, 4], [32 * 4 // KD, KD // 4], [WARPS, 1], [1, 0])
@@ -95,27 +81,29 @@ if IMPORT_ERROR is None:
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
                                                       instr_shape=[16, BT // (WARPS // 4), 16 if OP16 else 8])
         if OP16:
-            OPT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KSL, BT], gl.float16)
-            qe_s = gl.allocate_shared_memory(gl.float16, [KSL, BT], OPT)
-            ke_s = gl.allocate_shared_memory(gl.float16, [KSL, BT], OPT)
-            if ASYNC:  # a second pair: level l + 1 is staged while level l's product runs
-                qe2_s = gl.allocate_shared_memory(gl.float16, [KSL, BT], OPT)
-                ke2_s = gl.allocate_shared_memory(gl.float16, [KSL, BT], OPT)
+            OPT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KS, BT], gl.float16)
+            qe_s = gl.allocate_shared_memory(gl.float16, [KS, BT], OPT)
+            ke_s = gl.allocate_shared_memory(gl.float16, [KS, BT], OPT)
         else:
-            OP: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, KSL], gl.float32)
-            qe_s = gl.allocate_shared_memory(gl.float32, [BT, KSL], OP)
-            ke_s = gl.allocate_shared_memory(gl.float32, [BT, KSL], OP)
+            OP: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, KS], gl.float32)
+            qe_s = gl.allocate_shared_memory(gl.float32, [BT, KS], OP)
+            ke_s = gl.allocate_shared_memory(gl.float32, [BT, KS], OP)
+        if OP16 and ASYNC:  # a second pair: level l + 1 is staged while level l's product runs
+            qe2_s = gl.allocate_shared_memory(gl.float16, [KS, BT], OPT)
+            ke2_s = gl.allocate_shared_memory(gl.float16, [KS, BT], OPT)
+        else:
+            qe2_s, ke2_s = qe_s, ke_s
         RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-        q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KSL], RAW)
-        k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KSL], RAW)
+        q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KS], RAW)
+        k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KS], RAW)
 
         i_n, i_h, i_hk, bos, seq_len = _sequence(cu, T, H, HKV, IS_VARLEN)
         slot0 = bos // BT + i_n  # chunk slots of this sequence in bl (``tiles.chunk_slot``)
 
         pos = gl.arange(0, BT, layout=gl.SliceLayout(1, L))        # processing position of a tile row
-        col = gl.arange(0, KSL, layout=gl.SliceLayout(0, L))
+        col = gl.arange(0, KS, layout=gl.SliceLayout(0, L))
         pos_ld = gl.arange(0, BT, layout=gl.SliceLayout(1, LD))
-        col_ld = gl.arange(0, KSL, layout=gl.SliceLayout(0, LD))
+        col_ld = gl.arange(0, KS, layout=gl.SliceLayout(0, LD))
         pos_r = gl.arange(0, BT, layout=gl.SliceLayout(1, MMA))
         pos_c = gl.arange(0, BT, layout=gl.SliceLayout(0, MMA))
         if REVERSE:
@@ -133,26 +121,25 @@ if IMPORT_ERROR is None:
             # scalar int64 bases at the chunk's first row, int32 offsets inside it; tile rows in
             # processing order
             row0 = bos + start
-            if SCALED and KSL < KD:
+            if SCALED:
                 q_sc, q_inv, k_sc, k_inv = _chunk_row_scales(q, k, row0 * (H * KD) + i_h * KD,
                                                              row0 * (HKV * KD) + i_hk * KD, H, HKV, seq_len - i_c * BT,
                                                              BT, KD, REVERSE, LF, LD)
-            else:  # no scales, or the slice's own (all of D)
+            else:  # fp16 inputs, or tf32 products: no scales
                 q_sc = gl.full([BT], 1.0, gl.float32, gl.SliceLayout(1, LD))
                 k_sc, q_inv, k_inv = q_sc, q_sc, q_sc
             own = gl.zeros([BT], gl.float32, gl.SliceLayout(1, MMA))
             scores = zero
             # a loop, not unrolled: unrolled, the next slice's loads are hoisted over this one's
             # levels and both slices' tiles live at once
-            for c0 in range(0, KD, KSL):
+            for c0 in range(0, KD, KS):
                 x_base = row0 * (H * KD) + i_h * KD
                 k_base = row0 * (HKV * KD) + i_hk * KD
                 # offsets made in the slice, of its channels: held across the levels they would cost
                 # a register an element
                 x_off = off_ld[:, None] * (H * KD) + (c0 + col_ld)[None, :]
                 k_off = off_ld[:, None] * (HKV * KD) + (c0 + col_ld)[None, :]
-                gg, q_inv, k_inv = _stage_slice(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, q_sc, k_sc, q_inv,
-                                                k_inv, L, SCALED, KSL == KD)
+                gg = _stage_slice(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, q_sc, k_sc, L, SCALED)
                 qq = q_s.load(L).to(gl.float32)
                 kk = k_s.load(L).to(gl.float32)
                 B = gl.associative_scan(gg, 0, _add)
@@ -169,28 +156,9 @@ if IMPORT_ERROR is None:
                 gl.store(kd + x_base + x_off, kd_t, mask=m)
                 gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + c0 + col, Bl)
                 own += gl.convert_layout(gl.sum(qq * kk, axis=1), gl.SliceLayout(1, MMA))
-                # the six levels of BT = 64, groups of 64 down to 2 positions
-                if OP16:
-                    if ASYNC:
-                        # level l + 1 is staged in the other buffer pair while level l's product runs
-                        prev = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KSL, BT)
-                        for lvl in gl.static_range(1, 6):
-                            if lvl % 2 == 1:
-                                cur = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KSL, BT >> lvl)
-                            else:
-                                cur = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KSL, BT >> lvl)
-                            done = warpgroup_mma_wait(num_outstanding=1, deps=[prev])
-                            scores += _group_mask(done, pos_r, pos_c, BT >> (lvl - 1))
-                            prev = cur
-                        done = warpgroup_mma_wait(num_outstanding=0, deps=[prev])
-                        scores += _group_mask(done, pos_r, pos_c, 2)
-                    else:
-                        for lvl in gl.static_range(6):
-                            scores += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KSL,
-                                                    BT >> lvl)
-                else:
-                    for lvl in gl.static_range(6):
-                        scores += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KSL, BT >> lvl)
+                # the six levels of BT = 64, into the chunk's scores
+                scores = _level_scores(scores, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero,
+                                       L, BT, KS, OP16, ASYNC)
             scores = gl.where(diag, own[:, None], scores)  # the levels pair no position with itself
             if SCALED:  # back to the inputs' scale: exact, powers of two
                 scores = (scores * gl.convert_layout(q_inv, gl.SliceLayout(1, MMA))[:, None]
