@@ -20,26 +20,14 @@ from lattnbench.kernels.gla.triton import ops as gops
 from lattnbench.measure.tolerance import FLA_TOLERANCE, err_ratio
 
 
-class _Emulated:
-    """A ``LazyLauncher``'s call, run by the emulator on the kernel's spec."""
-
-    def __init__(self, kernel):
-        self.kernel, self.launches = kernel, 0
-
-    def __call__(self, key, args, spec, stream=None) -> None:
-        grid, kw = spec()
-        emu.run(self.kernel, grid({}), *args, **kw)
-        self.launches += 1
-
-
 @pytest.fixture
 def gluon_on_cpu(monkeypatch):
     """The Gluon launches through the emulator wherever their shape rule takes a call (the sm_90
     check skipped), at the GPU's chunk of 64 rows, every output buffer NaN-poisoned first."""
-    launches = {"prep": _Emulated(prep.gla_prep_gluon_kernel),
-                "prep_sliced": _Emulated(prep_sliced.gla_prep_sliced_gluon_kernel),
-                "intra": _Emulated(intra.gla_bwd_intra_gluon_kernel),
-                "intra_exit": _Emulated(intra.gla_bwd_intra_exit_gluon_kernel)}
+    launches = {"prep": emu.Launcher(prep.gla_prep_gluon_kernel),
+                "prep_sliced": emu.Launcher(prep_sliced.gla_prep_sliced_gluon_kernel),
+                "intra": emu.Launcher(intra.gla_bwd_intra_gluon_kernel),
+                "intra_exit": emu.Launcher(intra.gla_bwd_intra_exit_gluon_kernel)}
     monkeypatch.setattr(host, "_LAUNCH", launches["prep"])
     monkeypatch.setattr(host, "_LAUNCH_SLICED", launches["prep_sliced"])
     monkeypatch.setattr(host, "_LAUNCH_INTRA", launches["intra"])

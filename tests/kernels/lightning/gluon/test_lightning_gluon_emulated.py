@@ -19,23 +19,11 @@ from lattnbench.kernels.naive.torch_ref import lightning_naive
 from lattnbench.measure.tolerance import FLA_TOLERANCE, err_ratio
 
 
-class _Emulated:
-    """A ``LazyLauncher``'s call, run by the emulator on the kernel's spec."""
-
-    def __init__(self, kernel):
-        self.kernel, self.launches = kernel, 0
-
-    def __call__(self, key, args, spec, stream=None) -> None:
-        grid, kw = spec()
-        emu.run(self.kernel, grid({}), *args, **kw)
-        self.launches += 1
-
-
 @pytest.fixture
 def gluon_on_cpu(monkeypatch):
     """The Gluon forward and dk / dv kernels through the emulator (the sm_90 check skipped), the
     Gluon backward at any length, every buffer the kernels write NaN-poisoned first."""
-    launches = {"fwd": _Emulated(kernels.lightning_fwd_kernel), "dkdv": _Emulated(dkdv.lightning_dkdv_kernel)}
+    launches = {"fwd": emu.Launcher(kernels.lightning_fwd_kernel), "dkdv": emu.Launcher(dkdv.lightning_dkdv_kernel)}
     monkeypatch.setattr(ops, "_FWD_LAUNCH", launches["fwd"])
     monkeypatch.setattr(ops, "_DKDV_LAUNCH", launches["dkdv"])
     monkeypatch.setattr(ops, "gluon_path", lambda q, v, cu=None: gcfg.fallback_reason(
