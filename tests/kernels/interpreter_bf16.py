@@ -50,8 +50,9 @@ def install() -> bool:
     def as_f32(h):
         return handle(to_f32(h.data), tl.float32) if is_bf16(h) else h
 
-    def back(out, was_bf16: bool):
-        if was_bf16 and out.dtype.scalar == tl.float32:
+    def back(out):
+        """An fp32 result of bf16 operands rounded back to bf16."""
+        if out.dtype.scalar == tl.float32:
             return handle(from_f32(out.data), tl.bfloat16)
         return out
 
@@ -65,12 +66,12 @@ def install() -> bool:
 
     def unary_op(self, arg, op):
         if is_bf16(arg):
-            return back(originals["unary_op"](self, as_f32(arg), op), True)
+            return back(originals["unary_op"](self, as_f32(arg), op))
         return originals["unary_op"](self, arg, op)
 
     def create_fma(self, x, y, z):
         if any(is_bf16(h) for h in (x, y, z)):
-            return back(originals["create_fma"](self, as_f32(x), as_f32(y), as_f32(z)), True)
+            return back(originals["create_fma"](self, as_f32(x), as_f32(y), as_f32(z)))
         return originals["create_fma"](self, x, y, z)
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
