@@ -66,8 +66,6 @@ class KernelEntry:
         """None when the kernel handles ``case``, else the reason it is ``unsupported``."""
         if case.dtype not in self.dtypes:
             return f"dtype {case.dtype} not supported (only {', '.join(self.dtypes)})"
-        if device == "cpu" and self.interpreted_on_cpu and case.dtype == "bf16":
-            return "the Triton interpreter cannot compute bf16 dots (triton#11584); checked on the GPU"
         needs = {
             "initial_state": case.initial_state, "reverse": case.reverse,
             "varlen": case.varlen is not None, "gqa": case.kv_heads != case.heads,

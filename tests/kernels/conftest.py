@@ -2,7 +2,7 @@
 those folders share sit here (``triton_testutil``, ``jax_testutil``, ``gluon_emulator``): this
 conftest puts this folder on sys.path (pytest's prepend import mode), so ``from jax_testutil import
 ...`` works from any of them, a single test file run alone included. Where Triton's interpreter
-runs, it computes bf16 as the GPU does (``interpreter_bf16``)."""
+runs, it computes bf16 as the GPU does (``lattnbench.harness.interpreter_bf16``)."""
 import pytest
 
 
@@ -14,6 +14,6 @@ def pytest_configure(config):
     import os
 
     if os.environ.get("TRITON_INTERPRET") == "1":
-        import interpreter_bf16
+        from lattnbench.harness import interpreter_bf16
 
         interpreter_bf16.install()

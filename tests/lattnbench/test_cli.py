@@ -124,9 +124,11 @@ def test_unsupported_points_are_recorded_not_fatal(tmp_path):
     assert ("lightning/naive-torch", "unsupported") in status  # CPU torch keeps no peak
 
 
-def test_triton_kernel_runs_interpreted_from_a_plain_shell(tmp_path):
+def test_triton_kernel_runs_interpreted_from_a_plain_shell_in_bf16(tmp_path):
     """Without TRITON_INTERPRET in the environment, `--device cpu` still runs the Triton kernel
-    (the harness switches the interpreter on before the kernel module is imported)."""
+    (the harness switches the interpreter on before the kernel module is imported), and in bf16
+    it computes as on the GPU (the harness installs ``interpreter_bf16``; the interpreter alone
+    multiplies bf16 bit patterns as integers, errors far past the tolerance)."""
     import os
     import subprocess
     import sys
@@ -136,11 +138,12 @@ def test_triton_kernel_runs_interpreted_from_a_plain_shell(tmp_path):
     # one batch row and two heads: the interpreter's time grows with both, and the switch is at stake
     proc = subprocess.run([sys.executable, "-c", "from lattnbench.cli import main; main()", "check-grad",
                            "-k", "lightning/triton", "--device", "cpu", "--n", "40", "--initial-state", "on",
-                           "--batch", "1", "--heads", "2", "--out", str(out)],
+                           "--batch", "1", "--heads", "2", "--dtype", "bf16", "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(out.read_text())["rows"]
     assert {r["tensor"] for r in rows} == {"o", "final_state", "dq", "dk", "dv", "dh0"}
+    assert {r["dtype"] for r in rows} == {"bf16"}
     assert all(r["status"] == "ok" and r["median"] <= r["tol"] for r in rows)
 
 

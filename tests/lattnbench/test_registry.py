@@ -45,8 +45,24 @@ def test_support_reasons():
     assert reg["lightning/triton"].supports(case, "cpu") is None
     assert "initial_state" in reg["lightning/opennlplab"].supports(case, "cuda")
     assert "dtype fp32" in reg["softmax/sdpa-flash"].supports(case, "cuda")
-    assert "interpreter" in reg["lightning/triton"].supports(case.with_(dtype="bf16"), "cpu")
+    assert reg["lightning/triton"].supports(case.with_(dtype="bf16"), "cpu") is None  # interpreter_bf16
     big = Case(4, 32768, 32, 32, 128, 128, "fp32")
     assert "quadratic" in reg["lightning/naive-torch"].supports(big, "cuda")
     odd = Case(1, 64, 4, 4, 48, 48, "bf16")
     assert "power" in reg["lightning/opennlplab"].supports(odd, "cuda")
+
+
+def test_bf16_in_the_interpreter_is_refused_only_where_its_correction_cannot_be_installed(monkeypatch):
+    """A Triton kernel's CPU point in bf16 runs once ``interpreter_bf16`` is in; where this Triton's
+    interpreter has another form, the point is unsupported with the reason (fp32 still runs)."""
+    from lattnbench.harness import interpreter_bf16
+    from lattnbench.harness.points import point_gate
+
+    entry = default_registry()["gla/triton"]
+    case = Case(1, 64, 4, 4, 32, 32, "bf16")
+    assert point_gate(entry, case, "cpu") is None and interpreter_bf16.install()
+    monkeypatch.setattr(interpreter_bf16, "install", lambda: False)
+    status, reason = point_gate(entry, case, "cpu")
+    assert status == "unsupported" and "triton#11584" in reason
+    assert point_gate(entry, case.with_(dtype="fp32"), "cpu") is None
+    assert point_gate(entry, case, "cuda") is None  # compiled: the interpreter is not consulted

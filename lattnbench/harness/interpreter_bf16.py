@@ -1,12 +1,13 @@
-"""bf16 in Triton's interpreter as the GPU computes it, for the tests.
+"""bf16 in Triton's interpreter as the GPU computes it, for Triton kernels run on a CPU.
 
 Why: the interpreter keeps a bf16 tensor as its uint16 bit patterns and hands those bits to numpy
 as they are, so a bf16 dot multiplies integers (triton#11584), bf16 arithmetic adds integers, and
-its fp32 → bf16 cast truncates where the GPU rounds to nearest even. Kernels that take bf16
-operands could then be checked in bf16 on the GPU only. ``install`` wraps the interpreter's
-builder so that every float operation on bf16 operands runs on their fp32 values and rounds its
-result to bf16 (to nearest even, NaN kept), a bf16 dot multiplies the fp32 values, and the
-fp32 → bf16 cast rounds. Bit-level operations (loads, stores, selects, bit casts) keep the bits.
+its fp32 → bf16 cast truncates where the GPU rounds to nearest even. ``install`` wraps the
+interpreter's builder so that every float operation on bf16 operands runs on their fp32 values and
+rounds its result to bf16 (to nearest even, NaN kept), a bf16 dot multiplies the fp32 values, and
+the fp32 → bf16 cast rounds. Bit-level operations (loads, stores, selects, bit casts) keep the bits.
+The harness installs it before a Triton kernel's first CPU point; the tests, once the interpreter
+is chosen.
 """
 from __future__ import annotations
 
