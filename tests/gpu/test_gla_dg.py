@@ -5,7 +5,8 @@ bf16, with an initial state (and once without), every tensor against the fp64 re
 fla's rule is RMS(ref − out)/RMS(ref) < 0.005 per tensor. Every tensor must meet the dtype's
 tolerance (fp16 2e-3, stricter than fla's; bf16 1.5e-2), and dg fla's 0.005 in both dtypes: its
 per-row terms nearly cancel, so rounding that accumulates across chunks or a large term left in
-the sum shows there first (bf16 cannot run in the interpreter, so this is where bf16 is checked).
+the sum shows there first (bf16 runs in the interpreter at small shapes, ``test_gla.py``; here at
+fla's T = 1024, compiled).
 gla/jax-triton runs where jax-triton is installed (the GPU image lacks it unless carried)."""
 from __future__ import annotations
 
