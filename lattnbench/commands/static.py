@@ -32,9 +32,11 @@ def static(
 ) -> None:
     """Compile every bundled kernel without running it and record what the compilers made of it.
 
-    Triton: each default autotune config of the Lightning and GLA forward and backward launches,
-    compiled ahead of time for sm_90 at D=E=128 bf16 (no GPU needed): registers, spilled bytes, shared
-    memory, PTX instructions in all and in the chunk loop, mma/wgmma count. JAX: XLA's cost and
+    Triton: each default autotune config of the Lightning, GLA and gated delta rule launches, and
+    the Gluon launches an sm_90 call takes by default (lightning/gluon's forward and backward, GLA's
+    prep), compiled ahead of time for sm_90 at D=E=128 bf16 (no GPU needed): registers (a
+    warp-specialized kernel's launch cap), spilled bytes, shared memory, PTX instructions in all and
+    in the chunk loop, mma/wgmma count. JAX: XLA's cost and
     memory analyses on the CPU backend, fwd and fwd+bwd, at small fixed shapes. Every row names
     its compiler versions.
     """
@@ -119,7 +121,7 @@ def static_tables(doc: dict, width: int) -> list:
     for r in doc["rows"]:
         groups.setdefault((r["kernel"], r["config"], r["shape"], r["mode"]), {})[r["metric"]] = r["value"]
     tables = []
-    for title, is_triton in (("Triton, sm_90 AOT, D=E=128 bf16", True), ("XLA, CPU backend", False)):
+    for title, is_triton in (("Triton and Gluon, sm_90 AOT, D=E=128 bf16", True), ("XLA, CPU backend", False)):
         mine = {k: v for k, v in groups.items() if ("registers" in v) is is_triton}
         if not mine:
             continue

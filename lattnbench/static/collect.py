@@ -1,4 +1,4 @@
-"""Compile every job (Triton and XLA) in a process pool and turn the metrics into rows.
+"""Compile every job (Triton, Gluon and XLA) in a process pool and turn the metrics into rows.
 
 Why a pool: each AOT compile is single-threaded and independent, so the wall time falls with the
 cores; the Triton and XLA compiles share the same pool. Each worker imports the kernels once.
@@ -8,12 +8,13 @@ functions, which do not compile for a GPU target.
 """
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 
-from lattnbench.static import triton_aot, xla
+from lattnbench.static import gluon_aot, triton_aot, xla
 from lattnbench.static.triton_aot import Job
 from lattnbench.static.xla import XlaJob
 
@@ -28,12 +29,21 @@ def _xla_rows(job: XlaJob, metrics: dict, versions: dict) -> list[dict]:
              "metric": m, "value": v, "compiler": dict(versions)} for m, v in metrics.items()]
 
 
+def _quiet_exit() -> None:
+    """stderr to /dev/null as the worker exits: Gluon's compile leaves layout objects alive in the
+    kernels' module caches, and nanobind lists each one it finds at interpreter shutdown (dozens of
+    lines a worker, nothing wrong). A job's errors come back through its future, not stderr."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+
+
 def _clean_env() -> None:
     os.environ.pop("TRITON_INTERPRET", None)
+    atexit.register(_quiet_exit)
 
 
-def _run_triton(job: Job) -> tuple[dict, str]:
-    return triton_aot.compile_job(job), triton_aot.triton_version()
+def _run_triton(job: Job | gluon_aot.GluonJob) -> tuple[dict, str]:
+    compile_job = gluon_aot.compile_job if isinstance(job, gluon_aot.GluonJob) else triton_aot.compile_job
+    return compile_job(job), triton_aot.triton_version()
 
 
 def _run_xla(job: XlaJob) -> tuple[dict, dict]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
 
 from lattnbench.static import ptx as ptxmod
 from lattnbench.static.triton_aot import _compile, _parse_ptxas_log
@@ -183,6 +184,28 @@ def compile_gla_intra(**kw) -> dict:
     """Compile ``gla/triton``'s Gluon in-chunk backward launch for sm_90 and return its metrics
     (``_metrics``)."""
     return _metrics(*gla_intra_source(**kw))
+
+
+@dataclass(frozen=True)
+class GluonJob:
+    """One Gluon kernel binary for the static gate: ``source`` names the function of this module
+    that builds its (source, launch options), called with ``kwargs``. Plain data, as
+    ``triton_aot.Job``, so it travels to the pool's workers; its rows are a Triton job's."""
+
+    kernel: str          # the row's kernel name, e.g. lightning/gluon:fwd
+    config: str          # the row's config label
+    source: str          # forward_source, dkdv_source, gla_prep_source or gla_intra_source
+    kwargs: dict = field(default_factory=dict)
+    shape: str = ""
+
+
+def compile_job(job: GluonJob) -> dict:
+    """Compile one Gluon job for sm_90; the metrics a Triton job's rows carry (``triton_aot``)."""
+    m = _metrics(*globals()[job.source](**job.kwargs))
+    counts = ptxmod.count(m["ptx"])
+    return {"registers": m["registers"], "spilled_bytes": m["spilled_bytes"], "shared_bytes": m["shared_bytes"],
+            "ptx_instructions": counts.instructions, "loop_instructions": counts.loop_instructions,
+            "mma": counts.mma, "wgmma": counts.wgmma}
 
 
 def _metrics(src, options) -> dict:

@@ -49,9 +49,11 @@ def compiled() -> dict[str, list[dict]]:
 
     from lattnbench.operators.lightning.static_jobs import bwd_job, fwd_job
 
+    from lattnbench.operators.lightning.static_jobs import gluon_jobs
+
     jobs = {"fwd": fwd_job(64, 32, 0, 4, 3), "bwd": bwd_job(0, 64, 32, 0, 4, 2),
             "chunk_loop": fixture_job("chunk_loop"), "chunk_loop_double": fixture_job("chunk_loop_double"),
-            "bn512": fixture_job(bn=512)}
+            "bn512": fixture_job(bn=512), **{"gluon_dkdv": j for j in gluon_jobs() if j.kernel.endswith("dkdv")}}
     rows = collect([dataclasses.replace(job, shape=f"{job.shape}#{name}") for name, job in jobs.items()], [],
                    workers=2)
     by_job: dict[str, list[dict]] = {name: [] for name in jobs}
@@ -210,7 +212,8 @@ def test_committed_baseline_is_complete():
     assert {"lightning/jax-chunked", "lightning/jax-recurrent", "gla/jax-chunked", "gla/jax-recurrent",
             "lightning/triton:fwd", "lightning/triton:bwd-dq", "lightning/triton:bwd-dk",
             "lightning/triton:bwd-dv"} <= kernels
-    configs = {(r["kernel"], r["config"]) for r in doc["rows"] if r["kernel"].startswith("lightning/triton")}
+    configs = {(r["kernel"], r["config"]) for r in doc["rows"] if r["kernel"].startswith("lightning/")
+               and ":" in r["kernel"]}
     assert configs == {(j.kernel, j.config) for j in default_jobs()}
     for r in doc["rows"]:
         assert r["compiler"], r
@@ -220,9 +223,10 @@ def test_committed_baseline_is_complete():
     gla = {(r["kernel"], r["config"]) for r in doc["rows"]
            if r["kernel"].split(":")[0] in ("gla/triton", "gla/jax-triton")}
     assert gla == {(j.kernel, j.config) for j in gla_jobs.default_jobs()}
-    # every kernel multiplies on tensor cores, the GLA parallel launches included
+    # every kernel multiplies on tensor cores, the GLA parallel launches included, but the end-term
+    # launch (one token's row sums)
     mma = [(r["kernel"], r["value"]) for r in doc["rows"] if r["metric"] == "mma"]
-    assert mma and all(v > 0 for _, v in mma)
+    assert mma and all(v > 0 for k, v in mma if k != "lightning/gluon:end-terms")
 
 
 def _like_baseline(rows: list[dict]) -> bool:
@@ -234,7 +238,7 @@ def _like_baseline(rows: list[dict]) -> bool:
 def test_unchanged_tree_passes_against_the_committed_baseline(tmp_path, compiled):
     """A sample of the product's jobs (one forward and one backward config, one JAX kernel in both
     modes), compiled now, equals the committed baseline (the CI step compiles all of them)."""
-    rows = triton_rows(compiled, "fwd", "bwd")
+    rows = triton_rows(compiled, "fwd", "bwd", *(("gluon_dkdv",) if "gluon_dkdv" in compiled else ()))
     rows += xla_rows(xla.XlaJob("lightning/jax-chunked", xla.SHAPES[0], "fwd"))
     rows += xla_rows(xla.XlaJob("lightning/jax-chunked", xla.SHAPES[0], "fwdbwd"))
     if not _like_baseline(rows):
@@ -299,3 +303,27 @@ def test_ci_runs_the_static_gate_against_the_committed_baseline():
 def test_static_rejects_bad_options():
     assert runner.invoke(app, ["static", "--only", "cuda"]).exit_code == 2
     assert runner.invoke(app, ["static", "--workers", "0"]).exit_code == 2
+
+
+def test_the_gluon_launches_an_sm90_call_takes_are_static_jobs(monkeypatch):
+    """lightning/gluon's four launches of a fwd+bwd and the GLA Gluon prep launch in the form the
+    host's switches give (a knob's form is another config, so it never answers for the default's);
+    none of the prep where its switch is off. No compile: the jobs only."""
+    from lattnbench.kernels.common.gluon_compat import IMPORT_ERROR
+    from lattnbench.kernels.gla.gluon import host
+    from lattnbench.operators.gla.static_jobs import default_jobs as gla_jobs
+    from lattnbench.operators.lightning.static_jobs import default_jobs as lightning_jobs
+
+    if IMPORT_ERROR is not None:
+        pytest.skip(f"this Triton has no Gluon Hopper API: {IMPORT_ERROR}")
+    names = {j.kernel for j in lightning_jobs()}
+    assert {"lightning/gluon:fwd", "lightning/gluon:bwd-dq", "lightning/gluon:bwd-dkdv",
+            "lightning/gluon:end-terms"} <= names
+    (prep,) = [j for j in gla_jobs() if j.kernel == "gla/triton:prep-gluon"]
+    assert prep.kwargs["ks"] == host.PREP_KS and prep.kwargs["op16"] == host.PREP_OP16
+    monkeypatch.setattr(host, "PREP_KS", 32)
+    monkeypatch.setattr(host, "ROW_LANES", 4)
+    (sliced,) = [j for j in gla_jobs() if j.kernel == "gla/triton:prep-gluon"]
+    assert "KS=32" in sliced.config and "w4" in sliced.config and sliced.config != prep.config
+    monkeypatch.setattr(host, "PREP_ON", False)
+    assert not [j for j in gla_jobs() if j.kernel == "gla/triton:prep-gluon"]

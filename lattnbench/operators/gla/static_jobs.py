@@ -1,12 +1,14 @@
 """The jobs of the bundled GLA Triton kernels at the seed shape (D = E = 128, bf16) with the default
 call's flags (no initial state, final state returned and its gradient given, forward direction,
 no varlen): the two parallel launches at their one config, every default autotune config of the
-four sweeps (the torch launches), and each sweep at the JAX bridge's fixed config (the same
-kernels)."""
+four sweeps (the torch launches), each sweep at the JAX bridge's fixed config (the same
+kernels), and, where this Triton has Gluon's Hopper API, the Gluon prep launch an sm_90 call takes
+in its default form."""
 from __future__ import annotations
 
 from dataclasses import replace
 
+from lattnbench.static.gluon_aot import GluonJob
 from lattnbench.static.triton_aot import Job
 
 D = E = 128
@@ -93,14 +95,33 @@ def bwd_v_job(bt: int, bs: int, w: int, s: int) -> Job:
     return _job("gla/triton:bwd-dv", "gla_bwd_v_kernel", types, dict(BK=D, SPLIT=E, HAS_DHT=True), bt, bs, w, s)
 
 
+def gluon_prep_jobs() -> list[GluonJob]:
+    """The Gluon prep launch in the form the host's switches give a bf16 call on sm_90
+    (``gla.gluon.host``: ROW_LANES, OP16, ASYNC, PREFETCH, KS), named in the config; none where the
+    switch is off or this Triton has no Gluon Hopper API."""
+    from lattnbench.kernels.common.gluon_compat import IMPORT_ERROR
+    from lattnbench.kernels.gla.gluon import host as G
+
+    if IMPORT_ERROR is not None or not G.PREP_ON:
+        return []
+    form = dict(row_lanes=G.ROW_LANES, op16=G.PREP_OP16, asynchronous=G.PREP_ASYNC, prefetch=G.PREP_PREFETCH,
+                ks=G.PREP_KS)
+    sliced = 0 < G.PREP_KS < D
+    label = (f"BT={G.CHUNK} RL={G.ROW_LANES} {'fp16' if G.PREP_OP16 or G.PREP_ASYNC else 'tf32'}"
+             + (" async" if G.PREP_ASYNC else "") + (" prefetch" if G.PREP_PREFETCH else "")
+             + (f" KS={G.PREP_KS}" if sliced else "") + f" w{G.warps(G.PREP_KS if sliced else D)}")
+    return [GluonJob("gla/triton:prep-gluon", label, "gla_prep_source", dict(d=D, dtype="bf16", **form), SEED_SHAPE)]
+
+
 def bridge_job(job: Job) -> Job:
     """The same sweep as jax-triton launches it (its fixed config)."""
     return replace(job, kernel=job.kernel.replace("gla/triton", "gla/jax-triton"))
 
 
-def default_jobs() -> list[Job]:
+def default_jobs() -> list[Job | GluonJob]:
     """The parallel launches (prep, the backward's in-chunk one), every default autotune config of
-    the four sweeps, and each sweep at the JAX bridge's fixed config (bf16)."""
+    the four sweeps, each sweep at the JAX bridge's fixed config (bf16), and the Gluon prep launch
+    (``gluon_prep_jobs``)."""
     from lattnbench.kernels.gla.triton import configs as C
 
     bridge = [make(*C.jax_config(c, D, E, "bf16")) for make, c in
@@ -108,4 +129,4 @@ def default_jobs() -> list[Job]:
                (bwd_v_job, C.JAX_BWD_V_CONFIG))]
     return ([prep_job(), intra_job(), exit_job()] + [fwd_job(*c) for c in C.FWD_CONFIGS]
             + [bwd_h_job(*c) for c in C.BWD_H_CONFIGS] + [bwd_dh_job(*c) for c in C.BWD_DH_CONFIGS]
-            + [bwd_v_job(*c) for c in C.BWD_V_CONFIGS] + [bridge_job(j) for j in bridge])
+            + [bwd_v_job(*c) for c in C.BWD_V_CONFIGS] + [bridge_job(j) for j in bridge] + gluon_prep_jobs())

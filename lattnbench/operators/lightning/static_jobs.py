@@ -1,8 +1,11 @@
-"""The jobs of the bundled Lightning Triton kernels: every default autotune config of the forward
-and of each backward role, at the seed shape (D = E = 128, bf16) with the default call's flags
-(no initial state, final state returned, forward direction, no varlen)."""
+"""The jobs of the bundled Lightning kernels at the seed shape (D = E = 128, bf16) with the default
+call's flags (no initial state, final state returned and its gradient given, forward direction, no
+varlen): every default autotune config of the Triton forward and of each backward role, and, where
+this Triton has Gluon's Hopper API, lightning/gluon's launches at their one config (the forward, the
+dq pass, the dk / dv pass and the end-term launch)."""
 from __future__ import annotations
 
+from lattnbench.static.gluon_aot import GluonJob
 from lattnbench.static.triton_aot import Job
 
 D = E = 128
@@ -42,11 +45,41 @@ def bwd_job(role: int, bt: int, bv: int, tr: int, warps: int, stages: int) -> Jo
                num_warps=warps, num_stages=stages, aligned=("T", "H", "HKV"), shape=SEED_SHAPE)
 
 
-def default_jobs() -> list[Job]:
-    """Every default autotune config of the forward and the three backward roles."""
+def gluon_config_label(cfg) -> str:
+    """A Gluon launch config as rows name it, by the kernel's constexprs: ``BV=128 NBUF=2 NS=2 NO=2``
+    (value columns a program, ring slots, state buffers, output tiles in flight)."""
+    return f"BV={cfg.bv or E} NBUF={cfg.load_stages} NS={cfg.state_stages} NO={cfg.out_stages}"
+
+
+def gluon_jobs() -> list[Job | GluonJob]:
+    """lightning/gluon's launches in a default fwd+bwd: the forward (final state stored), the dq pass
+    (the forward kernel on do, v, k), the dk / dv pass from dS_T, and the end-term launch (Triton)
+    with dS_T and no dS_0. None where this Triton has no Gluon Hopper API."""
+    from lattnbench.kernels.common.gluon_compat import IMPORT_ERROR
+    from lattnbench.kernels.lightning.gluon import configs as C
+
+    if IMPORT_ERROR is not None:
+        return []
+    fwd, dkdv = gluon_config_label(C.config_for(E)), gluon_config_label(C.DKDV_CONFIG)
+    types = dict(dht=_F32, k=_BF, v=_BF, dk=_BF, dv=_BF, s_end=_F32, dh0=_F32, g=_F32, T="i32", H="i32",
+                 scale="fp32", last="i32")
+    end = Job(kernel="lightning/gluon:end-terms", config="BD=32 w4 s3",
+              module="lattnbench.kernels.lightning.gluon.end_terms", function="end_terms_kernel", types=types,
+              constexprs=dict(D=D, E=E, BD=32, BE=E, FLOOR=C.LOG_DECAY_FLOOR, HAS_DHT=True, WANT_DH0=False),
+              num_warps=4, num_stages=3, aligned=("T", "H"), shape=SEED_SHAPE)
+    return [GluonJob("lightning/gluon:fwd", fwd, "forward_source", dict(has_h0=False, store_ht=True), SEED_SHAPE),
+            GluonJob("lightning/gluon:bwd-dq", fwd, "forward_source", dict(has_h0=False, store_ht=False), SEED_SHAPE),
+            GluonJob("lightning/gluon:bwd-dkdv", dkdv, "dkdv_source", dict(reverse=True, from_dst=True, store_ht=False),
+                     SEED_SHAPE),
+            end]
+
+
+def default_jobs() -> list[Job | GluonJob]:
+    """Every default autotune config of the Triton forward and the three backward roles, and the
+    Gluon launches (``gluon_jobs``)."""
     from lattnbench.kernels.lightning.triton import configs as C
 
     jobs = [fwd_job(*r) for r in _rows(C.FWD_CONFIGS, C.FWD_CONFIGS_T)]
     for role in range(3):
         jobs += [bwd_job(role, *r) for r in _rows(C.BWD_CONFIGS, C.BWD_CONFIGS_T)]
-    return jobs
+    return jobs + gluon_jobs()
