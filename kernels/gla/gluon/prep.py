@@ -47,19 +47,51 @@ if IMPORT_ERROR is None:
             return i_c * BT
 
     @gluon.jit
-    def _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L: gl.constexpr):
-        """A chunk's gates in the column layout L (fp32, zero past the end: no decay there), and its
-        q and k tiles into q_s and k_s for the levels to read back. Loads go through the row-major
-        layout of the offsets (in L every element of a thread is another row, an address of its
-        own); the first barrier waits for the last chunk's levels to have read the buffers."""
-        gg = gl.convert_layout(gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
+    def _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, g_s, q_s, k_s, BT: gl.constexpr, LD: gl.constexpr,
+                   SCALED: gl.constexpr):
+        """A chunk's gates (fp32, zero past the end: no decay there), q and k (scaled per row by
+        ``_row_scale`` under SCALED) into g_s, q_s and k_s, for the column layout to read back: the
+        layout change goes through shared memory behind the one pair of barriers the tiles need
+        anyway, where a ``convert_layout`` of the gates alone takes several. Loads go through the
+        row-major layout LD of the offsets (in the column layout every element of a thread is another
+        row, an address of its own); the first barrier waits for the last chunk's readers.
+
+        Returns (the rows' inverse scales, ones without SCALED; the diagonal pairs' weights
+        Σ_d q_td k_td of the staged values), both in LD's rows: a row is one warp there, so its sum
+        is a few shuffles, where the column layout's spans every warp."""
+        g_in = gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32)
         q_in = gl.load(q + x_base + x_off, mask=m, other=0.0)
         k_in = gl.load(k + k_base + k_off, mask=m, other=0.0)
+        if SCALED:
+            q_in, q_inv = _row_scale(q_in)
+            k_in, k_inv = _row_scale(k_in)
+        else:
+            q_inv = gl.full([BT], 1.0, gl.float32, gl.SliceLayout(1, LD))
+            k_inv = q_inv
+        own = gl.sum(q_in.to(gl.float32) * k_in.to(gl.float32), axis=1)
         cta_barrier()
+        g_s.store(g_in)
         q_s.store(q_in)
         k_s.store(k_in)
         cta_barrier()
-        return gg
+        return q_inv, k_inv, own
+
+    @gluon.jit
+    def _own_from_ring(q_s, k_s, BT: gl.constexpr, LD: gl.constexpr, SCALED: gl.constexpr):
+        """``_stage_gqk``'s scales and diagonal weights for a ring slot the copies filled: q and k read
+        in LD, scaled per row in place under SCALED (each element written back by the thread that
+        read it; the caller's barrier then publishes them)."""
+        q_x = q_s.load(LD)
+        k_x = k_s.load(LD)
+        if SCALED:
+            q_x, q_inv = _row_scale(q_x)
+            k_x, k_inv = _row_scale(k_x)
+            q_s.store(q_x)
+            k_s.store(k_x)
+        else:
+            q_inv = gl.full([BT], 1.0, gl.float32, gl.SliceLayout(1, LD))
+            k_inv = q_inv
+        return q_inv, k_inv, gl.sum(q_x.to(gl.float32) * k_x.to(gl.float32), axis=1)
 
     @gluon.jit
     def _issue_chunk(g, q, k, bos, seq_len, i_c, i_h, i_hk, H, HKV, off_ld, col_ld, pos_ld, g_s, q_s, k_s,
@@ -75,14 +107,6 @@ if IMPORT_ERROR is None:
         copy_to_shared(q_s, q + (row0 * (H * KD) + i_h * KD) + x_off, mask=m)
         copy_to_shared(k_s, k + (row0 * (HKV * KD) + i_hk * KD) + k_off, mask=m)
         copy_commit()
-
-    @gluon.jit
-    def _scale_rows_in_place(x_s, LD: gl.constexpr):
-        """A 16-bit tile in shared memory scaled per row by a power of two (``_row_scale``), each
-        element written back by the thread that read it; returns the rows' inverse scales."""
-        x, inv = _row_scale(x_s.load(LD))
-        x_s.store(x)
-        return inv
 
     @gluon.jit
     def _exp_flush(x):
@@ -163,19 +187,6 @@ if IMPORT_ERROR is None:
         inverse scales."""
         scale, inv = _row_scales(x)
         return (x.to(gl.float32) * scale[:, None]).to(x.dtype), inv
-
-    @gluon.jit
-    def _stage_gqk_scaled(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L: gl.constexpr):
-        """``_stage_gqk`` with q and k scaled per row (``_row_scale``) on their way to shared memory;
-        also returns the rows' inverse scales (row-major layout's rows)."""
-        gg = gl.convert_layout(gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
-        q_in, q_inv = _row_scale(gl.load(q + x_base + x_off, mask=m, other=0.0))
-        k_in, k_inv = _row_scale(gl.load(k + k_base + k_off, mask=m, other=0.0))
-        cta_barrier()
-        q_s.store(q_in)
-        k_s.store(k_in)
-        cta_barrier()
-        return gg, q_inv, k_inv
 
     @gluon.jit
     def _issue_level16(B, qq, kk, pos, qe_t, ke_t, zero, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr,
@@ -261,8 +272,14 @@ if IMPORT_ERROR is None:
             q_r = gl.allocate_shared_memory(q.dtype.element_ty, [2, BT, KD], RAW)
             k_r = gl.allocate_shared_memory(k.dtype.element_ty, [2, BT, KD], RAW)
         else:
+            g_s = gl.allocate_shared_memory(gl.float32, [BT, KD], RAW)
             q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KD], RAW)
             k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KD], RAW)
+        # qd and kd on their way from the column layout to the row-major one, and the rows' inverse
+        # scales of q and k until then
+        qd_s = gl.allocate_shared_memory(qd.dtype.element_ty, [BT, KD], RAW)
+        kd_s = gl.allocate_shared_memory(kd.dtype.element_ty, [BT, KD], RAW)
+        inv_s = gl.allocate_shared_memory(gl.float32, [2, BT], gl.SwizzledSharedLayout(1, 1, 1, [0]))
 
         i_n, i_h, i_hk, bos, seq_len = _sequence(cu, T, H, HKV, IS_VARLEN)
         slot0 = bos // BT + i_n  # chunk slots of this sequence in bl (``tiles.chunk_slot``)
@@ -306,45 +323,47 @@ if IMPORT_ERROR is None:
                 copy_wait(1)
                 cta_barrier()
                 gg = g_r.index(slot).load(L).to(gl.float32)
+                q_inv, k_inv, own = _own_from_ring(q_s, k_s, BT, LD, SCALED)
                 if SCALED:
-                    q_inv = _scale_rows_in_place(q_s, LD)
-                    k_inv = _scale_rows_in_place(k_s, LD)
                     cta_barrier()
-            elif SCALED:
-                gg, q_inv, k_inv = _stage_gqk_scaled(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L)
             else:
-                gg = _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, L)
+                q_inv, k_inv, own = _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, g_s, q_s, k_s, BT, LD, SCALED)
+                gg = g_s.load(L)
+            # into the scores' layout now, before the tiles take the registers
+            own = gl.convert_layout(own, gl.SliceLayout(1, MMA))
+            if SCALED:
+                # the scales wait in shared memory for qd and kd, not in registers across the levels
+                inv_s.index(0).store(q_inv)
+                inv_s.index(1).store(k_inv)
+                q_inv = gl.convert_layout(q_inv, gl.SliceLayout(1, MMA))
+                k_inv = gl.convert_layout(k_inv, gl.SliceLayout(0, MMA))
             qq = q_s.load(L).to(gl.float32)
             kk = k_s.load(L).to(gl.float32)
             B = gl.associative_scan(gg, 0, _add)
             Bl = gl.sum(gg, axis=0)
-            qd_t = gl.convert_layout((qq * _exp_flush(B)).to(qd.dtype.element_ty), LD)
-            if SCALED:  # back to the inputs' scale: exact, a power of two
-                qd_t = (qd_t.to(gl.float32) * q_inv[:, None]).to(qd.dtype.element_ty)
-            gl.store(qd + x_base + x_off, qd_t, mask=m)
-            kd_t = gl.convert_layout((kk * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty), LD)
-            if SCALED:
-                kd_t = (kd_t.to(gl.float32) * k_inv[:, None]).to(kd.dtype.element_ty)
-            gl.store(kd + x_base + x_off, kd_t, mask=m)
+            # qd and kd leave through shared memory in the row-major layout, read back after the
+            # levels, whose barriers publish them (no barriers of their own)
+            qd_s.store((qq * _exp_flush(B)).to(qd.dtype.element_ty))
+            kd_s.store((kk * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty))
             gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, Bl)
-            own = gl.convert_layout(gl.sum(qq * kk, axis=1), gl.SliceLayout(1, MMA))
-            if SCALED:
-                q_inv = gl.convert_layout(q_inv, gl.SliceLayout(1, MMA))
-                own = own * q_inv * gl.convert_layout(k_inv, gl.SliceLayout(1, MMA))
-                k_inv = gl.convert_layout(k_inv, gl.SliceLayout(0, MMA))
+            # the diagonal pairs (weight Σ_d q·k, at the rows' scales like the levels' products)
             scores = gl.where(diag, own[:, None], 0.0)
             # the six levels of BT = 64; fp16 ones at the rows' scales, undone once (exact: powers of two)
-            if OP16:
-                lv = _level_scores(zero, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero, L,
-                                   BT, KD, OP16, ASYNC)
-                if SCALED:
-                    lv = lv * q_inv[:, None] * k_inv[None, :]
-                scores += lv
-            else:
-                scores = _level_scores(scores, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero,
-                                       L, BT, KD, OP16, ASYNC)
+            scores = _level_scores(scores, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero,
+                                   L, BT, KD, OP16, ASYNC)
+            if SCALED:
+                scores = scores * q_inv[:, None] * k_inv[None, :]
             a_ptr = A + (row0 * (H * BT) + i_h * BT) + (off_r[:, None] * (H * BT) + off_c[None, :])
             a_valid = (pos_r < seq_len - i_c * BT)[:, None]  # every column: keys past the end score 0
             gl.store(a_ptr, scores.to(A.dtype.element_ty), mask=a_valid)
+            qd_t = qd_s.load(LD)
+            kd_t = kd_s.load(LD)
+            if SCALED:  # back to the inputs' scale: exact, powers of two
+                qd_t = (qd_t.to(gl.float32) * inv_s.index(0).load(gl.SliceLayout(1, LD))[:, None]).to(
+                    qd.dtype.element_ty)
+                kd_t = (kd_t.to(gl.float32) * inv_s.index(1).load(gl.SliceLayout(1, LD))[:, None]).to(
+                    kd.dtype.element_ty)
+            gl.store(qd + x_base + x_off, qd_t, mask=m)
+            gl.store(kd + x_base + x_off, kd_t, mask=m)
         if PREFETCH:  # the last issue (of a chunk past the end: zeros) lands before the program's memory is freed
             copy_wait(0)
