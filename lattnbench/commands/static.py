@@ -36,7 +36,7 @@ def static(
     the Gluon launches an sm_90 call takes by default (lightning/gluon's forward and backward, GLA's
     prep), compiled ahead of time for sm_90 at D=E=128 bf16 (no GPU needed): registers (a
     warp-specialized kernel's launch cap), spilled bytes, shared memory, PTX instructions in all and
-    in the chunk loop, mma/wgmma count. JAX: XLA's cost and
+    in the chunk loop, barriers in the chunk loop, mma/wgmma count. JAX: XLA's cost and
     memory analyses on the CPU backend, fwd and fwd+bwd, at small fixed shapes. Every row names
     its compiler versions.
     """
@@ -97,7 +97,7 @@ def static(
 
 #: column headers of the metrics, in table order
 HEADERS = {"registers": "regs", "spilled_bytes": "spill B", "shared_bytes": "smem B", "ptx_instructions": "ptx",
-           "loop_instructions": "loop", "mma": "mma", "wgmma": "wgmma", "flops": "flops", "bytes_accessed": "bytes",
+           "loop_instructions": "loop", "loop_barriers": "bar", "mma": "mma", "wgmma": "wgmma", "flops": "flops", "bytes_accessed": "bytes",
            "temp_bytes": "temp B", "output_bytes": "out B"}
 
 
@@ -108,8 +108,9 @@ def _num(v: float) -> str:
     return f"{v / 1e3:.3g}k" if v >= 1e4 else f"{v:g}"
 
 
-#: ungated metrics a narrow terminal drops first, then the mma count (wgmma stays)
-DROPPABLE = ("ptx_instructions", "output_bytes", "mma")
+#: what a narrow terminal drops, in order: the ungated metrics, the mma count (wgmma stays), then the
+#: chunk loop's barriers (gated: a failure line names them, and the JSON keeps them)
+DROPPABLE = ("ptx_instructions", "output_bytes", "mma", "loop_barriers")
 
 
 def static_tables(doc: dict, width: int) -> list:

@@ -205,6 +205,7 @@ def compile_job(job: GluonJob) -> dict:
     counts = ptxmod.count(m["ptx"])
     return {"registers": m["registers"], "spilled_bytes": m["spilled_bytes"], "shared_bytes": m["shared_bytes"],
             "ptx_instructions": counts.instructions, "loop_instructions": counts.loop_instructions,
+            "loop_barriers": counts.loop_barriers,
             "mma": counts.mma, "wgmma": counts.wgmma}
 
 

@@ -1,4 +1,5 @@
-"""PTX text → instruction counts: all instructions, those inside the chunk loop, and the mma ones.
+"""PTX text → instruction counts: all instructions, those inside the chunk loop (and its barriers),
+and the mma ones.
 
 How the chunk loop is found: PTX marks a loop by a label (``$L__BB0_7:``) and a branch back to
 it from further down (``@%p1 bra $L__BB0_7;``). Each back-branch spans the instructions between
@@ -18,6 +19,7 @@ _LABEL = re.compile(r"^\s*(\$L__\w+):")
 _BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(\$L__\w+)\s*;")
 _MMA = re.compile(r"\b(?:wgmma\.mma_async|mma\.sync|mma\.sp)\b")
 _WGMMA = re.compile(r"\bwgmma\.mma_async\b")
+_BARRIER = re.compile(r"\b(?:bar|barrier)\.sync\b")
 _NOT_INSTR = re.compile(r"^\s*(?:\.|//|\{|\}|\$L__|\)|\(|$)")
 
 
@@ -27,6 +29,7 @@ class PtxCounts:
 
     instructions: int
     loop_instructions: int
+    loop_barriers: int  # bar.sync in the chunk loop: each stops every warp it names until all arrive
     mma: int    # mma.sync, mma.sp and wgmma.mma_async
     wgmma: int  # of those, the Hopper warpgroup ones (a fall-back to mma.sync keeps mma, loses these)
 
@@ -67,11 +70,13 @@ def loop_span(lines: list[str]) -> tuple[int, int] | None:
 
 
 def count(ptx: str) -> PtxCounts:
-    """All instructions, those in the chunk loop (0 without a loop), the mma/wgmma ones and the wgmma ones."""
+    """All instructions, those in the chunk loop and its barriers (0 without a loop), the mma/wgmma
+    ones and the wgmma ones."""
     lines = instructions(ptx)
     instr = [ln for ln in lines if is_instruction(ln)]
     span = loop_span(lines)
-    loop = 0 if span is None else sum(1 for ln in lines[span[0]:span[1] + 1] if is_instruction(ln))
-    return PtxCounts(instructions=len(instr), loop_instructions=loop,
+    body = [] if span is None else [ln for ln in lines[span[0]:span[1] + 1] if is_instruction(ln)]
+    return PtxCounts(instructions=len(instr), loop_instructions=len(body),
+                     loop_barriers=sum(1 for ln in body if _BARRIER.search(ln)),
                      mma=sum(1 for ln in instr if _MMA.search(ln)),
                      wgmma=sum(1 for ln in instr if _WGMMA.search(ln)))

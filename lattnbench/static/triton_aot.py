@@ -159,4 +159,5 @@ def compile_job(job: Job) -> dict:
     counts = ptxmod.count(ck.asm["ptx"])
     return {**_parse_ptxas_log(log), "shared_bytes": int(ck.metadata.shared),
             "ptx_instructions": counts.instructions, "loop_instructions": counts.loop_instructions,
+            "loop_barriers": counts.loop_barriers,
             "mma": counts.mma, "wgmma": counts.wgmma}

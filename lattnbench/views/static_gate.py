@@ -10,6 +10,7 @@ Rules (a rule fails the row when it holds):
 * ``spilled_bytes``: any growth (a new spill, or more of one);
 * ``registers``, ``shared_bytes``: growth beyond ``threshold`` (0 % by default);
 * ``loop_instructions`` (PTX instructions inside the chunk loop): growth beyond 2 %;
+* ``loop_barriers`` (``bar.sync`` inside the chunk loop): any growth;
 * ``mma`` (mma / wgmma instructions) and ``wgmma`` (the Hopper ones alone): any loss;
 * ``flops``, ``bytes_accessed``, ``temp_bytes`` (XLA): growth beyond 1 %;
 * a row present in the baseline (same compiler) and missing now: LOST.
@@ -31,6 +32,7 @@ RULES: dict[str, str | float] = {
     "registers": "threshold",
     "shared_bytes": "threshold",
     "loop_instructions": LOOP_THRESHOLD,
+    "loop_barriers": "any-growth",
     "mma": "no-loss",
     "wgmma": "no-loss",
     "flops": XLA_THRESHOLD,

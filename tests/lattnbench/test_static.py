@@ -86,11 +86,13 @@ $L__BB0_1:
 	// a comment
 	ld.global.b32 	%r2, [%rd1];
 	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1}, {%r1}, {%r2}, {%f1};
+	bar.sync 	0;
 	add.s32 	%r1, %r1, 1;
 	setp.lt.s32 	%p1, %r1, 8;
 	@%p1 bra 	$L__BB0_1;
 	bra.uni 	$L__BB0_3;
 $L__BB0_3:
+	barrier.sync 	0;
 	st.global.b32 	[%rd1], %r1;
 	ret;
 }
@@ -99,8 +101,9 @@ $L__BB0_3:
 
 def test_ptx_counts_find_the_loop_between_label_and_back_branch():
     c = ptx.count(PTX)
-    assert c.instructions == 9  # directives, comments, braces and labels are not instructions
-    assert c.loop_instructions == 5  # ld, mma, add, setp, bra: the label .. back-branch span
+    assert c.instructions == 11  # directives, comments, braces and labels are not instructions
+    assert c.loop_instructions == 6  # ld, mma, bar, add, setp, bra: the label .. back-branch span
+    assert c.loop_barriers == 1  # the one inside the loop, not the one after it
     assert c.mma == 1 and c.wgmma == 0
     assert ptx.count(PTX.replace("mma.sync.aligned.m16n8k16.row.col", "wgmma.mma_async.sync.aligned.m64n32k16")).wgmma == 1
 
@@ -121,6 +124,7 @@ def row(metric, value, kernel="lightning/triton:fwd", compiler=None, config="BT=
     ("registers", 200, 201, True), ("registers", 200, 199, False),
     ("shared_bytes", 1024, 1025, True),
     ("loop_instructions", 1000, 1020, False), ("loop_instructions", 1000, 1021, True),
+    ("loop_barriers", 19, 20, True), ("loop_barriers", 19, 19, False), ("loop_barriers", 19, 12, False),
     ("mma", 28, 27, True), ("mma", 28, 32, False), ("wgmma", 28, 0, True),
     ("flops", 1e6, 1.01e6, False), ("flops", 1e6, 1.011e6, True), ("bytes_accessed", 1e6, 1.02e6, True),
     ("ptx_instructions", 1000, 2000, False),  # reported, not gated
@@ -226,7 +230,7 @@ def test_committed_baseline_is_complete():
     # every kernel multiplies on tensor cores, the GLA parallel launches included, but the end-term
     # launch (one token's row sums)
     mma = [(r["kernel"], r["value"]) for r in doc["rows"] if r["metric"] == "mma"]
-    assert mma and all(v > 0 for k, v in mma if k != "lightning/gluon:end-terms")
+    assert mma and all(v > 0 for k, v in mma if k != "lightning/gluon:bwd-end")
 
 
 def _like_baseline(rows: list[dict]) -> bool:
@@ -318,7 +322,7 @@ def test_the_gluon_launches_an_sm90_call_takes_are_static_jobs(monkeypatch):
         pytest.skip(f"this Triton has no Gluon Hopper API: {IMPORT_ERROR}")
     names = {j.kernel for j in lightning_jobs()}
     assert {"lightning/gluon:fwd", "lightning/gluon:bwd-dq", "lightning/gluon:bwd-dkdv",
-            "lightning/gluon:end-terms"} <= names
+            "lightning/gluon:bwd-end"} <= names
     (prep,) = [j for j in gla_jobs() if j.kernel == "gla/triton:prep-gluon"]
     assert prep.kwargs["ks"] == host.PREP_KS and prep.kwargs["op16"] == host.PREP_OP16
     monkeypatch.setattr(host, "PREP_KS", 32)

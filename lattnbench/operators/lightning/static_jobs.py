@@ -64,7 +64,7 @@ def gluon_jobs() -> list[Job | GluonJob]:
     fwd, dkdv = gluon_config_label(C.config_for(E)), gluon_config_label(C.DKDV_CONFIG)
     types = dict(dht=_F32, k=_BF, v=_BF, dk=_BF, dv=_BF, s_end=_F32, dh0=_F32, g=_F32, T="i32", H="i32",
                  scale="fp32", last="i32")
-    end = Job(kernel="lightning/gluon:end-terms", config=f"BD={ET._BD} w4 s3",
+    end = Job(kernel="lightning/gluon:bwd-end", config=f"BD={ET._BD} w4 s3",
               module="lattnbench.kernels.lightning.gluon.end_terms", function="end_terms_kernel", types=types,
               constexprs=dict(D=D, E=E, BD=ET._BD, BE=E, FLOOR=C.LOG_DECAY_FLOOR, HAS_DHT=True, WANT_DH0=False),
               num_warps=4, num_stages=3, aligned=("T", "H"), shape=SEED_SHAPE)
