@@ -321,7 +321,7 @@ def test_the_gluon_launches_an_sm90_call_takes_are_static_jobs(monkeypatch):
     if IMPORT_ERROR is not None:
         pytest.skip(f"this Triton has no Gluon Hopper API: {IMPORT_ERROR}")
     names = {j.kernel for j in lightning_jobs()}
-    assert {"lightning/gluon:fwd", "lightning/gluon:bwd-dq", "lightning/gluon:bwd-dkdv",
+    assert {"lightning/gluon:fwd", "lightning/gluon:bwd-dq", "lightning/gluon:dkdv",
             "lightning/gluon:bwd-end"} <= names
     (prep,) = [j for j in gla_jobs() if j.kernel == "gla/triton:prep-gluon"]
     assert prep.kwargs["ks"] == host.PREP_KS and prep.kwargs["op16"] == host.PREP_OP16

@@ -267,7 +267,7 @@ def test_static_tables_fit_80_columns_and_keep_the_gated_metrics():
     rows = []
     # the longest kernel name and config label the static jobs make
     for kernel, config in (("gla/triton:bwd-exit", "BT=64 BD=32 BV=64 w4 s1"), ("lightning/triton:bwd-dq", "BT=64 BV=128 TR=3 w8 s4"),
-                           ("lightning/gluon:bwd-dkdv", "BV=128 NBUF=2 NS=2 NO=1")):
+                           ("lightning/gluon:dkdv", "BV=128 NBUF=2 NS=2 NO=1")):
         for metric in ("registers", "spilled_bytes", "shared_bytes", "ptx_instructions", "loop_instructions",
                        "loop_barriers", "mma", "wgmma"):
             rows.append(dict(kernel=kernel, config=config, shape="D=E=128 bf16", mode="compile", metric=metric,

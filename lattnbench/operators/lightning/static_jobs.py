@@ -70,7 +70,7 @@ def gluon_jobs() -> list[Job | GluonJob]:
               num_warps=4, num_stages=3, aligned=("T", "H"), shape=SEED_SHAPE)
     return [GluonJob("lightning/gluon:fwd", fwd, "forward_source", dict(has_h0=False, store_ht=True), SEED_SHAPE),
             GluonJob("lightning/gluon:bwd-dq", fwd, "forward_source", dict(has_h0=False, store_ht=False), SEED_SHAPE),
-            GluonJob("lightning/gluon:bwd-dkdv", dkdv, "dkdv_source", dict(reverse=True, from_dst=True, store_ht=False),
+            GluonJob("lightning/gluon:dkdv", dkdv, "dkdv_source", dict(reverse=True, from_dst=True, store_ht=False),
                      SEED_SHAPE),
             end]
 
