@@ -222,12 +222,15 @@ if IMPORT_ERROR is None:
         return gl.load(st + slot * (KD * VD) + (i_d * KDS + hrow)[:, None] * VD + col[None, :])
 
     @gluon.jit
-    def _stage_states(hc, dhc, slot, i_d, hrow, col, hc_s, dhc_s, KD: gl.constexpr, VD: gl.constexpr,
-                      KDS: gl.constexpr, EXIT: gl.constexpr):
+    def _stage_slice(hc, dhc, slot, i_d, hrow, col, hc_s, dhc_s, g_in, q_in, k_in, gi_s, qi_s, ki_s, KD: gl.constexpr,
+                     VD: gl.constexpr, KDS: gl.constexpr, EXIT: gl.constexpr):
         """Key slice i_d of the chunk's entry state (hc) and, with the exit terms, of its exit state
-        gradient over scale (dhc, the same slot) into shared memory for their products, behind one
-        pair of barriers: the first waits for the last slice's products to have read the buffers
-        (and for W's copies to be written), the second makes the stores visible to every warpgroup."""
+        gradient over scale (dhc, the same slot) into shared memory for their products, and the
+        slice's gates (fp32), q and k (loaded row-major) for the column layout to read back, behind
+        one pair of barriers: the first waits for the last slice's readers of the buffers (and for
+        W's copies to be written), the second makes the stores visible to every warpgroup. The tiles'
+        layout change rides on the barriers the states need anyway, where a ``convert_layout`` of
+        each takes its own."""
         h_in = _state_slice(hc, slot, i_d, hrow, col, KD, VD, KDS)
         if EXIT:
             y_in = _state_slice(dhc, slot, i_d, hrow, col, KD, VD, KDS)
@@ -235,6 +238,9 @@ if IMPORT_ERROR is None:
         hc_s.store(h_in)
         if EXIT:
             dhc_s.store(y_in)
+        gi_s.store(g_in)
+        qi_s.store(q_in)
+        ki_s.store(k_in)
         fence_async_shared()
         cta_barrier()
 
@@ -315,6 +321,17 @@ if IMPORT_ERROR is None:
             dhc_s = gl.allocate_shared_memory(in_ty, [KDS, VD], gl.NVMMASharedLayout.get_default_for([KDS, VD], in_ty))
         else:
             dhc_s = hc_s
+        # a key slice's gates, q and k on their way from the loads' row-major layout to the column one,
+        # and its dg, dq and dk back (dk in the k buffer where it has k's dtype, fp32 per query head
+        # under GQA has its own)
+        RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+        gi_s = gl.allocate_shared_memory(gl.float32, [BT, KDS], RAW)
+        qi_s = gl.allocate_shared_memory(in_ty, [BT, KDS], RAW)
+        ki_s = gl.allocate_shared_memory(in_ty, [BT, KDS], RAW)
+        if dk.dtype.element_ty == in_ty:
+            dk_o = ki_s
+        else:
+            dk_o = gl.allocate_shared_memory(dk.dtype.element_ty, [BT, KDS], RAW)
         if OP16:
             OPT16: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KDS, BT], gl.float16)
             ql_t = gl.allocate_shared_memory(gl.float16, [KDS, BT], OPT16)
@@ -398,10 +415,13 @@ if IMPORT_ERROR is None:
             for i_d in range(KD // KDS):
                 x_off = off_ld[:, None] * (H * KD) + (i_d * KDS + col_ld)[None, :]
                 k_off = off_ld[:, None] * (HKV * KD) + (i_d * KDS + col_ld)[None, :]
-                gg = gl.convert_layout(gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
-                qq = gl.convert_layout(gl.load(q + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
-                kk = gl.convert_layout(gl.load(k + k_base + k_off, mask=m, other=0.0).to(gl.float32), L)
-                _stage_states(hc, dhc, hc_base, i_d, hrow_lv, col_lv, hc_s, dhc_s, KD, VD, KDS, EXIT)
+                _stage_slice(hc, dhc, hc_base, i_d, hrow_lv, col_lv, hc_s, dhc_s,
+                             gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32),
+                             gl.load(q + x_base + x_off, mask=m, other=0.0), gl.load(k + k_base + k_off, mask=m, other=0.0),
+                             gi_s, qi_s, ki_s, KD, VD, KDS, EXIT)
+                gg = gi_s.load(L)
+                qq = qi_s.load(L).to(gl.float32)
+                kk = ki_s.load(L).to(gl.float32)
                 if PAIRS > 0:
                     # the pairs inside blocks, fp32 from registers, while few accumulators are live
                     dq_in, dk_in = _block_pairs(gg, qq, kk, wslot, L, BT, KDS, PAIRS)
@@ -470,16 +490,19 @@ if IMPORT_ERROR is None:
                         Q = gl.convert_layout(warpgroup_mma(wt_s, ql_t.permute((1, 0)), zero, use_acc=False), L)
                         dk_acc += gl.where(later, 0.0, E) * Q
                         terms -= kl * Q
-                dq_t = gl.convert_layout(dq_acc.to(dq.dtype.element_ty), LD)
-                gl.store(dq + x_base + x_off, dq_t, mask=m)
-                dk_t = gl.convert_layout(dk_acc.to(dk.dtype.element_ty), LD)
-                gl.store(dk + x_base + x_off, dk_t, mask=m)
+                # the outputs leave row-major through the slice's input buffers (read into registers at
+                # its start, the levels' barriers since): one barrier for the three tiles
+                qi_s.store(dq_acc.to(dq.dtype.element_ty))
+                dk_o.store(dk_acc.to(dk.dtype.element_ty))
                 # the suffix sum in processing order: dg's pairs that end at or after each row
                 dg_t = gl.associative_scan(terms, 0, _add, reverse=True)
                 if EXIT:  # dg's pairs from a row before t to the exit state, and from the entry state to it
                     dg_t += exits
-                dg_t = gl.convert_layout(dg_t.to(dg.dtype.element_ty), LD)
-                gl.store(dg + x_base + x_off, dg_t, mask=m)
+                gi_s.store(dg_t)  # fp32 here, rounded to dg's dtype once, as it leaves
+                cta_barrier()
+                gl.store(dq + x_base + x_off, qi_s.load(LD), mask=m)
+                gl.store(dk + x_base + x_off, dk_o.load(LD), mask=m)
+                gl.store(dg + x_base + x_off, gi_s.load(LD).to(dg.dtype.element_ty), mask=m)
 
     @gluon.jit
     def gla_bwd_intra_gluon_kernel(
