@@ -275,11 +275,11 @@ if IMPORT_ERROR is None:
             g_s = gl.allocate_shared_memory(gl.float32, [BT, KD], RAW)
             q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KD], RAW)
             k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KD], RAW)
-        # qd and kd on their way from the column layout to the row-major one, and the rows' inverse
-        # scales of q and k until then
+        # qd and kd on their way from the column layout to the row-major one; the rows' inverse scales
+        # of q and k and the diagonal weights until the levels are done
         qd_s = gl.allocate_shared_memory(qd.dtype.element_ty, [BT, KD], RAW)
         kd_s = gl.allocate_shared_memory(kd.dtype.element_ty, [BT, KD], RAW)
-        inv_s = gl.allocate_shared_memory(gl.float32, [2, BT], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        inv_s = gl.allocate_shared_memory(gl.float32, [3, BT], gl.SwizzledSharedLayout(1, 1, 1, [0]))
 
         i_n, i_h, i_hk, bos, seq_len = _sequence(cu, T, H, HKV, IS_VARLEN)
         slot0 = bos // BT + i_n  # chunk slots of this sequence in bl (``tiles.chunk_slot``)
@@ -329,14 +329,12 @@ if IMPORT_ERROR is None:
             else:
                 q_inv, k_inv, own = _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, g_s, q_s, k_s, BT, LD, SCALED)
                 gg = g_s.load(L)
-            # into the scores' layout now, before the tiles take the registers
-            own = gl.convert_layout(own, gl.SliceLayout(1, MMA))
+            # the diagonal and the rows' inverse scales wait in shared memory, not in registers across
+            # the levels, whose barriers publish them; each is read back in the layout that takes it
+            inv_s.index(2).store(own)
             if SCALED:
-                # the scales wait in shared memory for qd and kd, not in registers across the levels
                 inv_s.index(0).store(q_inv)
                 inv_s.index(1).store(k_inv)
-                q_inv = gl.convert_layout(q_inv, gl.SliceLayout(1, MMA))
-                k_inv = gl.convert_layout(k_inv, gl.SliceLayout(0, MMA))
             qq = q_s.load(L).to(gl.float32)
             kk = k_s.load(L).to(gl.float32)
             B = gl.associative_scan(gg, 0, _add)
@@ -346,13 +344,15 @@ if IMPORT_ERROR is None:
             qd_s.store((qq * _exp_flush(B)).to(qd.dtype.element_ty))
             kd_s.store((kk * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty))
             gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, Bl)
-            # the diagonal pairs (weight Σ_d q·k, at the rows' scales like the levels' products)
-            scores = gl.where(diag, own[:, None], 0.0)
             # the six levels of BT = 64; fp16 ones at the rows' scales, undone once (exact: powers of two)
-            scores = _level_scores(scores, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero,
+            scores = _level_scores(zero, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero,
                                    L, BT, KD, OP16, ASYNC)
+            # the diagonal pairs (weight Σ_d q·k, at the rows' scales like the levels' products), where
+            # the levels give exact zeros (a level pairs a row only with rows of the other half)
+            scores = gl.where(diag, inv_s.index(2).load(gl.SliceLayout(1, MMA))[:, None], scores)
             if SCALED:
-                scores = scores * q_inv[:, None] * k_inv[None, :]
+                scores = (scores * inv_s.index(0).load(gl.SliceLayout(1, MMA))[:, None]
+                          * inv_s.index(1).load(gl.SliceLayout(0, MMA))[None, :])
             a_ptr = A + (row0 * (H * BT) + i_h * BT) + (off_r[:, None] * (H * BT) + off_c[None, :])
             a_valid = (pos_r < seq_len - i_c * BT)[:, None]  # every column: keys past the end score 0
             gl.store(a_ptr, scores.to(A.dtype.element_ty), mask=a_valid)

@@ -18,39 +18,49 @@ if IMPORT_ERROR is None:
     from .prep import _add, _chunk_start, _exp_flush, _level_scores, _row_scales, _sequence
 
     @gluon.jit
-    def _stage_slice(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, q_sc, k_sc, L: gl.constexpr,
-                     SCALED: gl.constexpr):
-        """A key slice of a chunk: its gates in the column layout L (fp32, zero past the end: no decay
-        there), and its q and k tiles into q_s and k_s for the levels to read back, times their rows'
-        scales q_sc, k_sc under SCALED. Loads go through the row-major layout of the offsets (in L
-        every element of a thread is another row, an address of its own); the first barrier waits
-        for the last slice's readers of the buffers."""
-        gg = gl.convert_layout(gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32), L)
+    def _stage_slice(g, q, k, x_base, k_base, x_off, k_off, m, g_s, q_s, k_s, q_sc, k_sc, own,
+                     SCALED: gl.constexpr, OWN: gl.constexpr):
+        """A key slice of a chunk: its gates (fp32, zero past the end: no decay there), q and k tiles
+        (times their rows' scales q_sc, k_sc under SCALED) into g_s, q_s and k_s for the column layout
+        to read back, behind one pair of barriers (the first waits for the last slice's readers of the
+        buffers); returns ``own`` plus, under OWN, the slice's part of the diagonal weights
+        Σ_d q_td k_td, summed in the loads' row-major layout (a row within one warp: shuffles, no
+        barrier). Loads go through that layout too (in the column layout every element of a thread is
+        another row, an address of its own)."""
+        g_in = gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32)
         q_in = gl.load(q + x_base + x_off, mask=m, other=0.0)
         k_in = gl.load(k + k_base + k_off, mask=m, other=0.0)
         if SCALED:
             q_in = (q_in.to(gl.float32) * q_sc[:, None]).to(q_in.dtype)
             k_in = (k_in.to(gl.float32) * k_sc[:, None]).to(k_in.dtype)
+        if OWN:
+            own += gl.sum(q_in.to(gl.float32) * k_in.to(gl.float32), axis=1)
         cta_barrier()
+        g_s.store(g_in)
         q_s.store(q_in)
         k_s.store(k_in)
         cta_barrier()
-        return gg
+        return own
 
     @gluon.jit
     def _chunk_row_scales(q, k, x_base, k_base, H, HKV, rows, BT: gl.constexpr, KD: gl.constexpr,
                           REVERSE: gl.constexpr, LF: gl.constexpr, LD: gl.constexpr):
-        """The row scales of a chunk's q and k over all of D (``_row_scales``: the scale, then its
-        inverse, each [BT] in LD's rows for the scale and LF's for the inverse), from whole rows
-        read in LF; ``rows`` valid rows."""
+        """The row scales of a chunk's q and k over all of D (``_row_scales``: the scale in LD's rows,
+        its inverse in LF's) and the diagonal pairs' weights Σ_d q_td k_td of the scaled rows (LF's
+        rows), from whole rows read in LF; ``rows`` valid rows."""
         pos = gl.arange(0, BT, layout=gl.SliceLayout(1, LF))
         col = gl.arange(0, KD, layout=gl.SliceLayout(0, LF))
         off = (BT - 1 - pos) if REVERSE else pos
         m = (pos < rows)[:, None]
-        q_sc, q_inv = _row_scales(gl.load(q + x_base + off[:, None] * (H * KD) + col[None, :], mask=m, other=0.0))
-        k_sc, k_inv = _row_scales(gl.load(k + k_base + off[:, None] * (HKV * KD) + col[None, :], mask=m, other=0.0))
+        q_in = gl.load(q + x_base + off[:, None] * (H * KD) + col[None, :], mask=m, other=0.0)
+        k_in = gl.load(k + k_base + off[:, None] * (HKV * KD) + col[None, :], mask=m, other=0.0)
+        q_sc, q_inv = _row_scales(q_in)
+        k_sc, k_inv = _row_scales(k_in)
+        # the staged values: a 16-bit value times its row's power of two, exact
+        qs = (q_in.to(gl.float32) * q_sc[:, None]).to(q_in.dtype).to(gl.float32)
+        ks = (k_in.to(gl.float32) * k_sc[:, None]).to(k_in.dtype).to(gl.float32)
         return (gl.convert_layout(q_sc, gl.SliceLayout(1, LD)), q_inv,
-                gl.convert_layout(k_sc, gl.SliceLayout(1, LD)), k_inv)
+                gl.convert_layout(k_sc, gl.SliceLayout(1, LD)), k_inv, gl.sum(qs * ks, axis=1))
 
     @gluon.jit
     def gla_prep_sliced_gluon_kernel(
@@ -94,8 +104,14 @@ if IMPORT_ERROR is None:
         else:
             qe2_s, ke2_s = qe_s, ke_s
         RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+        g_s = gl.allocate_shared_memory(gl.float32, [BT, KS], RAW)
         q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KS], RAW)
         k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KS], RAW)
+        # a slice's qd and kd on their way from the column layout to the row-major one; a chunk's
+        # inverse row scales and diagonal weights
+        qd_s = gl.allocate_shared_memory(qd.dtype.element_ty, [BT, KS], RAW)
+        kd_s = gl.allocate_shared_memory(kd.dtype.element_ty, [BT, KS], RAW)
+        inv_s = gl.allocate_shared_memory(gl.float32, [3, BT], gl.SwizzledSharedLayout(1, 1, 1, [0]))
 
         i_n, i_h, i_hk, bos, seq_len = _sequence(cu, T, H, HKV, IS_VARLEN)
         slot0 = bos // BT + i_n  # chunk slots of this sequence in bl (``tiles.chunk_slot``)
@@ -122,13 +138,13 @@ if IMPORT_ERROR is None:
             # processing order
             row0 = bos + start
             if SCALED:
-                q_sc, q_inv, k_sc, k_inv = _chunk_row_scales(q, k, row0 * (H * KD) + i_h * KD,
-                                                             row0 * (HKV * KD) + i_hk * KD, H, HKV, seq_len - i_c * BT,
-                                                             BT, KD, REVERSE, LF, LD)
-            else:  # fp16 inputs, or tf32 products: no scales
+                q_sc, q_inv, k_sc, k_inv, own_f = _chunk_row_scales(
+                    q, k, row0 * (H * KD) + i_h * KD, row0 * (HKV * KD) + i_hk * KD, H, HKV, seq_len - i_c * BT, BT, KD,
+                    REVERSE, LF, LD)
+            else:  # fp16 inputs, or tf32 products: no scales; the diagonal summed slice by slice
                 q_sc = gl.full([BT], 1.0, gl.float32, gl.SliceLayout(1, LD))
                 k_sc, q_inv, k_inv = q_sc, q_sc, q_sc
-            own = gl.zeros([BT], gl.float32, gl.SliceLayout(1, MMA))
+            own = gl.zeros([BT], gl.float32, gl.SliceLayout(1, LD))
             scores = zero
             # a loop, not unrolled: unrolled, the next slice's loads are hoisted over this one's
             # levels and both slices' tiles live at once
@@ -139,30 +155,45 @@ if IMPORT_ERROR is None:
                 # a register an element
                 x_off = off_ld[:, None] * (H * KD) + (c0 + col_ld)[None, :]
                 k_off = off_ld[:, None] * (HKV * KD) + (c0 + col_ld)[None, :]
-                gg = _stage_slice(g, q, k, x_base, k_base, x_off, k_off, m, q_s, k_s, q_sc, k_sc, L, SCALED)
+                own = _stage_slice(g, q, k, x_base, k_base, x_off, k_off, m, g_s, q_s, k_s, q_sc, k_sc, own,
+                                   SCALED, not SCALED)
+                if SCALED and c0 == 0:
+                    # the inverse scales and the diagonal wait in shared memory, not in registers across
+                    # the slices' levels (the last chunk's readers are past the staging's barriers)
+                    inv_s.index(0).store(q_inv)
+                    inv_s.index(1).store(k_inv)
+                    inv_s.index(2).store(own_f)
+                gg = g_s.load(L)
                 qq = q_s.load(L).to(gl.float32)
                 kk = k_s.load(L).to(gl.float32)
                 B = gl.associative_scan(gg, 0, _add)
                 Bl = gl.sum(gg, axis=0)
-                qd_t = gl.convert_layout((qq * _exp_flush(B)).to(qd.dtype.element_ty), LD)
-                if SCALED:  # back to the inputs' scale: exact, a power of two
-                    qd_t = (qd_t.to(gl.float32) * gl.convert_layout(q_inv, gl.SliceLayout(1, LD))[:, None]).to(
+                # qd and kd leave row-major through shared memory behind one barrier, before the levels:
+                # read back after them, their offsets would hold registers across the levels
+                qd_s.store((qq * _exp_flush(B)).to(qd.dtype.element_ty))
+                kd_s.store((kk * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty))
+                cta_barrier()
+                qd_t = qd_s.load(LD)
+                kd_t = kd_s.load(LD)
+                if SCALED:  # back to the inputs' scale: exact, powers of two
+                    qd_t = (qd_t.to(gl.float32) * inv_s.index(0).load(gl.SliceLayout(1, LD))[:, None]).to(
                         qd.dtype.element_ty)
-                gl.store(qd + x_base + x_off, qd_t, mask=m)
-                kd_t = gl.convert_layout((kk * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty), LD)
-                if SCALED:
-                    kd_t = (kd_t.to(gl.float32) * gl.convert_layout(k_inv, gl.SliceLayout(1, LD))[:, None]).to(
+                    kd_t = (kd_t.to(gl.float32) * inv_s.index(1).load(gl.SliceLayout(1, LD))[:, None]).to(
                         kd.dtype.element_ty)
+                gl.store(qd + x_base + x_off, qd_t, mask=m)
                 gl.store(kd + x_base + x_off, kd_t, mask=m)
                 gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + c0 + col, Bl)
-                own += gl.convert_layout(gl.sum(qq * kk, axis=1), gl.SliceLayout(1, MMA))
                 # the six levels of BT = 64, into the chunk's scores
                 scores = _level_scores(scores, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero,
                                        L, BT, KS, OP16, ASYNC)
-            scores = gl.where(diag, own[:, None], scores)  # the levels pair no position with itself
-            if SCALED:  # back to the inputs' scale: exact, powers of two
-                scores = (scores * gl.convert_layout(q_inv, gl.SliceLayout(1, MMA))[:, None]
-                          * gl.convert_layout(k_inv, gl.SliceLayout(0, MMA))[None, :])
+            # the levels pair no position with itself
+            if SCALED:
+                scores = gl.where(diag, inv_s.index(2).load(gl.SliceLayout(1, MMA))[:, None], scores)
+                # back to the inputs' scale: exact, powers of two
+                scores = (scores * inv_s.index(0).load(gl.SliceLayout(1, MMA))[:, None]
+                          * inv_s.index(1).load(gl.SliceLayout(0, MMA))[None, :])
+            else:
+                scores = gl.where(diag, gl.convert_layout(own, gl.SliceLayout(1, MMA))[:, None], scores)
             a_ptr = A + (row0 * (H * BT) + i_h * BT) + (off_r[:, None] * (H * BT) + off_c[None, :])
             a_valid = (pos_r < seq_len - i_c * BT)[:, None]  # every column: keys past the end score 0
             gl.store(a_ptr, scores.to(A.dtype.element_ty), mask=a_valid)
