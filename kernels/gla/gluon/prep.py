@@ -189,6 +189,39 @@ if IMPORT_ERROR is None:
         return (x.to(gl.float32) * scale[:, None]).to(x.dtype), inv
 
     @gluon.jit
+    def _store_decayed(qd, kd, qd_s, kd_s, inv_s, x_off, m, LD: gl.constexpr, SCALED: gl.constexpr):
+        """qd and kd from their staging buffers (written in the column layout) read back row-major and
+        stored at x_off past the chunk's bases qd, kd; under SCALED back to the inputs' scale by the
+        rows' inverse scales in inv_s (exact, powers of two)."""
+        qd_t = qd_s.load(LD)
+        kd_t = kd_s.load(LD)
+        if SCALED:
+            qd_t = (qd_t.to(gl.float32) * inv_s.index(0).load(gl.SliceLayout(1, LD))[:, None]).to(qd.dtype.element_ty)
+            kd_t = (kd_t.to(gl.float32) * inv_s.index(1).load(gl.SliceLayout(1, LD))[:, None]).to(kd.dtype.element_ty)
+        gl.store(qd + x_off, qd_t, mask=m)
+        gl.store(kd + x_off, kd_t, mask=m)
+
+    @gluon.jit
+    def _level_buffers(KW: gl.constexpr, BT: gl.constexpr, OP16: gl.constexpr, ASYNC: gl.constexpr):
+        """The levels' operand buffers over KW key channels: fp16 ones stored channel-major [KW, BT]
+        (with a second pair under ASYNC: level l + 1 is staged while level l's product runs), or tf32
+        ones row-major [BT, KW]; (qe, ke, qe2, ke2), the second pair the first where there is none."""
+        if OP16:
+            OPT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KW, BT], gl.float16)
+            qe_s = gl.allocate_shared_memory(gl.float16, [KW, BT], OPT)
+            ke_s = gl.allocate_shared_memory(gl.float16, [KW, BT], OPT)
+        else:
+            OP: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, KW], gl.float32)
+            qe_s = gl.allocate_shared_memory(gl.float32, [BT, KW], OP)
+            ke_s = gl.allocate_shared_memory(gl.float32, [BT, KW], OP)
+        if OP16 and ASYNC:
+            qe2_s = gl.allocate_shared_memory(gl.float16, [KW, BT], OPT)
+            ke2_s = gl.allocate_shared_memory(gl.float16, [KW, BT], OPT)
+        else:
+            qe2_s, ke2_s = qe_s, ke_s
+        return qe_s, ke_s, qe2_s, ke2_s
+
+    @gluon.jit
     def _issue_level16(B, qq, kk, pos, qe_t, ke_t, zero, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr,
                        SPAN: gl.constexpr):
         """``_tree_level16``'s product issued asynchronously into its own buffers, unmasked: the caller
@@ -253,19 +286,7 @@ if IMPORT_ERROR is None:
         # the wgmma's k step: 8 for tf32 operands, 16 for fp16 ones
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
                                                       instr_shape=[16, BT // (WARPS // 4), 16 if OP16 else 8])
-        if OP16:
-            OPT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KD, BT], gl.float16)
-            qe_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
-            ke_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
-        else:
-            OP: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, KD], gl.float32)
-            qe_s = gl.allocate_shared_memory(gl.float32, [BT, KD], OP)
-            ke_s = gl.allocate_shared_memory(gl.float32, [BT, KD], OP)
-        if OP16 and ASYNC:  # a second pair: level l + 1 is staged while level l's product runs
-            qe2_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
-            ke2_s = gl.allocate_shared_memory(gl.float16, [KD, BT], OPT)
-        else:
-            qe2_s, ke2_s = qe_s, ke_s
+        qe_s, ke_s, qe2_s, ke2_s = _level_buffers(KD, BT, OP16, ASYNC)
         RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
         if PREFETCH:  # the ring: slot i % 2 holds the program's i-th chunk
             g_r = gl.allocate_shared_memory(g.dtype.element_ty, [2, BT, KD], RAW)
@@ -356,14 +377,6 @@ if IMPORT_ERROR is None:
             a_ptr = A + (row0 * (H * BT) + i_h * BT) + (off_r[:, None] * (H * BT) + off_c[None, :])
             a_valid = (pos_r < seq_len - i_c * BT)[:, None]  # every column: keys past the end score 0
             gl.store(a_ptr, scores.to(A.dtype.element_ty), mask=a_valid)
-            qd_t = qd_s.load(LD)
-            kd_t = kd_s.load(LD)
-            if SCALED:  # back to the inputs' scale: exact, powers of two
-                qd_t = (qd_t.to(gl.float32) * inv_s.index(0).load(gl.SliceLayout(1, LD))[:, None]).to(
-                    qd.dtype.element_ty)
-                kd_t = (kd_t.to(gl.float32) * inv_s.index(1).load(gl.SliceLayout(1, LD))[:, None]).to(
-                    kd.dtype.element_ty)
-            gl.store(qd + x_base + x_off, qd_t, mask=m)
-            gl.store(kd + x_base + x_off, kd_t, mask=m)
+            _store_decayed(qd + x_base, kd + x_base, qd_s, kd_s, inv_s, x_off, m, LD, SCALED)
         if PREFETCH:  # the last issue (of a chunk past the end: zeros) lands before the program's memory is freed
             copy_wait(0)

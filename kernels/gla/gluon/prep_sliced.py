@@ -15,7 +15,8 @@ from __future__ import annotations
 from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, gl, gluon
 
 if IMPORT_ERROR is None:
-    from .prep import _add, _chunk_start, _exp_flush, _level_scores, _row_scales, _sequence
+    from .prep import (_add, _chunk_start, _exp_flush, _level_buffers, _level_scores, _row_scales, _sequence,
+                       _store_decayed)
 
     @gluon.jit
     def _stage_slice(g, q, k, x_base, k_base, x_off, k_off, m, g_s, q_s, k_s, q_sc, k_sc, own,
@@ -90,19 +91,7 @@ if IMPORT_ERROR is None:
         # the wgmma's k step: 8 for tf32 operands, 16 for fp16 ones
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
                                                       instr_shape=[16, BT // (WARPS // 4), 16 if OP16 else 8])
-        if OP16:
-            OPT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KS, BT], gl.float16)
-            qe_s = gl.allocate_shared_memory(gl.float16, [KS, BT], OPT)
-            ke_s = gl.allocate_shared_memory(gl.float16, [KS, BT], OPT)
-        else:
-            OP: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, KS], gl.float32)
-            qe_s = gl.allocate_shared_memory(gl.float32, [BT, KS], OP)
-            ke_s = gl.allocate_shared_memory(gl.float32, [BT, KS], OP)
-        if OP16 and ASYNC:  # a second pair: level l + 1 is staged while level l's product runs
-            qe2_s = gl.allocate_shared_memory(gl.float16, [KS, BT], OPT)
-            ke2_s = gl.allocate_shared_memory(gl.float16, [KS, BT], OPT)
-        else:
-            qe2_s, ke2_s = qe_s, ke_s
+        qe_s, ke_s, qe2_s, ke2_s = _level_buffers(KS, BT, OP16, ASYNC)
         RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
         g_s = gl.allocate_shared_memory(gl.float32, [BT, KS], RAW)
         q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KS], RAW)
@@ -173,15 +162,7 @@ if IMPORT_ERROR is None:
                 qd_s.store((qq * _exp_flush(B)).to(qd.dtype.element_ty))
                 kd_s.store((kk * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty))
                 cta_barrier()
-                qd_t = qd_s.load(LD)
-                kd_t = kd_s.load(LD)
-                if SCALED:  # back to the inputs' scale: exact, powers of two
-                    qd_t = (qd_t.to(gl.float32) * inv_s.index(0).load(gl.SliceLayout(1, LD))[:, None]).to(
-                        qd.dtype.element_ty)
-                    kd_t = (kd_t.to(gl.float32) * inv_s.index(1).load(gl.SliceLayout(1, LD))[:, None]).to(
-                        kd.dtype.element_ty)
-                gl.store(qd + x_base + x_off, qd_t, mask=m)
-                gl.store(kd + x_base + x_off, kd_t, mask=m)
+                _store_decayed(qd + x_base, kd + x_base, qd_s, kd_s, inv_s, x_off, m, LD, SCALED)
                 gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + c0 + col, Bl)
                 # the six levels of BT = 64, into the chunk's scores
                 scores = _level_scores(scores, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero,
