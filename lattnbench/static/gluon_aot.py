@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from lattnbench.static import ptx as ptxmod
-from lattnbench.static.triton_aot import _compile, _parse_ptxas_log
+from lattnbench.static.triton_aot import _compile, _parse_ptxas_log, binary_metrics
 
 MODULE = "lattnbench.kernels.lightning.gluon.kernels"
 
@@ -200,13 +200,9 @@ class GluonJob:
 
 
 def compile_job(job: GluonJob) -> dict:
-    """Compile one Gluon job for sm_90; the metrics a Triton job's rows carry (``triton_aot``)."""
-    m = _metrics(*globals()[job.source](**job.kwargs))
-    counts = ptxmod.count(m["ptx"])
-    return {"registers": m["registers"], "spilled_bytes": m["spilled_bytes"], "shared_bytes": m["shared_bytes"],
-            "ptx_instructions": counts.instructions, "loop_instructions": counts.loop_instructions,
-            "loop_barriers": counts.loop_barriers,
-            "mma": counts.mma, "wgmma": counts.wgmma}
+    """Compile one Gluon job for sm_90; the metrics a Triton job's rows carry (``binary_metrics``)."""
+    os.environ.pop("TRITON_INTERPRET", None)
+    return binary_metrics(*_compile(*globals()[job.source](**job.kwargs)))
 
 
 def _metrics(src, options) -> dict:
@@ -231,19 +227,28 @@ def _metrics(src, options) -> dict:
             "scalar_offsets": scalar_offsets(ck.asm["ttgir"]), "ptx": text}
 
 
-def compile_end_terms(d: int = 128, e: int = 128, dtype: str = "bf16", has_dht: bool = True,
-                      want_dh0: bool = True) -> dict:
-    """Compile the backward's end-term launch for sm_90 as ``end_terms.end_terms`` launches it (fp32
-    states, k, v, dk, dv in ``dtype``) and return registers, spills and its ``scalar_offsets``
-    (from the TTIR, where the arguments keep their names)."""
+def end_terms_source(d: int = 128, e: int = 128, dtype: str = "bf16", has_dht: bool = True, want_dh0: bool = True,
+                     aligned: tuple = ()):
+    """(ASTSource, launch options) of the backward's end-term launch (``end_terms.end_terms_kernel``,
+    plain Triton) as ``end_terms.end_terms`` launches it: fp32 states, k, v, dk, dv in ``dtype``;
+    ``aligned``: integer arguments known to be multiples of 16."""
     from lattnbench.kernels.lightning.gluon import configs as C
     from lattnbench.kernels.lightning.gluon import end_terms as ET
     from lattnbench.kernels.common.arith import pow2
-    from lattnbench.static.triton_aot import compile_sm90, source
+    from lattnbench.static.triton_aot import source
 
-    os.environ.pop("TRITON_INTERPRET", None)
     types = dict(dht="*fp32", k=f"*{dtype}", v=f"*{dtype}", dk=f"*{dtype}", dv=f"*{dtype}", s_end="*fp32",
                  dh0="*fp32", g="*fp32", T="i32", H="i32", scale="fp32", last="i32")
     constexprs = dict(D=d, E=e, BD=ET._BD, BE=pow2(e), FLOOR=C.LOG_DECAY_FLOOR, HAS_DHT=has_dht, WANT_DH0=want_dh0)
-    ck, log = compile_sm90(source(ET.end_terms_kernel, types, constexprs), num_warps=4, num_stages=3)
+    return (source(ET.end_terms_kernel, types, constexprs, aligned),
+            dict(num_warps=4, num_stages=3, enable_fp_fusion=True))
+
+
+def compile_end_terms(**kw) -> dict:
+    """Compile the end-term launch for sm_90 (``end_terms_source``) and return registers, spills and
+    its ``scalar_offsets`` (from the TTIR, where the arguments keep their names)."""
+    from lattnbench.static.triton_aot import compile_sm90
+
+    src, options = end_terms_source(**kw)
+    ck, log = compile_sm90(src, options["num_warps"], options["num_stages"])
     return {**_parse_ptxas_log(log), "scalar_offsets": scalar_offsets(ck.asm["ttir"])}

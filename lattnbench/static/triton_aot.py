@@ -148,16 +148,21 @@ def compile_sm90(src, num_warps: int, num_stages: int):
 
 
 def compile_job(job: Job) -> dict:
-    """Compile one job for sm_90 and return its metrics (name → number)."""
-    from lattnbench.static import ptx as ptxmod
-
+    """Compile one job for sm_90 and return its metrics (``binary_metrics``)."""
     os.environ.pop("TRITON_INTERPRET", None)
     fn = getattr(importlib.import_module(job.module), job.function)
     while not hasattr(fn, "arg_names"):  # an autotuner or heuristics wrapper: the jitted function beneath
         fn = fn.fn
-    ck, log = compile_sm90(source(fn, job.types, job.constexprs, job.aligned), job.num_warps, job.num_stages)
+    return binary_metrics(*compile_sm90(source(fn, job.types, job.constexprs, job.aligned), job.num_warps,
+                                        job.num_stages))
+
+
+def binary_metrics(ck, log: str) -> dict:
+    """A static row's metrics (name → number) of a compiled kernel and its ``ptxas -v`` log, Triton's
+    or Gluon's alike."""
+    from lattnbench.static import ptx as ptxmod
+
     counts = ptxmod.count(ck.asm["ptx"])
     return {**_parse_ptxas_log(log), "shared_bytes": int(ck.metadata.shared),
             "ptx_instructions": counts.instructions, "loop_instructions": counts.loop_instructions,
-            "loop_barriers": counts.loop_barriers,
-            "mma": counts.mma, "wgmma": counts.wgmma}
+            "loop_barriers": counts.loop_barriers, "mma": counts.mma, "wgmma": counts.wgmma}

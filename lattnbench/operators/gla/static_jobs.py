@@ -106,10 +106,10 @@ def gluon_prep_jobs() -> list[GluonJob]:
         return []
     form = dict(row_lanes=G.ROW_LANES, op16=G.PREP_OP16, asynchronous=G.PREP_ASYNC, prefetch=G.PREP_PREFETCH,
                 ks=G.PREP_KS)
-    sliced = 0 < G.PREP_KS < D
-    label = (f"BT={G.CHUNK} RL={G.ROW_LANES} {'fp16' if G.PREP_OP16 or G.PREP_ASYNC else 'tf32'}"
-             + (" async" if G.PREP_ASYNC else "") + (" prefetch" if G.PREP_PREFETCH else "")
-             + (f" KS={G.PREP_KS}" if sliced else "") + f" w{G.warps(G.PREP_KS if sliced else D)}")
+    meta = G.prep_meta(D, G.CHUNK)  # the launch's own keywords name the form
+    label = (f"BT={meta['BT']} RL={meta['ROW_LANES']} {'fp16' if meta['OP16'] else 'tf32'}"
+             + (" async" if meta["ASYNC"] else "") + (" prefetch" if meta.get("PREFETCH") else "")
+             + (f" KS={meta['KS']}" if "KS" in meta else "") + f" w{meta['num_warps']}")
     return [GluonJob("gla/triton:prep-gluon", label, "gla_prep_source", dict(d=D, dtype="bf16", **form), SEED_SHAPE)]
 
 

@@ -51,10 +51,11 @@ def gluon_config_label(cfg) -> str:
     return f"BV={cfg.bv or E} NBUF={cfg.load_stages} NS={cfg.state_stages} NO={cfg.out_stages}"
 
 
-def gluon_jobs() -> list[Job | GluonJob]:
+def gluon_jobs() -> list[GluonJob]:
     """lightning/gluon's launches in a default fwd+bwd: the forward (final state stored), the dq pass
-    (the forward kernel on do, v, k), the dk / dv pass from dS_T, and the end-term launch (Triton)
-    with dS_T and no dS_0. None where this Triton has no Gluon Hopper API."""
+    (the forward kernel on do, v, k), the dk / dv pass from dS_T, and the end-term launch (a Triton
+    kernel, compiled as ``gluon_aot`` makes it) with dS_T and no dS_0. None where this Triton has no
+    Gluon Hopper API."""
     from lattnbench.kernels.common.gluon_compat import IMPORT_ERROR
     from lattnbench.kernels.lightning.gluon import configs as C
     from lattnbench.kernels.lightning.gluon import end_terms as ET
@@ -62,12 +63,8 @@ def gluon_jobs() -> list[Job | GluonJob]:
     if IMPORT_ERROR is not None:
         return []
     fwd, dkdv = gluon_config_label(C.config_for(E)), gluon_config_label(C.DKDV_CONFIG)
-    types = dict(dht=_F32, k=_BF, v=_BF, dk=_BF, dv=_BF, s_end=_F32, dh0=_F32, g=_F32, T="i32", H="i32",
-                 scale="fp32", last="i32")
-    end = Job(kernel="lightning/gluon:bwd-end", config=f"BD={ET._BD} w4 s3",
-              module="lattnbench.kernels.lightning.gluon.end_terms", function="end_terms_kernel", types=types,
-              constexprs=dict(D=D, E=E, BD=ET._BD, BE=E, FLOOR=C.LOG_DECAY_FLOOR, HAS_DHT=True, WANT_DH0=False),
-              num_warps=4, num_stages=3, aligned=("T", "H"), shape=SEED_SHAPE)
+    end = GluonJob("lightning/gluon:bwd-end", f"BD={ET._BD} w4 s3", "end_terms_source",
+                   dict(d=D, e=E, has_dht=True, want_dh0=False, aligned=("T", "H")), SEED_SHAPE)
     return [GluonJob("lightning/gluon:fwd", fwd, "forward_source", dict(has_h0=False, store_ht=True), SEED_SHAPE),
             GluonJob("lightning/gluon:bwd-dq", fwd, "forward_source", dict(has_h0=False, store_ht=False), SEED_SHAPE),
             GluonJob("lightning/gluon:dkdv", dkdv, "dkdv_source", dict(reverse=True, from_dst=True, store_ht=False),
