@@ -22,7 +22,7 @@ def test_ci_uses_the_threshold_tested_here():
     assert ci_threshold() == "100%"
 
 
-@pytest.mark.parametrize("run", sorted((ROOT / "results/cpu/ci-spread").glob("run*.json")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("run", sorted((ROOT / "results/cpu/ci-spread").glob("run*.json.gz")), ids=lambda p: p.name.split(".")[0])
 def test_reruns_of_unchanged_code_pass(run):
     res = CliRunner().invoke(app, ["gate", str(run), *GATE])
     assert res.exit_code == 0, res.output[-1500:]
