@@ -60,15 +60,8 @@ if IMPORT_ERROR is None:
         Σ_d q_td k_td of the staged values), both in LD's rows: a row is one warp there, so its sum
         is a few shuffles, where the column layout's spans every warp."""
         g_in = gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32)
-        q_in = gl.load(q + x_base + x_off, mask=m, other=0.0)
-        k_in = gl.load(k + k_base + k_off, mask=m, other=0.0)
-        if SCALED:
-            q_in, q_inv = _row_scale(q_in)
-            k_in, k_inv = _row_scale(k_in)
-        else:
-            q_inv = gl.full([BT], 1.0, gl.float32, gl.SliceLayout(1, LD))
-            k_inv = q_inv
-        own = gl.sum(q_in.to(gl.float32) * k_in.to(gl.float32), axis=1)
+        q_in, k_in, q_inv, k_inv, own = _scaled_rows(gl.load(q + x_base + x_off, mask=m, other=0.0),
+                                                     gl.load(k + k_base + k_off, mask=m, other=0.0), BT, LD, SCALED)
         cta_barrier()
         g_s.store(g_in)
         q_s.store(q_in)
@@ -81,17 +74,23 @@ if IMPORT_ERROR is None:
         """``_stage_gqk``'s scales and diagonal weights for a ring slot the copies filled: q and k read
         in LD, scaled per row in place under SCALED (each element written back by the thread that
         read it; the caller's barrier then publishes them)."""
-        q_x = q_s.load(LD)
-        k_x = k_s.load(LD)
+        q_x, k_x, q_inv, k_inv, own = _scaled_rows(q_s.load(LD), k_s.load(LD), BT, LD, SCALED)
+        if SCALED:
+            q_s.store(q_x)
+            k_s.store(k_x)
+        return q_inv, k_inv, own
+
+    @gluon.jit
+    def _scaled_rows(q_x, k_x, BT: gl.constexpr, LD: gl.constexpr, SCALED: gl.constexpr):
+        """q and k tiles [BT, ·] in LD scaled per row under SCALED (``_row_scale``), the rows' inverse
+        scales (ones without SCALED) and the diagonal weights Σ_d q_td k_td of the scaled values."""
         if SCALED:
             q_x, q_inv = _row_scale(q_x)
             k_x, k_inv = _row_scale(k_x)
-            q_s.store(q_x)
-            k_s.store(k_x)
         else:
             q_inv = gl.full([BT], 1.0, gl.float32, gl.SliceLayout(1, LD))
             k_inv = q_inv
-        return q_inv, k_inv, gl.sum(q_x.to(gl.float32) * k_x.to(gl.float32), axis=1)
+        return q_x, k_x, q_inv, k_inv, gl.sum(q_x.to(gl.float32) * k_x.to(gl.float32), axis=1)
 
     @gluon.jit
     def _issue_chunk(g, q, k, bos, seq_len, i_c, i_h, i_hk, H, HKV, off_ld, col_ld, pos_ld, g_s, q_s, k_s,
