@@ -33,7 +33,7 @@ _flags_take_no_value()
 app = typer.Typer(
     name="lattnbench",
     help="How fast, how much memory, and is it right: benchmark and check linear-attention kernels "
-    "(Lightning Attention, GLA) against FlashAttention and fp64 references.",
+    "(Lightning Attention, GLA, the gated delta rule) against FlashAttention, fla and fp64 references.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
