@@ -3,9 +3,11 @@
 Why: Triton's interpreter refuses Gluon, so a Gluon kernel's arithmetic would meet its first test on
 the GPU. A Gluon kernel is block-level code: every value is a whole tile, so its body runs as
 Python over torch CPU tensors once the ``gl`` names it calls are bound to tile operations here.
-Layouts only place the tiles' elements on threads, so they are accepted and ignored; a shared
-buffer is a tensor, a barrier nothing, and a wgmma a product of its operands as the tensor cores
-read them (fp32 ones truncated to tf32, 16-bit ones exact) accumulated in fp64 and rounded to fp32.
+A shared buffer is a tensor, and a wgmma a product of its operands as the tensor cores read them
+(fp32 ones truncated to tf32, 16-bit ones exact) accumulated in fp64 and rounded to fp32. Layouts
+only place the tiles' elements on threads, so the arithmetic ignores them; each value carries its
+layout for the race tracker (``gluon_races``), which fails a run whose hand-offs between threads
+through shared memory lack a barrier, a proxy fence or a wait.
 The arithmetic follows Triton's: its dtype promotion (a Python number of a kind no higher than the
 tensor's does not widen it), C integer division, int32 wrap-around, bit casts, ``exp2`` flushing
 results below fp32's normal range. Loads and stores check every unmasked address against the
@@ -16,9 +18,9 @@ arrival counts and expected bytes as the hardware does, a TMA copy moves its box
 read past the tensor, nothing written past it) and completes its bytes on the barrier, and a
 partition that waits past ``DEADLOCK_S`` fails the run, naming the barrier, instead of hanging.
 
-What it cannot see: races inside a partition's warps (they run as one), asynchronous products
-reading a buffer rewritten before their wait, register or shared-memory limits and anything else
-of the compile. The sm_90 compile tests and the GPU tests cover those.
+What it cannot see: races in warp-specialized programs past ``warp_specialize`` (their partitions
+order their accesses by mbarriers, which the tracker does not follow), register or shared-memory
+limits and anything else of the compile. The sm_90 compile tests and the GPU tests cover those.
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ from typing import Any
 
 import torch
 from triton.experimental.gluon import language as _gl
+
+import gluon_races as races
 from triton.runtime.jit import ConstexprFunction, JITFunction
 
 try:
@@ -130,11 +134,12 @@ class _Type:
 class Tensor:
     """A tile (or a 0-d scalar) of Gluon dtype ``dt``, held as a torch CPU tensor."""
 
-    __slots__ = ("v", "dt")
+    __slots__ = ("v", "dt", "lay")
 
-    def __init__(self, v: torch.Tensor, dt=None):
+    def __init__(self, v: torch.Tensor, dt=None, lay: int | None = None):
         self.v = v
         self.dt = dt if dt is not None else _FROM_TORCH[v.dtype]
+        self.lay = lay  # the layout's id (``gluon_races.ident``); None: a scalar, or not known
 
     # -- what kernels ask of a tensor ------------------------------------------------------------
     @property
@@ -152,19 +157,19 @@ class Tensor:
     def to(self, dt, bitcast: bool = False) -> Tensor:
         if not bitcast:
             if self.dt.is_floating() and not dt.is_floating():
-                return Tensor(_wrap(self.v.to(torch.float64).trunc().to(torch.int64), dt).to(_TORCH[dt]), dt)
-            return Tensor(_cast(self, dt), dt)
+                return Tensor(_wrap(self.v.to(torch.float64).trunc().to(torch.int64), dt).to(_TORCH[dt]), dt, self.lay)
+            return Tensor(_cast(self, dt), dt, self.lay)
         if dt.primitive_bitwidth != self.dt.primitive_bitwidth:
             raise TypeError(f"bitcast {self.dt} -> {dt}: widths differ")
         v = self.v
         if self.dt == _gl.uint32:
             v = v.to(torch.int32)  # the low 32 bits
         if dt == _gl.uint32:
-            return Tensor(v.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF, dt)
-        return Tensor(v.contiguous().view(_TORCH[dt]), dt)
+            return Tensor(v.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF, dt, self.lay)
+        return Tensor(v.contiguous().view(_TORCH[dt]), dt, self.lay)
 
     def __getitem__(self, idx) -> Tensor:
-        return Tensor(self.v[idx], self.dt)
+        return Tensor(self.v[idx], self.dt, _indexed_layout(self, idx))
 
     def __index__(self) -> int:
         return int(self.v)
@@ -177,6 +182,10 @@ class Tensor:
     def __repr__(self) -> str:
         return f"Tensor({self.dt}, {self.shape})"
 
+    @property
+    def off_or_v(self) -> torch.Tensor:
+        return self.v
+
     # -- arithmetic ------------------------------------------------------------------------------
     def _bin(self, other, fn: Callable, *, swap: bool = False, div_or_mod: bool = False, out=None) -> Any:
         if isinstance(other, Pointer):
@@ -184,7 +193,7 @@ class Tensor:
         a, b = (other, self) if swap else (self, other)
         dt = _promote(a, b, div_or_mod)
         res = fn(_cast(a, dt), _cast(b, dt), dt)
-        return Tensor(res, out if out is not None else dt)
+        return Tensor(res, out if out is not None else dt, _common_layout(a, b))
 
     def __add__(self, o): return self._bin(o, lambda a, b, dt: _wrap(a + b, dt))
     def __radd__(self, o): return self._bin(o, lambda a, b, dt: _wrap(a + b, dt), swap=True)
@@ -197,7 +206,7 @@ class Tensor:
         def div(a, b, dt):
             return a / b if dt.is_floating() else (a.to(torch.float32) / b.to(torch.float32))
         res = self._bin(o, div, div_or_mod=True)
-        return res if res.dt.is_floating() else Tensor(res.v, _gl.float32)
+        return res if res.dt.is_floating() else Tensor(res.v, _gl.float32, res.lay)
 
     def __rtruediv__(self, o):
         return Tensor(_cast(o, _gl.float32), _gl.float32) / self
@@ -223,8 +232,37 @@ class Tensor:
     def __ne__(self, o): return self._cmp(o, torch.ne)  # type: ignore[override]
     __hash__ = None  # type: ignore[assignment]
 
-    def __neg__(self): return Tensor(_wrap(-self.v, self.dt), self.dt)
-    def __invert__(self): return Tensor(~self.v, self.dt)
+    def __neg__(self): return Tensor(_wrap(-self.v, self.dt), self.dt, self.lay)
+    def __invert__(self): return Tensor(~self.v, self.dt, self.lay)
+
+
+def _common_layout(*xs) -> int | None:
+    """The layout of an elementwise result: that of its tile operands (scalars aside), which Gluon
+    requires equal; None where one is unknown or they differ."""
+    lays = [x.lay for x in xs if isinstance(x, (Tensor, Pointer)) and x.off_or_v.dim() > 0]
+    if lays and lays[0] is not None and all(lay == lays[0] for lay in lays):
+        return lays[0]
+    return None
+
+
+def _expanded_layout(lay: int | None, axis: int) -> int | None:
+    """The layout of a tile given a new axis: the parent of a slice layout along that axis."""
+    layout = races.layout_of(lay)
+    if isinstance(layout, _gl.SliceLayout) and layout.dim == axis:
+        return races.ident(layout.parent)
+    return None
+
+
+def _indexed_layout(x, idx) -> int | None:
+    """The layout of ``x[idx]`` where idx only adds axes (``x[:, None]``), else None (not known)."""
+    idx = idx if isinstance(idx, tuple) else (idx,)
+    if not all(i is None or i == slice(None) for i in idx):
+        return None
+    lay = x.lay
+    for axis, i in enumerate(idx):
+        if i is None:
+            lay = _expanded_layout(lay, axis)
+    return lay
 
 
 def _int_div(a, b, dt):
@@ -245,23 +283,27 @@ class _PointerType:
 class Pointer:
     """A pointer, or a tile of them, into a flat CPU buffer: element offsets (int64) and the type."""
 
-    __slots__ = ("buf", "off", "dt")
+    __slots__ = ("buf", "off", "dt", "lay")
 
-    def __init__(self, buf: torch.Tensor, off: torch.Tensor, dt):
-        self.buf, self.off, self.dt = buf, off, dt
+    def __init__(self, buf: torch.Tensor, off: torch.Tensor, dt, lay: int | None = None):
+        self.buf, self.off, self.dt, self.lay = buf, off, dt, lay
 
     @property
     def dtype(self) -> _PointerType:
         return _PointerType(self.dt)
 
+    @property
+    def off_or_v(self) -> torch.Tensor:
+        return self.off
+
     def __add__(self, o):
         step = o.v.to(torch.int64) if isinstance(o, Tensor) else torch.tensor(int(o), dtype=torch.int64)
-        return Pointer(self.buf, self.off + step, self.dt)
+        return Pointer(self.buf, self.off + step, self.dt, _common_layout(self, o))
 
     __radd__ = __add__
 
     def __getitem__(self, idx) -> Pointer:
-        return Pointer(self.buf, self.off[idx], self.dt)
+        return Pointer(self.buf, self.off[idx], self.dt, _indexed_layout(self, idx))
 
 
 def _addresses(ptr: Pointer, mask) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,27 +317,37 @@ def _addresses(ptr: Pointer, mask) -> tuple[torch.Tensor, torch.Tensor]:
     return off, m
 
 
+def _tile_layout(ptr: Pointer) -> int:
+    """The layout of a global access: its pointers' (a fresh unknown one where not known)."""
+    return ptr.lay if ptr.lay is not None else races.ident(None)
+
+
 def load(ptr: Pointer, mask=None, other=None, **_kw) -> Tensor:
     off, m = _addresses(ptr, mask)
+    races.read(races.global_track(ptr.buf, ptr.dt, create=False), off[m], _tile_layout(ptr))
     vals = ptr.buf[torch.where(m, off, torch.zeros_like(off))]
     if ptr.dt == _gl.uint32:
         vals = vals.to(torch.int64) & 0xFFFFFFFF
     fill = _cast(other if other is not None else 0, ptr.dt)
-    return Tensor(torch.where(m, vals, fill), ptr.dt)
+    return Tensor(torch.where(m, vals, fill), ptr.dt, ptr.lay)
 
 
 def store(ptr: Pointer, value, mask=None, **_kw) -> None:
     off, m = _addresses(ptr, mask)
+    races.write(races.global_track(ptr.buf, ptr.dt, create=True), off[m], _tile_layout(ptr))
     val = _cast(value, ptr.dt) if isinstance(value, Tensor) else torch.tensor(value, dtype=_TORCH[ptr.dt])
     val = torch.broadcast_to(val, off.shape)
     ptr.buf[off[m]] = val[m].to(ptr.buf.dtype)
 
 
 class SharedMemory:
-    """A shared-memory buffer (or a permuted view of one): a tensor that takes only its own dtype."""
+    """A shared-memory buffer (or a permuted view of one): a tensor that takes only its own dtype.
+    ``ids`` numbers the elements of the allocation the same way, for the race tracker ``track``."""
 
-    def __init__(self, data: torch.Tensor, dt):
+    def __init__(self, data: torch.Tensor, dt, ids: torch.Tensor | None = None, track=None):
         self.data, self.dt = data, dt
+        self.ids = ids if ids is not None else torch.arange(data.numel()).view(data.shape)
+        self.track = track
 
     @property
     def shape(self) -> list[int]:
@@ -310,19 +362,23 @@ class SharedMemory:
             raise TypeError(f"a {self.dt} shared buffer stored a {value.dt} tensor")
         if list(value.v.shape) != self.shape:
             raise ValueError(f"a {self.shape} shared buffer stored a {value.shape} tensor")
+        races.write(self.track, self.ids.reshape(-1), value.lay if value.lay is not None else races.ident(None))
         self.data.copy_(value.v)
 
     def load(self, layout=None) -> Tensor:
-        return Tensor(self.data.clone(), self.dt)
+        lay = races.ident(_real_layout(layout))
+        races.read(self.track, self.ids.reshape(-1), lay)
+        return Tensor(self.data.clone(), self.dt, lay)
 
     def permute(self, dims) -> SharedMemory:
-        return SharedMemory(self.data.permute(*dims), self.dt)
+        return SharedMemory(self.data.permute(*dims), self.dt, self.ids.permute(*dims), self.track)
 
     def index(self, i) -> SharedMemory:
-        return SharedMemory(self.data[int(i)], self.dt)
+        return SharedMemory(self.data[int(i)], self.dt, self.ids[int(i)], self.track)
 
     def reshape(self, shape) -> SharedMemory:
-        return SharedMemory(self.data.view(*[int(x) for x in shape]), self.dt)
+        shape = [int(x) for x in shape]
+        return SharedMemory(self.data.view(*shape), self.dt, self.ids.reshape(*shape), self.track)
 
     @property
     def type(self) -> _Type:
@@ -330,8 +386,15 @@ class SharedMemory:
 
 
 def copy_to_shared(smem: SharedMemory, pointer: Pointer, mask=None, **_kw) -> None:
-    """An asynchronous copy global → shared, done at once; masked elements are zero-filled."""
-    smem.store(load(pointer, mask=mask, other=0))
+    """An asynchronous copy global → shared, done at once; masked elements are zero-filled. For the
+    race tracker its elements land at the ``copy_wait`` that retires its group."""
+    value = load(pointer, mask=mask, other=0)
+    if value.dt != smem.dt:
+        raise TypeError(f"a {smem.dt} shared buffer took a copy of {value.dt}")
+    if list(value.v.shape) != smem.shape:
+        raise ValueError(f"a {smem.shape} shared buffer took a copy of {value.shape}")
+    races.copy_write(smem.track, smem.ids.reshape(-1), _tile_layout(pointer))
+    smem.data.copy_(value.v)
 
 
 def _operand(x) -> torch.Tensor:
@@ -347,15 +410,20 @@ def _operand(x) -> torch.Tensor:
 
 
 def warpgroup_mma(a, b, acc: Tensor, *, use_acc: bool = True, is_async: bool = False, **_kw) -> Tensor:
+    races.mma_issue(is_async)
+    for x in (a, b):
+        if isinstance(x, SharedMemory):
+            races.mma_read(x.track, x.ids.reshape(-1), pending=is_async)
     prod = _operand(a) @ _operand(b)
     if use_acc:
         prod = prod + acc.v.to(torch.float64)
-    return Tensor(prod.to(torch.float32), _gl.float32)
+    return Tensor(prod.to(torch.float32), _gl.float32, acc.lay)
 
 
 def warpgroup_mma_wait(num_outstanding: int = 0, deps=None):
     if deps is None:
         raise ValueError("warpgroup_mma_wait deps must be given")
+    races.mma_wait(int(num_outstanding))
     return deps[0] if len(deps) == 1 else tuple(deps)
 
 
@@ -363,7 +431,27 @@ def _nothing(*_a, **_k) -> None:
     return None
 
 
+def _barrier(*_a, **_k) -> None:
+    races.barrier()
+
+
+def _fence(*_a, **_k) -> None:
+    races.fence()
+
+
+def _copy_commit(*_a, **_k) -> None:
+    races.copy_commit()
+
+
+def _copy_wait(outstanding=0, *_a, **_k) -> None:
+    races.copy_wait(int(outstanding))
+
+
 # -- TMA, mbarriers, warp specialization -------------------------------------------------------------
+
+#: whether each program's accesses to shared memory (and to the global buffers it writes) are checked
+#: for races between its threads (``gluon_races``); warp-specialized ones up to ``warp_specialize``
+CHECK_RACES = True
 
 #: seconds a partition may wait on one barrier before the run fails as a deadlock
 DEADLOCK_S = 30.0
@@ -501,7 +589,10 @@ def _tma_load(desc: Descriptor, coord, bar: MBarrier, smem: SharedMemory, pred=T
     inner, outer = desc._boxes(coord)
     box = torch.zeros(desc.block_shape, dtype=desc.view.dtype)
     box[outer] = desc.view[inner]
-    smem.store(Tensor(box.view(smem.data.shape), desc.dt))
+    if desc.dt != smem.dt:
+        raise TypeError(f"a TMA load of {desc.dt} into a {smem.dt} shared buffer")
+    races.tma_write(smem.track, smem.ids.reshape(-1))
+    smem.data.copy_(box.view(smem.data.shape))
     bar.complete_tx(desc.block_type.nbytes)
 
 
@@ -514,7 +605,9 @@ def _tma_store(desc: Descriptor, coord, smem: SharedMemory, **_kw) -> None:
 
 def _warp_specialize(*args, **_kw) -> None:
     """Run the partitions of one program as threads (the list form: [(fn, args), ...], the
-    default first; the older form: default args, default fn, worker args, worker fns)."""
+    default first; the older form: default args, default fn, worker args, worker fns). The race
+    tracker stops here: partitions order their accesses by mbarriers, which it does not follow."""
+    races.stop()
     if isinstance(args[0], list):
         parts = [(_python(fn), tuple(a)) for fn, a in args[0]]
     else:
@@ -543,46 +636,82 @@ def _warp_specialize(*args, **_kw) -> None:
 # -- the gl namespace ------------------------------------------------------------------------------
 
 class _Layout:
-    """Any layout: accepted and ignored (it places elements on threads, not their values)."""
+    """A layout: it places elements on threads, not their values, so the arithmetic ignores it; the
+    race tracker compares the Gluon layouts these stand for (``_real_layout``)."""
+
+    real: Any = None  # the Gluon class this one stands for
 
     def __init__(self, *args, **kwargs):
         self.args, self.kwargs = args, kwargs
+        self._made: Any = None
 
     @classmethod
     def get_default_for(cls, *args, **kwargs) -> _Layout:
         return cls(*args, **kwargs)
+
+    def made(self) -> Any:
+        """The Gluon layout object (compared and hashed by value), or None where it cannot be built."""
+        if self._made is None and self.real is not None:
+            try:
+                self._made = self.real(*[_real_layout(a) for a in self.args],
+                                       **{k: _real_layout(v) for k, v in self.kwargs.items()})
+            except Exception:  # noqa: BLE001 — an argument only the emulator has: not known
+                self._made = False
+        return self._made or None
+
+
+def _real_layout(x: Any) -> Any:
+    """A layout argument as Gluon has it: emulated layouts built, constexprs unwrapped."""
+    if isinstance(x, _Layout):
+        return x.made()
+    if isinstance(x, _gl.constexpr):
+        return x.value
+    return x
+
+
+def _layout_class(name: str) -> type[_Layout]:
+    return type(name, (_Layout,), {"real": getattr(_gl, name, None)})
 
 
 class _MBarrierLayout(_Layout):
     """An mbarrier array's layout: the allocation is barriers, not a tensor."""
 
 
+def _given(layout) -> int | None:
+    return races.ident(_real_layout(layout)) if layout is not None else None
+
+
 def _arange(start, end, layout=None) -> Tensor:
-    return Tensor(torch.arange(int(start), int(end), dtype=torch.int32), _gl.int32)
+    return Tensor(torch.arange(int(start), int(end), dtype=torch.int32), _gl.int32, _given(layout))
 
 
 def _zeros(shape, dtype, layout=None) -> Tensor:
-    return Tensor(torch.zeros(*[int(s) for s in shape], dtype=_TORCH[dtype]), dtype)
+    return Tensor(torch.zeros(*[int(s) for s in shape], dtype=_TORCH[dtype]), dtype, _given(layout))
 
 
 def _full(shape, value, dtype, layout=None) -> Tensor:
-    return Tensor(torch.full([int(s) for s in shape], value, dtype=_TORCH[dtype]), dtype)
+    return Tensor(torch.full([int(s) for s in shape], value, dtype=_TORCH[dtype]), dtype, _given(layout))
 
 
 def _where(cond, a, b) -> Tensor:
     dt = _promote(a, b)
     c = cond.v if isinstance(cond, Tensor) else torch.tensor(bool(cond))
-    return Tensor(torch.where(c.to(torch.bool), _cast(a, dt), _cast(b, dt)), dt)
+    return Tensor(torch.where(c.to(torch.bool), _cast(a, dt), _cast(b, dt)), dt, _common_layout(cond, a, b))
 
 
 def _reduce(x: Tensor, axis, fn, keep_dims: bool = False) -> Tensor:
+    lay = None
     if axis is None:
         v = fn(x.v.reshape(-1), 0)
     else:
         v = fn(x.v, int(axis))
+        parent = races.layout_of(x.lay)
         if keep_dims:
             v = v.unsqueeze(int(axis))
-    return Tensor(v.to(x.v.dtype), x.dt)
+            lay = x.lay
+        elif parent is not None:
+            lay = races.ident(_gl.SliceLayout(int(axis) % x.v.dim(), parent))
+    return Tensor(v.to(x.v.dtype), x.dt, lay)
 
 
 def _sum(x: Tensor, axis=None, keep_dims: bool = False, **_kw) -> Tensor:
@@ -608,23 +737,23 @@ def _associative_scan(x: Tensor, axis, combine_fn, reverse: bool = False) -> Ten
         item = Tensor(x.v.select(axis, i), x.dt)
         acc = item if acc is None else combine_fn(acc, item)
         out[i] = acc.v
-    return Tensor(torch.stack(out, axis), acc.dt)
+    return Tensor(torch.stack(out, axis), acc.dt, x.lay)
 
 
 def _exp2(x: Tensor) -> Tensor:
     """ex2.approx.ftz.f32: results below fp32's normal range flush to 0."""
     y = torch.exp2(x.v)
-    return Tensor(torch.where(y.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(y), y), x.dt)
+    return Tensor(torch.where(y.abs() < torch.finfo(torch.float32).tiny, torch.zeros_like(y), y), x.dt, x.lay)
 
 
 def _elementwise(fn) -> Callable:
-    return lambda x: Tensor(fn(x.v), x.dt)
+    return lambda x: Tensor(fn(x.v), x.dt, x.lay)
 
 
 def _binary(fn) -> Callable:
     def op(a, b, **_kw):
         dt = _promote(a, b)
-        return Tensor(fn(_cast(a, dt), _cast(b, dt)), dt)
+        return Tensor(fn(_cast(a, dt), _cast(b, dt)), dt, _common_layout(a, b))
     return op
 
 
@@ -649,8 +778,8 @@ def _num_programs(axis) -> Tensor:
 def _allocate_shared_memory(dtype, shape, layout=None, value=None) -> SharedMemory | _MBarriers:
     if isinstance(layout, _MBarrierLayout):
         return _MBarriers(int(shape[0]))
-    smem = SharedMemory(torch.full([int(s) for s in shape], float("nan") if dtype.is_floating() else -1,
-                                   dtype=_TORCH[dtype]), dtype)
+    data = torch.full([int(s) for s in shape], float("nan") if dtype.is_floating() else -1, dtype=_TORCH[dtype])
+    smem = SharedMemory(data, dtype, track=races.shared_track(data.numel(), list(data.shape), dtype))
     if value is not None:
         smem.store(value)
     return smem
@@ -664,7 +793,7 @@ def _namespace() -> types.SimpleNamespace:
             setattr(ns, name, obj)
     for name in ("BlockedLayout", "SliceLayout", "NVMMADistributedLayout", "NVMMASharedLayout",
                  "SwizzledSharedLayout", "DistributedLinearLayout", "AutoLayout", "DotOperandLayout"):
-        setattr(ns, name, _Layout)
+        setattr(ns, name, _layout_class(name))
     ns.dtype = _gl.dtype
     ns.constexpr = lambda x=None: x
     ns.static_range = lambda *args: range(*[int(a) for a in args])
@@ -676,8 +805,8 @@ def _namespace() -> types.SimpleNamespace:
     ns.associative_scan = _associative_scan
     ns.reshape = lambda x, shape, **_kw: Tensor(x.v.reshape(*[int(s) for s in shape]), x.dt)
     ns.permute = lambda x, dims: Tensor(x.v.permute(*dims).contiguous(), x.dt)
-    ns.expand_dims = lambda x, axis: Tensor(x.v.unsqueeze(int(axis)), x.dt)
-    ns.convert_layout = lambda x, layout, **_kw: x
+    ns.expand_dims = lambda x, axis: Tensor(x.v.unsqueeze(int(axis)), x.dt, _expanded_layout(x.lay, int(axis)))
+    ns.convert_layout = lambda x, layout, **_kw: Tensor(x.v, x.dt, _given(layout))
     ns.abs = _elementwise(torch.abs)
     ns.exp = _elementwise(torch.exp)
     ns.exp2 = _exp2
@@ -685,7 +814,7 @@ def _namespace() -> types.SimpleNamespace:
     ns.sqrt = _elementwise(torch.sqrt)
     ns.minimum, ns.maximum = _binary(torch.minimum), _binary(torch.maximum)
     ns.allocate_shared_memory = _allocate_shared_memory
-    ns.thread_barrier = ns.barrier = _nothing
+    ns.thread_barrier = ns.barrier = _barrier
     ns.warp_specialize = _warp_specialize
     ns.cdiv = lambda a, b: (a + b - 1) // b
     return ns
@@ -698,9 +827,9 @@ _MBARRIER = types.SimpleNamespace(init=_mbar_init, wait=_mbar_wait, arrive=_mbar
                                   allocate_mbarrier=lambda *a, **k: _MBarriers(1).index(0))
 _TMA = types.SimpleNamespace(store_wait=_nothing, async_copy_global_to_shared=_tma_load, async_load=_tma_load,
                              async_copy_shared_to_global=_tma_store, async_store=_tma_store)
-_COMPAT = {"gl": _GL, "cta_barrier": _nothing, "fence_async_shared": _nothing,
+_COMPAT = {"gl": _GL, "cta_barrier": _barrier, "fence_async_shared": _fence,
            "warpgroup_mma": warpgroup_mma, "warpgroup_mma_wait": warpgroup_mma_wait,
-           "copy_to_shared": copy_to_shared, "copy_commit": _nothing, "copy_wait": _nothing,
+           "copy_to_shared": copy_to_shared, "copy_commit": _copy_commit, "copy_wait": _copy_wait,
            "mbarrier": _MBARRIER, "tma": _TMA, "tma_load": _tma_load, "tma_store": _tma_store, "WS_LIST_FORM": True}
 
 _GLOBALS: dict[int, dict] = {}
@@ -792,11 +921,13 @@ def run(kernel: JITFunction, grid: Iterable[int], *args: Any, **kwargs: Any) -> 
         with torch.no_grad():
             for pid in itertools.product(range(g[0]), range(g[1]), range(g[2])):
                 _Program.pid = pid
+                races.begin(CHECK_RACES)
                 _Abort.event.clear()
                 _MBarriers.made = 0
                 body(*bound)
     finally:
         _Program.pid, _Program.grid = (0, 0, 0), (1, 1, 1)
+        races.stop()
 
 
 class Launcher:

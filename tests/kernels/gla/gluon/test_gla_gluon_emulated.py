@@ -4,8 +4,9 @@ against the fp64 reference.
 
 The emulator runs each program's body over whole tiles, so these tests see the launches'
 arithmetic (exponents, masks, scales, pairs, the exit terms, stores of partial chunks, reversed
-and packed sequences), not their races or their compile: ``test_gla_gluon_host`` compiles them for
-sm_90 and ``tests/gpu`` runs them on the H200. The Triton sweeps run in the interpreter, in bf16 as
+and packed sequences) and, through its race tracker, every hand-off between threads that lacks a
+barrier, fence or wait; not their compile: ``test_gla_gluon_host`` compiles them for sm_90 and
+``tests/gpu`` runs them on the H200. The Triton sweeps run in the interpreter, in bf16 as
 on the GPU (``interpreter_bf16``).
 """
 from __future__ import annotations
