@@ -51,10 +51,11 @@ if IMPORT_ERROR is None:
                    SCALED: gl.constexpr):
         """A chunk's gates (fp32, zero past the end: no decay there), q and k (scaled per row by
         ``_row_scale`` under SCALED) into g_s, q_s and k_s, for the column layout to read back: the
-        layout change goes through shared memory behind the one pair of barriers the tiles need
-        anyway, where a ``convert_layout`` of the gates alone takes several. Loads go through the
-        row-major layout LD of the offsets (in the column layout every element of a thread is another
-        row, an address of its own); the first barrier waits for the last chunk's readers.
+        layout change goes through shared memory behind one barrier, where a ``convert_layout`` of
+        the gates alone takes several. Loads go through the row-major layout LD of the offsets (in
+        the column layout every element of a thread is another row, an address of its own). The last
+        chunk read these buffers before its levels, whose barriers order those reads before the
+        stores here: no barrier of their own.
 
         Returns (the rows' inverse scales, ones without SCALED; the diagonal pairs' weights
         Σ_d q_td k_td of the staged values), both in LD's rows: a row is one warp there, so its sum
@@ -62,7 +63,6 @@ if IMPORT_ERROR is None:
         g_in = gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32)
         q_in, k_in, q_inv, k_inv, own = _scaled_rows(gl.load(q + x_base + x_off, mask=m, other=0.0),
                                                      gl.load(k + k_base + k_off, mask=m, other=0.0), BT, LD, SCALED)
-        cta_barrier()
         g_s.store(g_in)
         q_s.store(q_in)
         k_s.store(k_in)
@@ -130,14 +130,16 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L: gl.constexpr, BT: gl.constexpr,
-                    KD: gl.constexpr, SPAN: gl.constexpr):
+                    KD: gl.constexpr, SPAN: gl.constexpr, FIRST: gl.constexpr):
         """The scores of the level's pairs: (q⊙E)·(k⊙E)ᵀ with q on the later halves' rows and k on
         the earlier ones', through shared memory as one tf32 wgmma over all of D, masked to the
         pairs of one group. q and k come back from shared memory, so that only B stays in
-        registers across the levels."""
+        registers across the levels. FIRST: the first level, whose buffers' last readers (the last
+        chunk's or slice's final product) are behind the staging's barrier already."""
         E = _level(B, L, BT, KD, SPAN)
         later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
-        cta_barrier()  # every warpgroup's product of the last level has read the buffers
+        if not FIRST:
+            cta_barrier()  # every warpgroup's product of the last level has read the buffers
         qe_s.store(gl.where(later, q_s.load(L).to(gl.float32) * E, 0.0))
         ke_s.store(gl.where(later, 0.0, k_s.load(L).to(gl.float32) * E))
         fence_async_shared()
@@ -147,16 +149,18 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _stage_level16(B, qq, kk, pos, qe_t, ke_t, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr,
-                       SPAN: gl.constexpr):
+                       SPAN: gl.constexpr, FIRST: gl.constexpr):
         """A level's operands as fp16, stored channel-major into qe_t / ke_t [KD, BT]: a thread's rows
         of one channel are contiguous there, so its stores are vectors, and the wgmma reads both
         operands M/N-major (allowed for 16-bit types, not tf32). fp16 keeps tf32's 10 mantissa bits;
-        q⊙E and k⊙E are at most |q| and |k| (E ≤ 1), inside fp16's range for fp16 inputs."""
+        q⊙E and k⊙E are at most |q| and |k| (E ≤ 1), inside fp16's range for fp16 inputs. FIRST: as
+        ``_tree_level``'s."""
         E = _level(B, L, BT, KD, SPAN)
         later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
         qe = gl.where(later, qq * E, 0.0).to(gl.float16)
         ke = gl.where(later, 0.0, kk * E).to(gl.float16)
-        cta_barrier()  # every warpgroup's product that last read these buffers is complete
+        if not FIRST:
+            cta_barrier()  # every warpgroup's product that last read these buffers is complete
         qe_t.store(gl.permute(qe, (1, 0)))
         ke_t.store(gl.permute(ke, (1, 0)))
         fence_async_shared()
@@ -164,9 +168,9 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_t, ke_t, zero, L: gl.constexpr, BT: gl.constexpr,
-                      KD: gl.constexpr, SPAN: gl.constexpr):
+                      KD: gl.constexpr, SPAN: gl.constexpr, FIRST: gl.constexpr):
         """``_tree_level`` with fp16 operands (``_stage_level16``)."""
-        _stage_level16(B, qq, kk, pos, qe_t, ke_t, L, BT, KD, SPAN)
+        _stage_level16(B, qq, kk, pos, qe_t, ke_t, L, BT, KD, SPAN, FIRST)
         s = warpgroup_mma(qe_t.permute((1, 0)), ke_t, zero, use_acc=False)
         return _group_mask(s, pos_r, pos_c, SPAN)
 
@@ -222,10 +226,10 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _issue_level16(B, qq, kk, pos, qe_t, ke_t, zero, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr,
-                       SPAN: gl.constexpr):
+                       SPAN: gl.constexpr, FIRST: gl.constexpr):
         """``_tree_level16``'s product issued asynchronously into its own buffers, unmasked: the caller
         waits on it after the next level's exponentials (``_group_mask``)."""
-        _stage_level16(B, qq, kk, pos, qe_t, ke_t, L, BT, KD, SPAN)
+        _stage_level16(B, qq, kk, pos, qe_t, ke_t, L, BT, KD, SPAN, FIRST)
         return warpgroup_mma(qe_t.permute((1, 0)), ke_t, zero, use_acc=False, is_async=True)
 
     @gluon.jit
@@ -242,12 +246,12 @@ if IMPORT_ERROR is None:
         qe2_s / ke2_s, while level l's product runs), or tf32 ones of q_s, k_s read back."""
         if OP16:
             if ASYNC:
-                prev = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, BT)
+                prev = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, BT, True)
                 for lvl in gl.static_range(1, 6):
                     if lvl % 2 == 1:
-                        cur = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, BT >> lvl)
+                        cur = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, BT >> lvl, False)
                     else:
-                        cur = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, BT >> lvl)
+                        cur = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, BT >> lvl, False)
                     done = warpgroup_mma_wait(num_outstanding=1, deps=[prev])
                     lv += _group_mask(done, pos_r, pos_c, BT >> (lvl - 1))
                     prev = cur
@@ -255,10 +259,10 @@ if IMPORT_ERROR is None:
                 lv += _group_mask(done, pos_r, pos_c, 2)
             else:
                 for lvl in gl.static_range(6):
-                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl)
+                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl, lvl == 0)
         else:
             for lvl in gl.static_range(6):
-                lv += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl)
+                lv += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl, lvl == 0)
         return lv
 
     @gluon.jit

@@ -23,8 +23,8 @@ if IMPORT_ERROR is None:
                      SCALED: gl.constexpr, OWN: gl.constexpr):
         """A key slice of a chunk: its gates (fp32, zero past the end: no decay there), q and k tiles
         (times their rows' scales q_sc, k_sc under SCALED) into g_s, q_s and k_s for the column layout
-        to read back, behind one pair of barriers (the first waits for the last slice's readers of the
-        buffers); returns ``own`` plus, under OWN, the slice's part of the diagonal weights
+        to read back, behind one barrier (the last slice's readers of the buffers are behind its
+        levels' barriers); returns ``own`` plus, under OWN, the slice's part of the diagonal weights
         Σ_d q_td k_td, summed in the loads' row-major layout (a row within one warp: shuffles, no
         barrier). Loads go through that layout too (in the column layout every element of a thread is
         another row, an address of its own)."""
@@ -36,7 +36,6 @@ if IMPORT_ERROR is None:
             k_in = (k_in.to(gl.float32) * k_sc[:, None]).to(k_in.dtype)
         if OWN:
             own += gl.sum(q_in.to(gl.float32) * k_in.to(gl.float32), axis=1)
-        cta_barrier()
         g_s.store(g_in)
         q_s.store(q_in)
         k_s.store(k_in)

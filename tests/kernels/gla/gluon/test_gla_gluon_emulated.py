@@ -11,10 +11,15 @@ on the GPU (``interpreter_bf16``).
 """
 from __future__ import annotations
 
+import collections
+import os
+import sys
+
 import pytest
 import torch
 
 import gluon_emulator as emu
+import gluon_races as races
 from gla_testutil import check
 from lattnbench.kernels.gla.gluon import host, intra, prep, prep_sliced
 from lattnbench.kernels.gla.triton import ops as gops
@@ -128,6 +133,41 @@ def test_the_emulated_prep_launch_matches_the_triton_one(gluon_on_cpu, monkeypat
     # top of the scores' own rounding to their dtype
     own = err_ratio(a64.to(dtype), a64)
     assert err_ratio(got[3], a64) <= own + 2.0**-10, (err_ratio(got[3], a64), own)
+
+
+def _dropping_barriers(monkeypatch, site: str | None) -> collections.Counter:
+    """The emulator's CTA barrier, recording each call's site (file:line of the kernel) and doing
+    nothing at ``site``; returns the calls per site."""
+    calls = collections.Counter()
+
+    def barrier():
+        frame = sys._getframe(1)
+        here = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+        calls[here] += 1
+        if here != site:
+            emu._barrier()
+    monkeypatch.setitem(emu._COMPAT, "cta_barrier", barrier)
+    return calls
+
+
+@pytest.mark.parametrize("form", list(PREP_FORMS))
+def test_every_barrier_the_prep_launch_passes_is_needed(gluon_on_cpu, monkeypatch, form):
+    """Each barrier site of the form, dropped (every call there), leaves a hand-off between threads
+    that the race tracker finds: the chunk loop holds no barrier it could do without, and the
+    tracker sees each one's job (bf16 inputs, so the fp16 forms' row scales run too)."""
+    for name, value in zip(("PREP_OP16", "PREP_ASYNC", "PREP_PREFETCH", "PREP_KS", "ROW_LANES"), PREP_FORMS[form]):
+        monkeypatch.setattr(host, name, value)
+    monkeypatch.setattr(host, "PREP_ON", True)
+    gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
+    q, k = (torch.randn(1, 150, 2, 64, generator=gen).to(torch.bfloat16) for _ in range(2))
+    g = torch.nn.functional.logsigmoid(torch.randn(1, 150, 2, 64, generator=gen))
+    sites = _dropping_barriers(monkeypatch, None)
+    gops.gla_prep(q, k, g, False, None, 1)
+    assert len(sites) >= 3
+    for site in list(sites):
+        _dropping_barriers(monkeypatch, site)
+        with pytest.raises(races.Race):
+            gops.gla_prep(q, k, g, False, None, 1)
 
 
 INTRA_FORMS = {  # OP16, EPI, PAIRS (ROW_LANES 4: a thread's 16 rows are one block)
