@@ -41,11 +41,11 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _stage_tiles(v, do, v_base, do_base, v_off, do_off, m, v_s, do_s):
-        """A chunk's v and do tiles into shared memory for the W products; the first barrier waits
-        for the last chunk's products to have read the buffers."""
+        """A chunk's v and do tiles into shared memory for the W products, behind one barrier: the
+        last chunk's products read the buffers before its last slice's levels, whose barriers order
+        them before these stores."""
         v_in = gl.load(v + v_base + v_off, mask=m, other=0.0)
         do_in = gl.load(do + do_base + do_off, mask=m, other=0.0)
-        cta_barrier()
         v_s.store(v_in)
         do_s.store(do_in)
         fence_async_shared()
@@ -53,11 +53,14 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _pair_products(B, qq, kk, pos, pos_w, pos_wc, ql_t, kl_t, w_all, wt_all, w_s, wt_s, L: gl.constexpr,
-                       MW: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr, SPAN: gl.constexpr):
+                       MW: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr, SPAN: gl.constexpr,
+                       FIRST: gl.constexpr):
         """One tree level of a key slice staged for its two products, P = W_L·k_L and Q = W_Lᵀ·q_L
         (W_L: W, from w_all / wt_all, kept to the pairs of one group): q_L / k_L, the tf32 operands
         (q⊙E on the later halves' rows, k⊙E on the earlier ones'), into ql_t / kl_t, W_L and W_Lᵀ
-        into w_s / wt_s. Returns (E, q_L, k_L, the later halves' rows) in L."""
+        into w_s / wt_s. Returns (E, q_L, k_L, the later halves' rows) in L. FIRST: the slice's first
+        level, whose buffers' last readers (the last slice's final products) are behind the slice
+        staging's barrier already."""
         E = _level(B, L, BT, KDS, SPAN)
         later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
         ql = _tf32(gl.where(later, qq * E, 0.0))
@@ -65,7 +68,8 @@ if IMPORT_ERROR is None:
         group = (pos_w[:, None] // SPAN) == (pos_wc[None, :] // SPAN)
         wl = gl.where(group, w_all.load(MW), 0.0)
         wtl = gl.where(group, wt_all.load(MW), 0.0)
-        cta_barrier()  # every warpgroup's products of the last level have read the buffers
+        if not FIRST:
+            cta_barrier()  # every warpgroup's products of the last level have read the buffers
         ql_t.store(gl.permute(ql, (1, 0)))
         kl_t.store(gl.permute(kl, (1, 0)))
         w_s.store(wl)
@@ -95,15 +99,16 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _stage_level16(B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, ql_t, kl_t, w_s, L: gl.constexpr,
-                       BT: gl.constexpr, KDS: gl.constexpr, SPAN: gl.constexpr):
+                       BT: gl.constexpr, KDS: gl.constexpr, SPAN: gl.constexpr, FIRST: gl.constexpr):
         """``_pair_products`` with fp16 operands: q_L and k_L scaled per key channel (sq, sk) and W
         per chunk (W16, already scaled and rounded) by powers of two, so that fp16's range holds them
         at any input scale; fp16 keeps tf32's 10 mantissa bits. Q reads W_L transposed from w_s
         (16-bit operands may be M-major), so both copies of a pair take the same W value. Returns
-        (E, q_L, k_L as fp16 values, the later halves' rows) in L."""
+        (E, q_L, k_L as fp16 values, the later halves' rows) in L. FIRST: as ``_pair_products``'."""
         E, later, ql16, kl16 = _operands16(B, qq, kk, sq, sk, pos, L, BT, KDS, SPAN)
         group = (pos_w[:, None] // SPAN) == (pos_wc[None, :] // SPAN)
-        cta_barrier()  # every warpgroup's products of the last level have read the buffers
+        if not FIRST:
+            cta_barrier()  # every warpgroup's products of the last level have read the buffers
         ql_t.store(gl.permute(ql16, (1, 0)))
         kl_t.store(gl.permute(kl16, (1, 0)))
         w_s.store(gl.where(group, W16, 0.0))
@@ -227,14 +232,14 @@ if IMPORT_ERROR is None:
         """Key slice i_d of the chunk's entry state (hc) and, with the exit terms, of its exit state
         gradient over scale (dhc, the same slot) into shared memory for their products, and the
         slice's gates (fp32), q and k (loaded row-major) for the column layout to read back, behind
-        one pair of barriers: the first waits for the last slice's readers of the buffers (and for
-        W's copies to be written), the second makes the stores visible to every warpgroup. The tiles'
-        layout change rides on the barriers the states need anyway, where a ``convert_layout`` of
-        each takes its own."""
+        one barrier that makes the stores (and W's copies) visible to every warpgroup. None is
+        needed before them: the last slice read the states' buffers and ki_s before its levels'
+        barriers, and gi_s and qi_s last as its outputs, row-major, the layout these stores take.
+        The tiles' layout change rides on the barrier the states need anyway, where a
+        ``convert_layout`` of each takes its own."""
         h_in = _state_slice(hc, slot, i_d, hrow, col, KD, VD, KDS)
         if EXIT:
             y_in = _state_slice(dhc, slot, i_d, hrow, col, KD, VD, KDS)
-        cta_barrier()
         hc_s.store(h_in)
         if EXIT:
             dhc_s.store(y_in)
@@ -400,8 +405,8 @@ if IMPORT_ERROR is None:
             W = gl.where(causal, W * scale, 0.0)
             w_diag = gl.convert_layout(gl.sum(gl.where(diag, W, 0.0), axis=1), gl.SliceLayout(1, L))
             if PAIRS > 0:
-                # _stage_tiles' barriers keep the last chunk's readers ahead of these stores; the slice
-                # loop's first barrier makes them visible to every warp before _block_pairs reads them
+                # the last chunk's readers are behind its levels' barriers; the slice staging's barrier
+                # makes these stores visible to every warp before _block_pairs reads them
                 _store_block_pairs(W, wslot, pos_w, pos_wc, PAIRS)
             if OP16:
                 # one power of two for the chunk's W: its largest entry near 2^14, fp16's range holds the rest
@@ -469,7 +474,7 @@ if IMPORT_ERROR is None:
                 elif OP16:
                     for lvl in gl.static_range(_tree_levels(BT, PAIRS)):
                         E, ql, kl, later = _stage_level16(B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, ql_t, kl_t, w_s,
-                                                          L, BT, KDS, BT >> lvl)
+                                                          L, BT, KDS, BT >> lvl, lvl == 0)
                         # P = W_L·k_L and Q = W_Lᵀ·q_L in the operands' scales, then the scales undone (exact)
                         P = gl.convert_layout(warpgroup_mma(w_s, kl_t.permute((1, 0)), zero16, use_acc=False), L)
                         P = P * (k_inv * w_inv)[None, :]
@@ -483,7 +488,7 @@ if IMPORT_ERROR is None:
                 else:
                     for lvl in gl.static_range(_tree_levels(BT, PAIRS)):
                         E, ql, kl, later = _pair_products(B, qq, kk, pos, pos_w, pos_wc, ql_t, kl_t, w_all, wt_all,
-                                                          w_s, wt_s, L, MW, BT, KDS, BT >> lvl)
+                                                          w_s, wt_s, L, MW, BT, KDS, BT >> lvl, lvl == 0)
                         P = gl.convert_layout(warpgroup_mma(w_s, kl_t.permute((1, 0)), zero, use_acc=False), L)
                         dq_acc += gl.where(later, E, 0.0) * P
                         terms += ql * P

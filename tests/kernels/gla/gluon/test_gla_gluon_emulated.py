@@ -200,3 +200,35 @@ def test_the_emulated_gluon_backward_meets_fp64(gluon_on_cpu, monkeypatch, form,
     ran = gluon_on_cpu["intra_exit" if exit_terms else "intra"]
     assert gluon_on_cpu["prep"].launches == 1 and ran.launches == 1
     assert gluon_on_cpu["intra" if exit_terms else "intra_exit"].launches == 0
+
+
+@pytest.mark.parametrize("form,exit_terms", [("tf32", False), ("fp16-epi", True), ("fp16-pairs-kds32", True)])
+def test_every_barrier_the_in_chunk_launch_passes_is_needed(gluon_on_cpu, monkeypatch, form, exit_terms):
+    """As for the prep launch: the in-chunk launch of one backward (two key slices a chunk at KDS 32),
+    replayed with each of its barrier sites dropped, leaves a race the tracker names at every one:
+    the chunk's staging, the slice's, the levels' and the outputs'."""
+    op16, epi, pairs = INTRA_FORMS[form]
+    for name, value in (("INTRA_ON", True), ("INTRA_OP16", op16), ("INTRA_EPI", epi), ("INTRA_PAIRS", pairs),
+                        ("INTRA_ROW_LANES", 4), ("INTRA_KDS", 32 if form.endswith("kds32") else 64),
+                        ("INTRA_EXIT", exit_terms)):
+        monkeypatch.setattr(host, name, value)
+    launch = gluon_on_cpu["intra_exit" if exit_terms else "intra"]
+    calls = []
+
+    def recording(key, args, spec, stream=None):
+        calls.append((spec()[0]({}), [a.clone() if isinstance(a, torch.Tensor) else a for a in args], spec()[1]))
+        emu.Launcher.__call__(launch, key, args, spec, stream)
+    monkeypatch.setattr(host, "_LAUNCH_INTRA_EXIT" if exit_terms else "_LAUNCH_INTRA", recording)
+    check(seed=7, t=150, h=2, hkv=1, d=64, e=64, dtype=torch.bfloat16, normaliser=1.0, reverse=False,
+          cu_seqlens=[0, 70, 71, 150], tol=FLA_TOLERANCE)
+    (grid, args, kw), = calls
+
+    def replay():
+        emu.run(launch.kernel, grid, *[a.clone() if isinstance(a, torch.Tensor) else a for a in args], **kw)
+    sites = _dropping_barriers(monkeypatch, None)
+    replay()
+    assert len(sites) >= 4
+    for site in list(sites):
+        _dropping_barriers(monkeypatch, site)
+        with pytest.raises(races.Race):
+            replay()
