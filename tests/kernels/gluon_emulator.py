@@ -182,9 +182,7 @@ class Tensor:
     def __repr__(self) -> str:
         return f"Tensor({self.dt}, {self.shape})"
 
-    @property
-    def off_or_v(self) -> torch.Tensor:
-        return self.v
+
 
     # -- arithmetic ------------------------------------------------------------------------------
     def _bin(self, other, fn: Callable, *, swap: bool = False, div_or_mod: bool = False, out=None) -> Any:
@@ -239,10 +237,20 @@ class Tensor:
 def _common_layout(*xs) -> int | None:
     """The layout of an elementwise result: that of its tile operands (scalars aside), which Gluon
     requires equal; None where one is unknown or they differ."""
-    lays = [x.lay for x in xs if isinstance(x, (Tensor, Pointer)) and x.off_or_v.dim() > 0]
-    if lays and lays[0] is not None and all(lay == lays[0] for lay in lays):
-        return lays[0]
-    return None
+    common = None
+    for x in xs:
+        if isinstance(x, Tensor):
+            tile, lay = x.v, x.lay
+        elif isinstance(x, Pointer):
+            tile, lay = x.off, x.lay
+        else:
+            continue
+        if tile.dim() == 0:
+            continue
+        if lay is None or (common is not None and lay != common):
+            return None
+        common = lay
+    return common
 
 
 def _expanded_layout(lay: int | None, axis: int) -> int | None:
@@ -292,10 +300,6 @@ class Pointer:
     def dtype(self) -> _PointerType:
         return _PointerType(self.dt)
 
-    @property
-    def off_or_v(self) -> torch.Tensor:
-        return self.off
-
     def __add__(self, o):
         step = o.v.to(torch.int64) if isinstance(o, Tensor) else torch.tensor(int(o), dtype=torch.int64)
         return Pointer(self.buf, self.off + step, self.dt, _common_layout(self, o))
@@ -324,7 +328,9 @@ def _tile_layout(ptr: Pointer) -> int:
 
 def load(ptr: Pointer, mask=None, other=None, **_kw) -> Tensor:
     off, m = _addresses(ptr, mask)
-    races.read(races.global_track(ptr.buf, ptr.dt, create=False), off[m], _tile_layout(ptr))
+    track = races.global_track(ptr.buf, ptr.dt, create=False)
+    if track is not None:  # only buffers the program wrote
+        races.read(track, off[m], _tile_layout(ptr))
     vals = ptr.buf[torch.where(m, off, torch.zeros_like(off))]
     if ptr.dt == _gl.uint32:
         vals = vals.to(torch.int64) & 0xFFFFFFFF

@@ -81,7 +81,7 @@ class Track:
 class _State:
     active = False
     epoch = 0
-    events: list[str] = []
+    events: list[tuple[str, int]] = []     # (file, line) of each access, formatted on failure
     shared: list[Track] = []
     written: dict[int, Track] = {}          # global buffers the program wrote, by address
     mma_groups: list[list[tuple[Track, torch.Tensor]]] = []
@@ -106,33 +106,35 @@ def active() -> bool:
     return _State.active
 
 
-_OWN = {os.path.abspath(__file__), os.path.join(os.path.dirname(os.path.abspath(__file__)), "gluon_emulator.py")}
-
-
-def _site() -> str:
-    """Where in a kernel the access is: the innermost frame outside the emulator, as a path from
-    kernels/ (the bundled kernels) or a file name."""
-    frame = sys._getframe(2)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename) in _OWN:
+def _where(frame) -> tuple[str, int]:
+    """The innermost frame outside the emulator (the kernel's line of an access)."""
+    while frame is not None and frame.f_code.co_filename in _OWN:
         frame = frame.f_back
-    if frame is None:
-        return "?"
-    path, marker = frame.f_code.co_filename, os.sep + "kernels" + os.sep
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else ("?", 0)
+
+
+_OWN = {_where.__code__.co_filename, os.path.join(os.path.dirname(_where.__code__.co_filename), "gluon_emulator.py")}
+
+
+def _named(site: tuple[str, int]) -> str:
+    """A site as a path from kernels/ (the bundled kernels) or a file name, and its line."""
+    path, marker = site[0], os.sep + "kernels" + os.sep
     if marker in path and os.sep + "tests" + os.sep not in path:
-        return f"{path[path.rindex(marker) + 1:]}:{frame.f_lineno}"
-    return f"{os.path.basename(path)}:{frame.f_lineno}"
+        return f"{path[path.rindex(marker) + 1:]}:{site[1]}"
+    return f"{os.path.basename(path)}:{site[1]}"
 
 
 def _event() -> int:
-    _State.events.append(_site())
+    _State.events.append(_where(sys._getframe(2)))
     return len(_State.events) - 1
 
 
 def _fail(track: Track, ids: torch.Tensor, bad: torch.Tensor, what: str, then: str, at: torch.Tensor) -> None:
     if bool(bad.any()):
         first = int(at[ids[bad]][0])
-        earlier = _State.events[first] if first >= 0 else "?"
-        raise Race(f"{_site()} {what} {int(bad.sum())} elements of {track.name} that {earlier} {then}")
+        earlier = _named(_State.events[first]) if first >= 0 else "?"
+        here = _named(_where(sys._getframe(1)))
+        raise Race(f"{here} {what} {int(bad.sum())} elements of {track.name} that {earlier} {then}")
 
 
 def shared_track(numel: int, shape: list[int], dtype: Any) -> Track | None:
