@@ -63,13 +63,34 @@ class SignatureCheckingJaxTriton:
         return [jnp.zeros(o.shape, o.dtype) for o in out_shape]
 
 
-def gluon_aot_metrics(*calls: str) -> list[dict]:
+_KNOBBED = """import importlib, json
+from lattnbench.static import gluon_aot
+
+
+def knobbed(knobs, compile_):
+    saved = []
+    for path, value in knobs.items():
+        module, attr = path.rsplit(".", 1)
+        owner = importlib.import_module(module)
+        saved.append((owner, attr, getattr(owner, attr)))
+        setattr(owner, attr, value)
+    try:
+        return compile_()
+    finally:
+        for owner, attr, value in saved:
+            setattr(owner, attr, value)
+"""
+
+
+def gluon_aot_metrics(*calls: str | tuple[dict, str]) -> list[dict]:
     """The metrics of ``lattnbench.static.gluon_aot`` compile calls (as source, e.g.
-    ``"compile_forward(d=128)"``), each without its PTX, from one fresh process without the
-    interpreter: a Triton kernel interpreted in this one leaves Triton's language patched, and a
-    compile after it fails."""
-    code = "import json\nfrom lattnbench.static import gluon_aot\n" + "".join(
-        f"m = gluon_aot.{call}\nm.pop('ptx', None)\nprint('METRICS', json.dumps(m))\n" for call in calls)
+    ``"compile_forward(d=128)"``, or ``(knobs, call)`` with module attributes set for that call
+    alone, e.g. ``{"lattnbench.kernels.gla.gluon.host.INTRA_PAIRS": 16}``), each without its PTX,
+    from one fresh process without the interpreter: a Triton kernel interpreted in this one leaves
+    Triton's language patched, and a compile after it fails."""
+    code = _KNOBBED + "".join(
+        f"m = knobbed({knobs!r}, lambda: gluon_aot.{call})\nm.pop('ptx', None)\nprint('METRICS', json.dumps(m))\n"
+        for knobs, call in (c if isinstance(c, tuple) else ({}, c) for c in calls))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     lines = [ln for ln in run.stdout.splitlines() if ln.startswith("METRICS ")]

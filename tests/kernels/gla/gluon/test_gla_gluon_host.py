@@ -38,20 +38,47 @@ def test_a_cpu_call_with_a_switch_on_runs_the_triton_launches(monkeypatch, switc
     assert all(torch.isfinite(x).all() for x in (o, s, *grads))
 
 
-def test_the_prep_launch_compiles_for_sm90_with_its_level_products_unrolled():
+_HOST = "lattnbench.kernels.gla.gluon.host."
+_PAIRS16 = {_HOST + "INTRA_PAIRS": 16, _HOST + "INTRA_ROW_LANES": 4}
+# every sm_90 compile of this file's tests: name -> (host knobs for it alone, gluon_aot call)
+_SM90 = {
+    "prep": ({}, "compile_gla_prep(d=128, dtype='bf16', reverse=True)"),
+    "prep16": ({}, "compile_gla_prep(d=128, dtype='bf16', asynchronous=True)"),
+    "ring": ({}, "compile_gla_prep(d=128, dtype='bf16', op16=True, prefetch=True)"),
+    "sliced": ({}, "compile_gla_prep(d=128, dtype='bf16', op16=True, ks=32, row_lanes=4)"),
+    "intra": ({}, "compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True)"),
+    "intra64": ({}, "compile_gla_intra(d=64, e=64, dtype='fp16', varlen=True)"),
+    "pairs_tf32": ({**_PAIRS16, _HOST + "INTRA_OP16": False},
+                   "compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True)"),
+    "pairs_fp16": ({**_PAIRS16, _HOST + "INTRA_OP16": True}, "compile_gla_intra(d=64, e=128, dtype='fp16', varlen=True)"),
+    "plain": ({**_PAIRS16, _HOST + "INTRA_OP16": True, _HOST + "INTRA_KDS": 64},
+              "compile_gla_intra(d=128, e=128, dtype='bf16', exit_terms=False)"),
+    "fused": ({**_PAIRS16, _HOST + "INTRA_OP16": True, _HOST + "INTRA_KDS": 64},
+              "compile_gla_intra(d=128, e=128, dtype='bf16', exit_terms=True)"),
+    "fused_tf32": ({_HOST + "INTRA_OP16": False, _HOST + "INTRA_PAIRS": 0, _HOST + "INTRA_KDS": 64},
+                   "compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True, g_dtype='bf16', "
+                   "exit_terms=True)"),
+}
+
+
+@pytest.fixture(scope="module")
+def sm90() -> dict[str, dict]:
+    """The metrics of every ``_SM90`` compile, from one fresh process (``gluon_aot_metrics``; the tests
+    that take them share an xdist group, so one worker makes them once)."""
+    if compat.IMPORT_ERROR is not None:
+        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
+    return dict(zip(_SM90, gluon_aot_metrics(*_SM90.values())))
+
+
+@pytest.mark.xdist_group("gla-gluon-sm90")
+def test_the_prep_launch_compiles_for_sm90_with_its_level_products_unrolled(sm90):
     """The prep launch: six levels, each one tf32 wgmma chain over all 128 key channels (16 k-steps
     of 8), unrolled;
     a bounded number of barriers a chunk: two per level (its operands staged in shared memory) and
     those of the loads' and stores' layout changes (33 on Triton 3.6, 46 on 3.9), where the Triton
     launch passes a barrier for every gather of every level and key slice; shared memory within
-    the H200's 227 KB. In a fresh process (see the Lightning Gluon test)."""
-    if compat.IMPORT_ERROR is not None:
-        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    prep, prep16, ring, sliced = gluon_aot_metrics(
-        "compile_gla_prep(d=128, dtype='bf16', reverse=True)",
-        "compile_gla_prep(d=128, dtype='bf16', asynchronous=True)",
-        "compile_gla_prep(d=128, dtype='bf16', op16=True, prefetch=True)",
-        "compile_gla_prep(d=128, dtype='bf16', op16=True, ks=32, row_lanes=4)")
+    the H200's 227 KB."""
+    prep, prep16, ring, sliced = sm90["prep"], sm90["prep16"], sm90["ring"], sm90["sliced"]
     assert prep["wgmma"] == 6 * 128 // 8
     assert 12 <= prep["barriers"] <= 48
     assert 0 < prep["shared_bytes"] <= 227 * 1024
@@ -165,15 +192,13 @@ def test_the_intra_rule_names_why_a_backward_keeps_the_triton_in_chunk_launch(mo
         assert "not cpu" in host.intra_reason(q, v, 64)
 
 
-def test_the_intra_launch_compiles_for_sm90_with_two_tf32_products_a_level():
+@pytest.mark.xdist_group("gla-gluon-sm90")
+def test_the_intra_launch_compiles_for_sm90_with_two_tf32_products_a_level(sm90):
     """The in-chunk backward: per key slice of 64 channels, six levels of two tf32 wgmma chains
     (k-steps of 8 over the chunk's 64 rows), the state product and W = do·vᵀ (k-steps of 16 over
     E), one copy of the slice loop; a bounded number of barriers; shared memory within the H200's
-    227 KB. At D = E = 64 the W and state products have half the k-steps. In a fresh process."""
-    if compat.IMPORT_ERROR is not None:
-        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    wide, narrow = gluon_aot_metrics("compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True)",
-                                     "compile_gla_intra(d=64, e=64, dtype='fp16', varlen=True)")
+    227 KB. At D = E = 64 the W and state products have half the k-steps."""
+    wide, narrow = sm90["intra"], sm90["intra64"]
     assert wide["wgmma"] == 6 * 2 * 64 // 8 + 2 * 128 // 16
     assert narrow["wgmma"] == 6 * 2 * 64 // 8 + 2 * 64 // 16
     for m in (wide, narrow):
@@ -181,18 +206,12 @@ def test_the_intra_launch_compiles_for_sm90_with_two_tf32_products_a_level():
         assert 0 < m["shared_bytes"] <= 227 * 1024
 
 
-def test_the_intra_launch_with_in_block_pairs_compiles_for_sm90_with_two_levels_of_products(monkeypatch):
-    """GLA_GLUON_INTRA_PAIRS=16 (read by the compile's own process): only the two levels above the
-    blocks of 16 rows stay wgmma products, two a level, beside the state product and W (D = E = 128),
-    in both operand forms; the pairs add no shared memory and no barrier a level. In a fresh process."""
-    if compat.IMPORT_ERROR is not None:
-        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    monkeypatch.setenv("GLA_GLUON_INTRA_PAIRS", "16")
-    monkeypatch.setenv("GLA_GLUON_INTRA_ROW_LANES", "4")
-    monkeypatch.setenv("GLA_GLUON_INTRA_OP16", "0")
-    tf32, = gluon_aot_metrics("compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True)")
-    monkeypatch.setenv("GLA_GLUON_INTRA_OP16", "1")
-    fp16, = gluon_aot_metrics("compile_gla_intra(d=64, e=128, dtype='fp16', varlen=True)")
+@pytest.mark.xdist_group("gla-gluon-sm90")
+def test_the_intra_launch_with_in_block_pairs_compiles_for_sm90_with_two_levels_of_products(sm90):
+    """Pairs in blocks of 16 (``host.INTRA_PAIRS``): only the two levels above the blocks of 16 rows
+    stay wgmma products, two a level, beside the state product and W (D = E = 128), in both operand
+    forms; the pairs add no shared memory and no barrier a level."""
+    tf32, fp16 = sm90["pairs_tf32"], sm90["pairs_fp16"]
     assert tf32["wgmma"] == 2 * 2 * 64 // 8 + 2 * 128 // 16
     assert fp16["wgmma"] == 2 * 2 * 64 // 16 + 2 * 128 // 16
     for m in (tf32, fp16):
@@ -473,26 +492,19 @@ def test_a_backward_skips_the_exit_launch_exactly_when_the_gluon_launch_takes_it
         assert a["wsc"].numel() == host.intra_scratch(ops._cfg.prep_grid(40, 2))
 
 
-def test_the_fused_intra_launch_compiles_for_sm90_with_one_more_product_a_key_slice(monkeypatch):
+@pytest.mark.xdist_group("gla-gluon-sm90")
+def test_the_fused_intra_launch_compiles_for_sm90_with_one_more_product_a_key_slice(sm90):
     """The fused entry against the plain one, same form (fp16 operands, pairs in blocks of 16, D = E =
     128): one more wgmma chain a key slice (v·Yᵀ, k-steps of 16 over E) in the one copy of the slice
     loop, and exactly one more [KDS, E] bf16 buffer (dhc's slice) of shared memory. The tf32 form with
     every level a product takes the exit terms too (GQA's fp32 dk, a bf16 g), within the H200's
-    227 KB. In a fresh process."""
-    if compat.IMPORT_ERROR is not None:
-        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
-    for name, value in dict(PAIRS="16", ROW_LANES="4", OP16="1", KDS="64").items():
-        monkeypatch.setenv(f"GLA_GLUON_INTRA_{name}", value)
-    plain, fused = gluon_aot_metrics("compile_gla_intra(d=128, e=128, dtype='bf16', exit_terms=False)",
-                                     "compile_gla_intra(d=128, e=128, dtype='bf16', exit_terms=True)")
+    227 KB."""
+    plain, fused = sm90["plain"], sm90["fused"]
     assert plain["wgmma"] == 2 * 2 * 64 // 16 + 2 * 128 // 16
     assert fused["wgmma"] == plain["wgmma"] + 128 // 16
     assert fused["shared_bytes"] == plain["shared_bytes"] + 64 * 128 * 2
     assert plain["barriers"] <= fused["barriers"] <= plain["barriers"] + 4
-    monkeypatch.setenv("GLA_GLUON_INTRA_OP16", "0")
-    monkeypatch.setenv("GLA_GLUON_INTRA_PAIRS", "0")
-    tf32, = gluon_aot_metrics("compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True, g_dtype='bf16', "
-                              "exit_terms=True)")
+    tf32 = sm90["fused_tf32"]
     assert tf32["wgmma"] == 6 * 2 * 64 // 8 + 3 * 128 // 16
     assert 0 < tf32["shared_bytes"] <= 227 * 1024
 
