@@ -1,9 +1,15 @@
 """Races between the threads of a Gluon program, found on the CPU by the Gluon emulator.
 
-Why: the emulator runs a program's body over whole tiles, so a missing CTA barrier, proxy fence or
-wgmma wait leaves its numbers right there and wrong, now and then, on the GPU. A kernel that hands
-tiles between layouts through shared memory by hand (the GLA prep and in-chunk launches) places
-every barrier itself; this checks each placement on every emulated run.
+Why: the emulator runs a program's body over whole tiles, so an unordered hand-off between threads
+leaves its numbers right there. On the GPU, Triton's barrier pass adds a CTA barrier wherever its
+analysis of a program's shared-memory accesses finds a hazard with none between (it does not know
+layouts, so it also adds some a same-layout round trip does not need); the rest is the program's
+own: a wgmma's operands held until its wait, a copy landing at its wait, the proxy fence before
+the tensor cores read what threads wrote. A kernel that hands tiles between layouts by hand (the
+GLA prep and in-chunk launches) places its barriers itself, and every one it places that orders
+nothing is a barrier the compiled loop passes for nothing. This checks, on every emulated run, that
+the program's own barriers, fences and waits order every hand-off, so that each barrier's job is
+known and none is spare.
 
 The model. Every emulated value carries its distributed layout: which thread holds which element.
 Two accesses to one element of a shared buffer (or of a global one the program wrote) from
