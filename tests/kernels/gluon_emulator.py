@@ -17,10 +17,10 @@ Warp-specialized kernels run their partitions as threads of one program: mbarrie
 arrival counts and expected bytes as the hardware does, a TMA copy moves its box at once (zeros
 read past the tensor, nothing written past it) and completes its bytes on the barrier, and a
 partition that waits past ``DEADLOCK_S`` fails the run, naming the barrier, instead of hanging.
+The race tracker follows each partition as an agent of its own, ordered by the mbarriers.
 
-What it cannot see: races in warp-specialized programs past ``warp_specialize`` (their partitions
-order their accesses by mbarriers, which the tracker does not follow), register or shared-memory
-limits and anything else of the compile. The sm_90 compile tests and the GPU tests cover those.
+What it cannot see: register or shared-memory limits and anything else of the compile. The sm_90
+compile tests and the GPU tests cover those.
 """
 from __future__ import annotations
 
@@ -456,7 +456,7 @@ def _copy_wait(outstanding=0, *_a, **_k) -> None:
 # -- TMA, mbarriers, warp specialization -------------------------------------------------------------
 
 #: whether each program's accesses to shared memory (and to the global buffers it writes) are checked
-#: for races between its threads (``gluon_races``); warp-specialized ones up to ``warp_specialize``
+#: for races between its threads and, in a warp-specialized one, between its partitions (``gluon_races``)
 CHECK_RACES = True
 
 #: seconds a partition may wait on one barrier before the run fails as a deadlock
@@ -478,11 +478,13 @@ class MBarrier:
     def __init__(self, name: str = "mbarrier"):
         self.name, self.cv = name, threading.Condition()
         self.count = self.pending = self.tx = self.phase = 0
+        self.clock: dict[int, int] | None = None  # what arrivals published (the race tracker's)
 
     def init(self, count: int) -> None:
         with self.cv:
             self.count = self.pending = int(count)
             self.tx = self.phase = 0
+            self.clock = None
 
     def _settle(self) -> None:
         if self.pending <= 0 and self.tx <= 0:
@@ -493,12 +495,14 @@ class MBarrier:
             self.cv.notify_all()
 
     def arrive(self, count: int = 1) -> None:
+        races.release(self)
         with self.cv:
             self.pending -= int(count)
             self._settle()
 
     def expect(self, nbytes: int) -> None:
         """``mbarrier.arrive.expect_tx``: await nbytes more, and arrive once."""
+        races.release(self)
         with self.cv:
             self.tx += int(nbytes)
             self.pending -= 1
@@ -521,6 +525,7 @@ class MBarrier:
                 if waited > DEADLOCK_S:
                     raise Deadlock(f"{self.name}: waited {DEADLOCK_S:g} s for parity {parity} "
                                    f"(phase {self.phase}, {self.pending} arrivals and {self.tx} bytes awaited)")
+        races.acquire(self)
 
 
 class _MBarriers:
@@ -599,6 +604,7 @@ def _tma_load(desc: Descriptor, coord, bar: MBarrier, smem: SharedMemory, pred=T
         raise TypeError(f"a TMA load of {desc.dt} into a {smem.dt} shared buffer")
     races.tma_write(smem.track, smem.ids.reshape(-1))
     smem.data.copy_(box.view(smem.data.shape))
+    races.landed(bar)
     bar.complete_tx(desc.block_type.nbytes)
 
 
@@ -606,22 +612,28 @@ def _tma_store(desc: Descriptor, coord, smem: SharedMemory, **_kw) -> None:
     inner, outer = desc._boxes(coord)
     if smem.dt != desc.dt:
         raise TypeError(f"a TMA store of a {smem.dt} buffer through a {desc.dt} descriptor")
+    races.tma_store(smem.track, smem.ids.reshape(-1))
     desc.view[inner] = smem.data.reshape(desc.block_shape)[outer]
+
+
+def _store_wait(outstanding=0, *_a, **_k) -> None:
+    races.store_wait(int(outstanding))
 
 
 def _warp_specialize(*args, **_kw) -> None:
     """Run the partitions of one program as threads (the list form: [(fn, args), ...], the
     default first; the older form: default args, default fn, worker args, worker fns). The race
-    tracker stops here: partitions order their accesses by mbarriers, which it does not follow."""
-    races.stop()
+    tracker follows each partition as an agent of its own, ordered by the mbarriers."""
     if isinstance(args[0], list):
         parts = [(_python(fn), tuple(a)) for fn, a in args[0]]
     else:
         default_args, default_fn, worker_args, worker_fns = args[:4]
         parts = [(_python(default_fn), tuple(default_args))] + [(_python(f), tuple(worker_args)) for f in worker_fns]
     errors: list[BaseException] = []
+    agents = races.fork(len(parts))
 
-    def body(fn, fargs):
+    def body(agent, fn, fargs):
+        races.enter(agent)
         try:
             with torch.no_grad():  # grad mode is per thread; a kernel's writes are never recorded
                 fn(*fargs)
@@ -629,11 +641,12 @@ def _warp_specialize(*args, **_kw) -> None:
             errors.append(exc)
             _Abort.event.set()
 
-    threads = [threading.Thread(target=body, args=part, daemon=True) for part in parts]
+    threads = [threading.Thread(target=body, args=(agent, *part), daemon=True) for agent, part in zip(agents, parts)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    races.join(agents)
     if errors:
         real = [e for e in errors if not isinstance(e, Deadlock) or "another partition" not in str(e)]
         raise (real or errors)[0]
@@ -831,7 +844,7 @@ _GL = _namespace()
 _MBARRIER = types.SimpleNamespace(init=_mbar_init, wait=_mbar_wait, arrive=_mbar_arrive, expect=_mbar_expect,
                                   MBarrierLayout=_MBarrierLayout,
                                   allocate_mbarrier=lambda *a, **k: _MBarriers(1).index(0))
-_TMA = types.SimpleNamespace(store_wait=_nothing, async_copy_global_to_shared=_tma_load, async_load=_tma_load,
+_TMA = types.SimpleNamespace(store_wait=_store_wait, async_copy_global_to_shared=_tma_load, async_load=_tma_load,
                              async_copy_shared_to_global=_tma_store, async_store=_tma_store)
 _COMPAT = {"gl": _GL, "cta_barrier": _barrier, "fence_async_shared": _fence,
            "warpgroup_mma": warpgroup_mma, "warpgroup_mma_wait": warpgroup_mma_wait,

@@ -136,7 +136,8 @@ def test_a_wgmma_operand_needs_a_proxy_fence_and_an_async_one_its_wait():
     y = torch.full((N, N), float("nan"))
     with pytest.raises(races.Race, match="gives a wgmma 256 elements .* no fence_async_shared"):
         emu.run(_product, (1,), x, y, FENCE=False, ASYNC=False, WAIT=False)
-    with pytest.raises(races.Race, match="writes 256 elements .* asynchronous wgmma not yet waited on"):
+    with pytest.raises(races.Race, match=r"test_gluon_races.py:\d+ writes 256 elements .* that test_gluon_races.py:\d+ gave an asynchronous "
+                                         r"read not yet waited on"):
         emu.run(_product, (1,), x, y, FENCE=True, ASYNC=True, WAIT=False)
     for asynchronous in (False, True):
         y.fill_(float("nan"))

@@ -4,15 +4,20 @@ rings) and the Gluon backward (dq by the forward kernel, dk and dv by the one-pa
 by two more forward passes) against the fp64 reference, every tensor at fla's 0.005.
 
 The partitions run as threads on the emulator's mbarriers and TMA copies, so a ring whose phases or
-counts do not match fails with the barrier named (``Deadlock``) instead of hanging. What the
-emulator cannot see (races inside a partition, the compile) is the sm_90 compile tests' and the GPU
-tests' (``tests/gpu/test_lightning_gluon.py``)."""
+counts do not match fails with the barrier named (``Deadlock``) instead of hanging, and the race
+tracker (``gluon_races``) fails a hand-off between partitions that no mbarrier orders. The compile
+is the sm_90 compile tests' and the GPU tests' (``tests/gpu/test_lightning_gluon.py``)."""
 from __future__ import annotations
+
+import collections
+import os
+import sys
 
 import pytest
 import torch
 
 import gluon_emulator as emu
+import gluon_races as races
 from lattnbench.kernels.lightning.gluon import configs as gcfg
 from lattnbench.kernels.lightning.gluon import dkdv, kernels, ops
 from lattnbench.kernels.naive.torch_ref import lightning_naive
@@ -84,3 +89,39 @@ def test_the_emulated_forward_takes_grouped_heads_and_no_gradient(gluon_on_cpu):
     ro, rs = lightning_naive(q.double(), k.double(), v.double(), gamma=gamma.double())
     assert err_ratio(o, ro) <= FLA_TOLERANCE and err_ratio(st, rs) <= FLA_TOLERANCE
     assert gluon_on_cpu["fwd"].launches == 1
+
+
+def test_every_mbarrier_wait_of_the_forward_and_dkdv_kernels_is_needed(gluon_on_cpu, monkeypatch):
+    """A fwd+bwd through the forward kernel and ``dkdv`` (three chunks, so each two-slot ring is
+    reused), then again with each mbarrier wait site dropped (every wait there returns at once).
+    Without a wait on a ring's "ready" barrier the consumer reads a tile its producer has not
+    published (or not yet written): the race tracker names it, whatever the threads' order. Without
+    one on an "empty" barrier the producer refills a slot its consumers may not have read: a race,
+    or, where the producer ran two phases ahead, a consumer's wait that never completes (as it
+    would on the GPU), which the emulator fails as a deadlock."""
+    monkeypatch.setattr(gcfg, "FUSED_DKDV", True)
+    monkeypatch.setattr(emu, "DEADLOCK_S", 2.0)
+    real, sites, skip = emu._MBARRIER.wait, {}, [None]
+
+    def wait(bar, phase, pred=True, deps=(), **kw):
+        frame = sys._getframe(1)
+        here = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+        sites[here] = bar.name.split("[")[0]  # "mbarriers N": the kernels allocate ld_ready, ld_empty, s_ready, s_empty
+        if here != skip[0]:
+            real(bar, phase, pred=pred, deps=deps, **kw)
+    monkeypatch.setattr(emu._MBARRIER, "wait", wait)
+    q, k, v, s0, gamma, gen = _inputs(11, 1, 150, 2, 64, 64, True)
+    do, ds = torch.randn(q.shape, generator=gen).bfloat16(), torch.randn(s0.shape, generator=gen)
+
+    def fwd_bwd():
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v, s0)]
+        o, st = ops.lightning_attn_gluon(*leaves[:3], gamma=gamma, initial_state=leaves[3])
+        return torch.autograd.grad((o, st), leaves, (do, ds))
+    fwd_bwd()
+    assert {site.split(":")[0] for site in sites} == {"kernels.py", "dkdv.py"} and len(sites) >= 6
+    ready = {site for site, array in sites.items() if array in ("mbarriers 0", "mbarriers 2")}
+    assert len(ready) >= 4
+    for site in list(sites):
+        skip[0] = site
+        with pytest.raises(races.Race if site in ready else (races.Race, emu.Deadlock)):
+            fwd_bwd()
