@@ -121,8 +121,9 @@ def point_gate(entry: KernelEntry, case: Case, device: str) -> tuple[str, str] |
     if reason is not None:
         return "unsupported", reason
     if device == "cpu" and entry.interpreted_on_cpu:
-        from lattnbench.harness import interpreter_bf16
+        from lattnbench.harness import interpreter_bf16, interpreter_calls
 
+        interpreter_calls.install()
         if not interpreter_bf16.install() and case.dtype == "bf16":
             return "unsupported", ("this Triton's interpreter computes bf16 on its bit patterns (triton#11584) "
                                    "in a form lattnbench cannot correct; bf16 is checked on the GPU")
