@@ -142,10 +142,6 @@ def stop() -> None:
     _State.active = False
 
 
-def active() -> bool:
-    return _State.active
-
-
 def fork(n: int) -> list[int]:
     """``warp_specialize``: n partitions, each an agent that starts from everything the program's
     threads did before it."""
@@ -333,14 +329,7 @@ def read(track: Track | None, ids: torch.Tensor, lay: int) -> None:
             mine = track.w_agent[ids] == 0
             _fail(track, ids, mine & (track.w_epoch[ids] == e) & (track.w_lay[ids] != lay), "reads",
                   "wrote in another layout with no barrier between", track.w_at)
-        ev = _event()
-        r = track.reads_of(me)
-        same = r.epoch[ids] == e
-        r_lay = r.lay[ids]
-        r.lay[ids] = torch.where(same & (r_lay != lay), torch.full_like(r_lay, MIXED), torch.full_like(r_lay, lay))
-        r.epoch[ids] = e
-        r.at[ids] = ev
-        r.tick[ids] = _State.clocks[me][me]
+        _record_read(track, ids, lay, _event())
 
 
 def write(track: Track | None, ids: torch.Tensor, lay: int) -> None:
@@ -419,31 +408,38 @@ def mma_read(track: Track | None, ids: torch.Tensor, pending: bool) -> None:
             track.pend_at[ids] = _event()
             _State.mma_groups[_agent()][-1].append((track, ids))
         else:
-            _retire_read(track, ids, _event())
+            _record_read(track, ids, ASYNC, _event())
 
 
-def _retire_read(track: Track, ids: torch.Tensor, ev: int) -> None:
+def _record_read(track: Track, ids: torch.Tensor, lay: int, ev: int) -> None:
+    """The running agent read ``ids`` in layout ``lay`` (ASYNC: the async proxy) at event ``ev``."""
     me = _agent()
     r = track.reads_of(me)
     same = r.epoch[ids] == _State.epoch
     r_lay = r.lay[ids]
-    r.lay[ids] = torch.where(same & (r_lay != ASYNC), torch.full_like(r_lay, MIXED), torch.full_like(r_lay, ASYNC))
+    r.lay[ids] = torch.where(same & (r_lay != lay), torch.full_like(r_lay, MIXED), torch.full_like(r_lay, lay))
     r.epoch[ids] = _State.epoch
     r.at[ids] = ev
     r.tick[ids] = _State.clocks[me][me]
 
 
-def _retire(groups: dict[int, list], outstanding: int) -> None:
+def _retired(groups: dict[int, list], outstanding: int) -> list:
+    """The running agent's groups of ``groups`` that a wait leaving ``outstanding`` of them in
+    flight retires (taken out of ``groups``), oldest first."""
     me = _agent()
     mine = groups.get(me, [])
     keep = max(int(outstanding), 0)
     done = mine[:len(mine) - keep] if keep else mine
     groups[me] = mine[len(done):]
+    return done
+
+
+def _retire(groups: dict[int, list], outstanding: int) -> None:
     ev = _event()
-    for group in done:
+    for group in _retired(groups, outstanding):
         for track, ids in group:
             track.pend_r[ids] -= 1
-            _retire_read(track, ids, ev)
+            _record_read(track, ids, ASYNC, ev)
 
 
 def mma_wait(outstanding: int) -> None:
@@ -497,13 +493,8 @@ def copy_wait(outstanding: int) -> None:
     if not _State.active:
         return
     with _LOCK:
-        me = _agent()
-        mine = _State.copy_groups.get(me, [])
-        keep = max(int(outstanding), 0)
-        done = mine[:len(mine) - keep] if keep else mine
-        _State.copy_groups[me] = mine[len(done):]
         ev = _event()
-        for group in done:
+        for group in _retired(_State.copy_groups, outstanding):
             for track, ids, lay in group:
                 track.pend_w[ids] -= 1
-                _record_write(track, ids, lay, ev, me)
+                _record_write(track, ids, lay, ev, _agent())
