@@ -363,13 +363,19 @@ class SharedMemory:
     def dtype(self):
         return self.dt
 
-    def store(self, value: Tensor) -> None:
+    def fill(self, value: Tensor, tracked: Callable[[Any, torch.Tensor], None]) -> None:
+        """``value`` into the buffer (its own dtype and shape only), after ``tracked(track, element
+        ids)`` tells the race tracker how it was written."""
         if value.dt != self.dt:
             raise TypeError(f"a {self.dt} shared buffer stored a {value.dt} tensor")
         if list(value.v.shape) != self.shape:
             raise ValueError(f"a {self.shape} shared buffer stored a {value.shape} tensor")
-        races.write(self.track, self.ids.reshape(-1), value.lay if value.lay is not None else races.ident(None))
+        tracked(self.track, self.ids.reshape(-1))
         self.data.copy_(value.v)
+
+    def store(self, value: Tensor) -> None:
+        lay = value.lay if value.lay is not None else races.ident(None)
+        self.fill(value, lambda track, ids: races.write(track, ids, lay))
 
     def load(self, layout=None) -> Tensor:
         lay = races.ident(_real_layout(layout))
@@ -394,13 +400,8 @@ class SharedMemory:
 def copy_to_shared(smem: SharedMemory, pointer: Pointer, mask=None, **_kw) -> None:
     """An asynchronous copy global → shared, done at once; masked elements are zero-filled. For the
     race tracker its elements land at the ``copy_wait`` that retires its group."""
-    value = load(pointer, mask=mask, other=0)
-    if value.dt != smem.dt:
-        raise TypeError(f"a {smem.dt} shared buffer took a copy of {value.dt}")
-    if list(value.v.shape) != smem.shape:
-        raise ValueError(f"a {smem.shape} shared buffer took a copy of {value.shape}")
-    races.copy_write(smem.track, smem.ids.reshape(-1), _tile_layout(pointer))
-    smem.data.copy_(value.v)
+    lay = _tile_layout(pointer)
+    smem.fill(load(pointer, mask=mask, other=0), lambda track, ids: races.copy_write(track, ids, lay))
 
 
 def _operand(x) -> torch.Tensor:
@@ -600,10 +601,7 @@ def _tma_load(desc: Descriptor, coord, bar: MBarrier, smem: SharedMemory, pred=T
     inner, outer = desc._boxes(coord)
     box = torch.zeros(desc.block_shape, dtype=desc.view.dtype)
     box[outer] = desc.view[inner]
-    if desc.dt != smem.dt:
-        raise TypeError(f"a TMA load of {desc.dt} into a {smem.dt} shared buffer")
-    races.tma_write(smem.track, smem.ids.reshape(-1))
-    smem.data.copy_(box.view(smem.data.shape))
+    smem.fill(Tensor(box.view(smem.data.shape), desc.dt), races.tma_write)
     races.landed(bar)
     bar.complete_tx(desc.block_type.nbytes)
 
