@@ -278,8 +278,8 @@ def to_frame(doc_or_rows: dict | list[dict]):
 
 
 def write_csv(doc: dict, path: str | Path) -> None:
-    """The CSV view of a results document (one line per row)."""
+    """The CSV view of a results document (one line per row): the samples and the per-kernel
+    breakdown stay in the JSON (a list in one cell helps no spreadsheet)."""
     frame = to_frame(doc)
-    if "samples_ms" in frame.columns:
-        frame = frame.drop(columns=["samples_ms"])
+    frame = frame.drop(columns=[c for c in ("samples_ms", "breakdown") if c in frame.columns])
     frame.to_csv(path, index=False)

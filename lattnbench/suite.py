@@ -53,7 +53,7 @@ TOP_KEYS = ("name", "description", "kernels", "reference", "threshold", "device"
             "memory", "check-grad", "check-rows")
 #: the knobs a suite may set: the kernels' and compilers' own, as every result records them
 ENV_PREFIXES = KNOB_PREFIXES
-SECTION_KEYS = {"speed": ("modes", "budget", "settle", "kernels", "axes"),
+SECTION_KEYS = {"speed": ("modes", "budget", "settle", "breakdown", "kernels", "axes"),
                 "memory": ("modes", "kernels", "axes"),
                 "check-grad": ("kernels", "axes", "seed", "tolerance", "autotune"),
                 "check-rows": ("kernels", "axes", "seed", "tolerance", "autotune")}
@@ -71,6 +71,7 @@ class Measurement:
     budget: float = 0.5
     seed: int = 0
     settle_c: float | None = None  # speed: the GPU temperature each point waits for
+    breakdown: bool = False  # speed: each timed mode's kernels, beside its timers
     tolerance: str = "lattnbench"  # check-grad / check-rows: the tolerance table (lattnbench or fla)
     autotune: str = "tuned"  # check-grad / check-rows: "first" = each autotuner's first config that fits
 
@@ -217,6 +218,7 @@ def _measurement(kind: str, sec: Any, label: str, where: str, top_axes: dict, to
             m.settle_c = float(_typed(sec["settle"], (int, float), _where(where, f"{label}.settle"), "degrees C"))
             if not m.settle_c > 0:
                 raise SpecError(f"{_where(where, f'{label}.settle')} must be positive degrees C, got {m.settle_c}")
+        m.breakdown = _typed(sec.get("breakdown", False), (bool,), _where(where, f"{label}.breakdown"), "true or false")
     if kind in ("check-grad", "check-rows"):
         m.seed = _typed(sec.get("seed", 0), (int,), _where(where, f"{label}.seed"), "an integer")
         if m.seed < 0:

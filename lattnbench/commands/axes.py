@@ -59,6 +59,10 @@ SETTLE = Annotated[float | None, typer.Option(
     "--settle", min=0.0, help="Before each speed point, wait (at most 2 minutes) until the GPU is at or "
     "below this temperature in °C, so every point starts from the same thermal state (NVML; rows "
     "record settle_s and settle_temp_c).", show_default=False)]
+BREAKDOWN = Annotated[bool, typer.Option(
+    "--breakdown", help="Also profile each timed point (torch.profiler, after its timers): the time of "
+    "every kernel one call launches, with its share; rows keep it as 'breakdown' and `lattnbench report` "
+    "prints it. On a CPU it is each operator's host time.")]
 RESUME = Annotated[bool, typer.Option("--resume", help="Skip points already in --out.")]
 SEED = Annotated[int, typer.Option("--seed", min=0, help="Seed of the random inputs (>= 0).")]
 ISOLATE = Annotated[str, typer.Option(

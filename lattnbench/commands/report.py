@@ -137,6 +137,7 @@ def _print_tables(docs: list[dict], timer: str, findings: bool, reference: str |
     from lattnbench.commands.common import out as console
     from lattnbench.results import display_name
     from lattnbench.views.tables import check_tables, memory_tables, speed_tables, speedup_tables
+    from lattnbench.views.breakdown import breakdown_tables
     from lattnbench.views.dependence import DEPENDENCE_NOTE, data_dependence, dependence_mark
     from lattnbench.views.report import env_summary, timer_note
     from lattnbench.views.rows import doc_reference, is_speed, pick_reference, shape_label
@@ -168,6 +169,7 @@ def _print_tables(docs: list[dict], timer: str, findings: bool, reference: str |
             tables.append(Text(render_findings(checks)))
         elif checks:
             tables += check_tables(checks)
+        tables += [Text(t) for t in breakdown_tables(rows)]
         if speed:
             console.print(Text(f"time by the {timer} timer: {timer_note(timer, speed)}", style="dim"))
         for table in tables:

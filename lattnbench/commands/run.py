@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
                                         "measurements: speed, memory, check-grad, check-rows (comma list)."),
         kernels: axes.ONLY_KERNELS = None,
         repeat: axes.REPEAT = 1, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
-        jobs: axes.CHECK_JOBS = 1, settle: axes.SETTLE = None,
+        jobs: axes.CHECK_JOBS = 1, settle: axes.SETTLE = None, breakdown: axes.BREAKDOWN = False,
     ) -> None:
         """Run every measurement of a suite (speed, memory, check-grad) into one results file.
 
@@ -91,7 +91,8 @@ def register(app: typer.Typer) -> None:
                                                   autotune=m.autotune))
                         else:
                             tasks.append(Task(m.kind, entry.name, seen, tuple(m.modes), m.budget,
-                                              settle_c=settle if settle is not None else m.settle_c))
+                                              settle_c=settle if settle is not None else m.settle_c,
+                                              breakdown=(breakdown or m.breakdown) and m.kind == "speed"))
             if kernels:
                 tasks = only_kernels(tasks, kernels, spec.name)
         except SpecError as exc:

@@ -12,6 +12,8 @@ EXAMPLE = """Examples:
   lattnbench speed --n 512..32768 --batch 4 --heads 32 --dim 128 --dtype bf16 --kernels 'softmax/*'
 
   lattnbench speed -k lightning/triton,softmax/sdpa-flash --mode fwd,fwdbwd --repeat 3 --json > run.json
+
+  lattnbench speed -k gla/triton --n 8192 --mode fwdbwd --breakdown   # and the time of each kernel
 """
 
 
@@ -29,7 +31,7 @@ def register(app: typer.Typer) -> None:
                                             "each). Default: 0.25 on a GPU (as the seed-readme suite), 0.5 on a CPU.",
                                             show_default=False),
         repeat: axes.REPEAT = 1, isolate: axes.ISOLATE = "auto", point_timeout: axes.POINT_TIMEOUT = "0",
-        world_size: axes.WORLD_SIZE = None, settle: axes.SETTLE = None,
+        world_size: axes.WORLD_SIZE = None, settle: axes.SETTLE = None, breakdown: axes.BREAKDOWN = False,
     ) -> None:
         """Time kernels: median ms with p20–p80 on the device timer, with graph and latency beside it.
 
@@ -46,4 +48,4 @@ def register(app: typer.Typer) -> None:
             "speed", n=n, batch=batch, heads=heads, kv_heads=kv_heads, dim=dim, dim_v=dim_v, dtype=dtype,
             kernels=kernels, plugins=kernel, mode=mode, device=device, out=out, as_json=json_, decay=decay,
             resume=resume, budget=budget, repeat=repeat, isolate=isolate, point_timeout=point_timeout,
-            world_size=world_size, settle=settle, gate_norm=gate_norm, g_dtype=g_dtype))
+            world_size=world_size, settle=settle, gate_norm=gate_norm, g_dtype=g_dtype, breakdown=breakdown))

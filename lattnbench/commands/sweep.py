@@ -201,6 +201,7 @@ class SweepOptions:
     settle: float | None = None
     gate_norm: str | None = None
     g_dtype: str | None = None
+    breakdown: bool = False
 
 
 def sweep_command(o: SweepOptions) -> None:
@@ -227,7 +228,7 @@ def sweep_command(o: SweepOptions) -> None:
         budget = GPU_BUDGET if dev == "cuda" else CPU_BUDGET
     main_job = speed and o.kernels is None and o.n is None  # the plain run: the main job's caps
     tasks = distinct([Task(o.command, e.name, family_case(e, c), tuple(want), budget,
-                           settle_c=o.settle if speed else None)
+                           settle_c=o.settle if speed else None, breakdown=o.breakdown and speed)
                       for c in cases for e in chosen
                       if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))], reg)
     args = sweep_args(o)
@@ -250,4 +251,5 @@ def sweep_args(o: SweepOptions) -> list[str]:
                      ("--repeat", None if o.repeat == 1 else o.repeat),
                      ("--isolate", None if o.isolate == "auto" else o.isolate),
                      ("--point-timeout", None if str(o.point_timeout) == "0" else o.point_timeout),
-                     ("--world-size", o.world_size), ("--settle", o.settle)])
+                     ("--world-size", o.world_size), ("--settle", o.settle),
+                     ("--breakdown", True if o.breakdown else None)])

@@ -168,6 +168,7 @@ class Sweeper:
     budget_s: float = 0.5
     rounds: int | None = None  # rounds per speed point: None is SPEED_ROUNDS on a GPU, 1 on a CPU
     settle_c: float | None = None  # wait for the GPU to cool to this temperature before a point
+    breakdown: bool = False  # also profile each timed mode: the time of every kernel a call launches
 
     def _gate(self, entry: KernelEntry, case: Case, modes: Iterable[str], metric: str) -> list[dict] | None:
         """Rows for points that cannot run (unavailable / unsupported / oom), or None to go ahead.
@@ -269,6 +270,8 @@ class Sweeper:
             if graphs:
                 self._graph_timers(timed, backend, rounds, r)
         after = clock_sample(self.device)
+        profiles = {mode: self._breakdown(call, backend, pt) for mode, (call, pt, _, _) in timed.items()} \
+            if self.breakdown else {}
         for mode, (call, pt, before, _) in timed.items():
             if rounds > 1:
                 for t in pt.timers.values():
@@ -283,6 +286,8 @@ class Sweeper:
                 if settled:
                     row.update(settled)
                 row.update(problem.row_fields(mode, "time_ms"))
+                if mode in profiles:
+                    row["breakdown"] = profiles[mode]
                 fam = family(entry.family)
                 floor = floor_ms(fam.bytes_moved(case, mode), fam.flops(case, mode), self.ceilings)
                 if floor is not None:
@@ -297,6 +302,19 @@ class Sweeper:
         del problem
         _cleanup(self.device)
         return rows
+
+    def _breakdown(self, call, backend, pt) -> dict:
+        """The kernels of one timed call (``measure.breakdown``), over enough calls for about
+        50 ms of device time (2 to 50); a profiler that fails leaves the point's timings alone and
+        its reason in the breakdown."""
+        from lattnbench.measure.breakdown import kernel_breakdown
+
+        per_ms = pt.timers["device"].median
+        calls = max(2, min(50, round(50.0 / per_ms))) if per_ms > 0 else 2
+        try:
+            return kernel_breakdown(call, backend.sync, calls, cuda=self.device == "cuda")
+        except Exception as exc:  # noqa: BLE001 - the timings stand without it
+            return {"status": "error", "reason": f"{type(exc).__name__}: {exc}".splitlines()[0]}
 
     def _graph_timers(self, timed: dict[str, tuple], backend, rounds: int = 1, r: int = 0) -> None:
         """The graph timer of every timed mode in round ``r`` of ``rounds``, after all their device
@@ -440,7 +458,8 @@ def execute(task, registry, device: str, ceilings: dict) -> list[dict]:
         return (check if task.kind == "check-grad" else check_rows)(entry, task.case, device, task.seed,
                                                                     table=task.tolerance)
     rows: list[dict] = []
-    sweeper = Sweeper(device, rows.extend, ceilings, budget_s=task.budget, settle_c=task.settle_c)
+    sweeper = Sweeper(device, rows.extend, ceilings, budget_s=task.budget, settle_c=task.settle_c,
+                      breakdown=task.breakdown)
     if task.kind == "speed":
         sweeper.speed(entry, task.case, list(task.modes), run=task.run)
     else:

@@ -19,7 +19,8 @@ class Task:
 
     ``run`` numbers the repetition of a speed point under ``--repeat``; ``budget`` is the
     seconds of samples per timer; ``seed`` the check-grad inputs' seed; ``settle_c`` the GPU
-    temperature a speed point waits for before it starts (None: no wait).
+    temperature a speed point waits for before it starts (None: no wait); ``breakdown`` has a
+    speed point also profile the kernels each call launches.
     """
 
     kind: str
@@ -30,6 +31,7 @@ class Task:
     seed: int = 0
     run: int = 0
     settle_c: float | None = None  # speed: wait for the GPU to cool to this temperature first
+    breakdown: bool = False  # speed: each timed mode's kernels (measure.breakdown)
     tolerance: str = "lattnbench"  # check-grad: the tolerance table that judges each err
     autotune: str = "tuned"  # check-grad: "first" takes every autotuner's first config that fits
 
@@ -60,6 +62,7 @@ class Task:
         return cls(kind=d["kind"], kernel=d.get("kernel", ""), case=case, modes=tuple(d.get("modes", ())),
                    budget=float(d.get("budget", 0.5)), seed=int(d.get("seed", 0)), run=int(d.get("run", 0)),
                    settle_c=None if d.get("settle_c") is None else float(d["settle_c"]),
+                   breakdown=bool(d.get("breakdown", False)),
                    tolerance=str(d.get("tolerance", "lattnbench")), autotune=str(d.get("autotune", "tuned")))
 
 

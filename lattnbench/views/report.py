@@ -246,6 +246,7 @@ def render(docs: Sequence[dict], reference: str | None = None,
     (``—`` where a point has no such timer, as files from before the timers were split).
     ``findings``: agreement as a line per kernel and per finding (views.findings), not per case.
     """
+    from lattnbench.views.breakdown import breakdown_tables
     from lattnbench.views.findings import render_findings
 
     all_rows = [r for d in docs for r in d["rows"]]
@@ -265,7 +266,8 @@ def render(docs: Sequence[dict], reference: str | None = None,
             agreement = [render_findings(doc["rows"])] if any(r.get("metric") == "err_ratio" for r in doc["rows"]) else []
         for table in (_metric_tables(doc["rows"], "time_ms", ref, timer)
                       + _metric_tables(doc["rows"], "peak_mb", ref) + agreement
-                      + _dependence_tables(doc["rows"], timer, agreement=not findings)):
+                      + _dependence_tables(doc["rows"], timer, agreement=not findings)
+                      + breakdown_tables(doc["rows"])):
             parts.append("\n" + table)
         if not doc["rows"]:
             parts.append("\nNo points measured.\n")
