@@ -26,11 +26,13 @@ def compare(
     Times are compared as they are (not as ratios to a reference kernel), so compare runs of one
     machine, or read a ratio across machines as such. Noise: the range of the run medians when a
     point has several runs (--repeat), else the p20-p80 range of its samples; overlapping ranges
-    are within noise. For CI's pass/fail verdict use `lattnbench gate`.
+    are within noise. Points profiled in two or more runs (`speed --breakdown`) also get a table
+    of the kernels one call launches, each kernel's time per call side by side. For CI's pass/fail
+    verdict use `lattnbench gate`.
     """
     from lattnbench.results import ResultsError
     from lattnbench.views.compare import VERDICT_NOTE, compare_runs, to_json
-    from lattnbench.views.verdicts import compare_tables, run_label
+    from lattnbench.views.verdicts import compare_tables, kernel_tables, run_label
     from lattnbench.views.rows import ReportError, UnknownTimer, filter_rows, load_docs, parse_timer, select_rows
 
     if len(results) < 2:
@@ -52,7 +54,7 @@ def compare(
                                           env.get("commit") and f"commit {str(env['commit'])[:12]}",
                                           env.get("time")) if v)
         out.print(Text(f"{run_label(i)} = {path}" + (f" ({what})" if what else "")))
-    for table in compare_tables(lines, len(results)):
+    for table in compare_tables(lines, len(results)) + kernel_tables(lines, len(results)):
         out.print()
         out.print(table)
     counts: dict[str, int] = {}

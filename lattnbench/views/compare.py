@@ -37,6 +37,8 @@ class Line:
     verdicts: list[str | None] = field(default_factory=list)
     statuses: list[str] = field(default_factory=list)
     key: dict = field(default_factory=dict)
+    #: kernel name -> its ms per call in each run, where two or more runs profiled the point (--breakdown)
+    kernels: dict[str, list[float | None]] = field(default_factory=dict)
 
 
 def noise_range(row: dict | None, timer: str) -> tuple[float, float] | None:
@@ -62,6 +64,17 @@ def verdict(base: dict | None, other: dict | None, timer: str) -> str | None:
     return NOISE
 
 
+def kernel_times(rows: Sequence[dict | None]) -> dict[str, list[float | None]]:
+    """Each kernel's ms per call in each run's breakdown (None where a run has no such kernel), in
+    the order of the first breakdown that names it; empty unless two or more runs have one."""
+    kernels = [{k["name"]: k["ms"] for k in (r.get("breakdown") or {}).get("kernels") or []} if r else {}
+               for r in rows]
+    if sum(bool(k) for k in kernels) < 2:
+        return {}
+    names = list(dict.fromkeys(name for k in kernels for name in k))
+    return {name: [k.get(name) if k else None for k in kernels] for name in names}
+
+
 def compare_runs(docs: Sequence[dict], timer: str = "device") -> list[Line]:
     """A line per speed point and mode present in at least two of ``docs``, the first as the baseline."""
     if len(docs) < 2:
@@ -82,7 +95,8 @@ def compare_runs(docs: Sequence[dict], timer: str = "device") -> list[Line]:
         line = Line(r["kernel"], f"{shape_label(r)} · {r.get('device')}", int(r["seqlen"]), str(r["mode"]), times,
                     ratios, [verdict(base, x, timer) for x in rows[1:]],
                     ["missing" if x is None else str(x.get("status")) for x in rows],
-                    {f: r.get(f) for f in ("kernel", "seqlen", "mode", "dtype", "batch", "heads", "dim_qk", "device")})
+                    {f: r.get(f) for f in ("kernel", "seqlen", "mode", "dtype", "batch", "heads", "dim_qk", "device")},
+                    kernel_times(rows))
         lines.append((r, line))
     if not lines:
         raise ReportError("the files share no timed point: nothing to compare")

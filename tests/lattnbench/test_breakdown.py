@@ -91,6 +91,20 @@ def test_speed_breakdown_rows_and_report(tmp_path):
     assert shown.exit_code == 0 and "| kernel" in shown.output and "launches" in shown.output
     assert "**lightning/naive-torch** fwdbwd" in shown.output
 
+    # compare: the same points with one kernel twice as slow read as 2.00x on that kernel's line
+    slower = json.loads(out.read_text())
+    first = slower["rows"][-1]["breakdown"]["kernels"][0]
+    first["ms"] *= 2
+    (tmp_path / "slower.json").write_text(json.dumps(slower))
+    both = runner.invoke(app, ["compare", str(out), str(tmp_path / "slower.json"), "--mode", slower["rows"][-1]["mode"]],
+                         catch_exceptions=False, env={"COLUMNS": "120"})
+    assert both.exit_code == 0 and "kernel of a call" in both.output, both.output
+    line = next(ln for ln in both.output.splitlines() if ln.startswith(first["name"][:30]))
+    assert line.rstrip().endswith("2.00×"), line
+    as_json = json.loads(runner.invoke(app, ["compare", str(out), str(tmp_path / "slower.json"), "--json"]).output)
+    got = {(p["mode"], name): t for p in as_json["points"] for name, t in p["kernels"].items()}
+    assert got[(slower["rows"][-1]["mode"], first["name"])][1] == pytest.approx(2 * got[(slower["rows"][-1]["mode"], first["name"])][0])
+
     plain = tmp_path / "p.json"
     res = runner.invoke(app, ["speed", "-k", "lightning/naive-torch", "--device", "cpu", "--n", "48", "--heads", "2",
                               "--dim", "8", "--mode", "fwd", "--budget", "0.02", "--out", str(plain)],
