@@ -35,7 +35,8 @@ def breakdown_tables(rows: Sequence[dict]) -> list[str]:
         kernels = b.get("kernels") or []
         total = b.get("total_ms") or 0.0
         if not kernels:
-            parts.append(f"{_title(row)}: the profiler saw no kernel.\n")
+            parts.append(f"{_title(row)}: the profiler saw no kernel (it sees torch's operators and CUDA "
+                         "kernels; XLA's work on a CPU is neither).\n")
             continue
         body = [[_name(k["name"]), f"{k['ms']:.4g}", f"{100 * k['ms'] / total:.1f} %" if total else "—",
                  f"{k['launches']:g}"] for k in kernels]

@@ -124,3 +124,16 @@ def test_the_switch_travels_with_the_task_and_a_suite_sets_it(tmp_path):
     path.write_text('name = "s"\nkernels = ["lightning/naive-torch"]\n[axes]\nn = 64\n[speed]\nbreakdown = "yes"\n')
     with pytest.raises(SpecError, match="breakdown"):
         load_suite(str(path))
+
+
+def test_a_breakdown_without_kernels_says_why_in_the_report():
+    from lattnbench.views.breakdown import breakdown_tables
+
+    row = {"kernel": "lightning/jax-chunked", "mode": "fwd", "metric": "time_ms", "median": 0.5, "batch": 1,
+           "seqlen": 64, "heads": 2, "kv_heads": 2, "dim_qk": 8, "dim_v": 8, "dtype": "fp32", "family": "lightning",
+           "breakdown": {"method": "m", "calls": 3, "total_ms": 0, "kernels": []}}
+    (text,) = breakdown_tables([row])
+    assert "saw no kernel" in text and "XLA" in text
+    failed = {**row, "breakdown": {"status": "error", "reason": "RuntimeError: no CUPTI"}}
+    assert "no breakdown (RuntimeError: no CUPTI)" in breakdown_tables([failed])[0]
+    assert breakdown_tables([{**row, "breakdown": None}]) == []
