@@ -65,7 +65,7 @@ def kernel_breakdown(call: Callable[[], object], sync: Callable[[object], None],
     activity = ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU
     prof = profile(activities=[activity])
     with _quiet_stderr():
-        prof.__enter__()
+        prof.start()
     try:
         result = None
         for _ in range(calls):
@@ -73,7 +73,7 @@ def kernel_breakdown(call: Callable[[], object], sync: Callable[[object], None],
         sync(result)
     finally:
         with _quiet_stderr():
-            prof.__exit__(None, None, None)
+            prof.stop()
     items = []
     for ev in prof.key_averages():
         if not _is_kernel(ev, cuda):

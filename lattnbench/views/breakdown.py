@@ -7,7 +7,8 @@ from typing import Sequence
 NAME_WIDTH = 40
 
 
-def _name(name: str) -> str:
+def short_name(name: str) -> str:
+    """A kernel's name cut to NAME_WIDTH characters, an ellipsis marking the cut."""
     return name if len(name) <= NAME_WIDTH else name[:NAME_WIDTH - 1] + "…"
 
 
@@ -38,7 +39,7 @@ def breakdown_tables(rows: Sequence[dict]) -> list[str]:
             parts.append(f"{_title(row)}: the profiler saw no kernel (it sees torch's operators and CUDA "
                          "kernels; XLA's work on a CPU is neither).\n")
             continue
-        body = [[_name(k["name"]), f"{k['ms']:.4g}", f"{100 * k['ms'] / total:.1f} %" if total else "—",
+        body = [[short_name(k["name"]), f"{k['ms']:.4g}", f"{100 * k['ms'] / total:.1f} %" if total else "—",
                  f"{k['launches']:g}"] for k in kernels]
         body.append(["total", f"{total:.4g}", "100 %" if total else "—",
                      f"{sum(k['launches'] for k in kernels):g}"])

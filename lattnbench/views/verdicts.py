@@ -72,6 +72,8 @@ def compare_tables(lines, count: int, width: int | None = None) -> list[Table]:
 def kernel_tables(lines, count: int, width: int | None = None) -> list[Table]:
     """Per point profiled in two or more runs (``--breakdown``): each kernel's ms per call in every
     run, and each later run's ratio to the first (— where a run has no such kernel)."""
+    from lattnbench.views.breakdown import short_name
+
     columns = [("kernel of a call", "left")]
     for i in range(count):
         columns.append((run_label(i), "right"))
@@ -85,8 +87,7 @@ def kernel_tables(lines, count: int, width: int | None = None) -> list[Table]:
             cells.append(sig3(t) if t is not None else "—")
             if i:
                 cells.append(f"{t / times[0]:.2f}×" if t is not None and times[0] else "—")
-        shown = name if not split or len(name) <= 40 else name[:39] + "…"
-        return [shown, *cells]
+        return [short_name(name) if split else name, *cells]
 
     groups = {(x.kernel, x.mode, x.shape, x.n): list(x.kernels.items()) for x in lines if x.kernels}
     return _fitted(groups, lambda key: f"kernels · {key[0]} · {key[1]} · {key[2]} · n={key[3]} · ms per call",
