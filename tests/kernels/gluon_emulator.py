@@ -182,8 +182,6 @@ class Tensor:
     def __repr__(self) -> str:
         return f"Tensor({self.dt}, {self.shape})"
 
-
-
     # -- arithmetic ------------------------------------------------------------------------------
     def _bin(self, other, fn: Callable, *, swap: bool = False, div_or_mod: bool = False, out=None) -> Any:
         if isinstance(other, Pointer):
