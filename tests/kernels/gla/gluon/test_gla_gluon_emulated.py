@@ -87,16 +87,23 @@ PREP_CASES = [  # b, t, h, hkv, d, dtype, reverse, packed lengths or None, gate 
 ]
 
 
-@pytest.mark.parametrize("form", list(PREP_FORMS))
-@pytest.mark.parametrize("b,t,h,hkv,d,dtype,reverse,lens,norm", PREP_CASES,
-                         ids=[f"T{c[1]}-D{c[4]}-{str(c[5])[6:]}-{'rev' if c[6] else 'fwd'}"
-                              f"{'-varlen' if c[7] else ''}-norm{c[8]:g}" for c in PREP_CASES])
-def test_the_emulated_prep_launch_matches_the_triton_one(gluon_on_cpu, monkeypatch, form, b, t, h, hkv, d, dtype,
-                                                         reverse, lens, norm):
+def _case_id(c: tuple) -> str:
+    return f"T{c[1]}-D{c[4]}-{str(c[5])[6:]}-{'rev' if c[6] else 'fwd'}{'-varlen' if c[7] else ''}-norm{c[8]:g}"
+
+
+# the default form (fp16 operands, whole D) at every case; each other form at one case, the cases
+# taken in turn, so every form meets a gate norm, a dtype and an order of its own
+PREP_RUNS = [("fp16", c) for c in PREP_CASES] + [
+    (form, PREP_CASES[i % len(PREP_CASES)]) for i, form in enumerate(f for f in PREP_FORMS if f != "fp16")]
+
+
+@pytest.mark.parametrize("form,case", PREP_RUNS, ids=[f"{f}-{_case_id(c)}" for f, c in PREP_RUNS])
+def test_the_emulated_prep_launch_matches_the_triton_one(gluon_on_cpu, monkeypatch, form, case):
     """The totals as the Triton launch (interpreted) makes them, from fp32 gates cumulated in another
     order; qd and kd too where they are fp32, and where they are bf16 as close to fp64 as fp64
     rounded to bf16 (the interpreter truncates where the GPU rounds); the scores within fp64's
     rounding to their dtype and that of their 10-bit level operands (tf32 or fp16)."""
+    b, t, h, hkv, d, dtype, reverse, lens, norm = case
     monkeypatch.setattr(host, "PREP_OP16", PREP_FORMS[form][0])
     monkeypatch.setattr(host, "PREP_ASYNC", PREP_FORMS[form][1])
     monkeypatch.setattr(host, "PREP_PREFETCH", PREP_FORMS[form][2])
@@ -177,8 +184,13 @@ INTRA_FORMS = {  # OP16, EPI, PAIRS (ROW_LANES 4: a thread's 16 rows are one blo
 }
 
 
-@pytest.mark.parametrize("exit_terms", [False, True], ids=["plain", "exit"])
-@pytest.mark.parametrize("form", list(INTRA_FORMS))
+# each form once, the exit terms in and out in turn, and the form the suites time as the candidate
+# default (fp16 operands, pairs in registers) both ways
+INTRA_RUNS = [("tf32", False), ("fp16", True), ("fp16-epi", False), ("tf32-pairs", True), ("fp16-pairs", False),
+              ("fp16-pairs", True), ("fp16-epi-pairs", True), ("fp16-pairs-kds32", False)]
+
+
+@pytest.mark.parametrize("form,exit_terms", INTRA_RUNS, ids=[f"{f}-{'exit' if x else 'plain'}" for f, x in INTRA_RUNS])
 def test_the_emulated_gluon_backward_meets_fp64(gluon_on_cpu, monkeypatch, form, exit_terms):
     """The whole op with the Gluon prep and in-chunk launches, every gradient dg included within
     fp16's tolerance of fp64, or fla's 0.005 in bf16: packed sequences (one of a single row, one
