@@ -442,9 +442,9 @@ def _triton_stand_in(ops, real_exit, seen):
     return launch
 
 
-@pytest.mark.parametrize("rule,knob", [(False, True), (True, False), (True, True)],
-                         ids=["triton-intra", "gluon-plain", "gluon-fused"])
-@pytest.mark.parametrize("g_dtype,hkv", [(torch.float32, 2), (torch.bfloat16, 1)], ids=["g32", "g16-gqa"])
+@pytest.mark.parametrize("rule,knob,g_dtype,hkv", [(False, True, torch.float32, 2), (True, False, torch.bfloat16, 1),
+                                                   (True, True, torch.float32, 2), (True, True, torch.bfloat16, 1)],
+                         ids=["triton-intra-g32", "gluon-plain-g16-gqa", "gluon-fused-g32", "gluon-fused-g16-gqa"])
 def test_a_backward_skips_the_exit_launch_exactly_when_the_gluon_launch_takes_its_terms(
         monkeypatch, rule, knob, g_dtype, hkv):
     """``ops.gla_bwd`` with the Gluon in-chunk rule passed or not and GLA_GLUON_INTRA_EXIT on or off

@@ -138,8 +138,8 @@ def test_only_the_pairs_inside_blocks_at_the_gpu_chunk(monkeypatch):
           skip=("dh0",))
 
 
-@pytest.mark.parametrize("tree, normaliser", [(1, 1.0), (2, 0.1)])
-@pytest.mark.parametrize("dtype, reverse", [(torch.float32, True), (torch.float16, False)])
+@pytest.mark.parametrize("tree, normaliser, dtype, reverse", [(1, 1.0, torch.float32, True),
+                                                              (2, 0.1, torch.float16, False)])
 def test_in_block_pairs_in_registers(monkeypatch, tree, normaliser, dtype, reverse):
     # the in-chunk launch's upper tree levels through tensor-core products, the pairs inside blocks
     # of 8 or 4 rows in registers (GLA_INTRA_TREE); varlen with sequences ending inside a block, GQA,
