@@ -51,6 +51,30 @@ copy_wait = async_copy.wait_group if IMPORT_ERROR is None else None
 # a barrier of all the program's threads: ``gl.thread_barrier`` up to 3.6, ``gl.barrier`` later
 cta_barrier = (getattr(gl, "thread_barrier", None) or gl.barrier) if IMPORT_ERROR is None else None
 LIST_FORM: bool = IMPORT_ERROR is None and _list_form()
+
+if IMPORT_ERROR is None:
+    # PTX grid dependency control, for programmatic dependent launches (this Triton's Gluon has no
+    # op for it): inline assembly over one element a thread of a 4-warp partition, kept as it has
+    # an effect
+    _GDC_LAYOUT = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))
+
+    @gluon.jit
+    def grid_dependents():
+        """A programmatic dependent launch after this kernel may start once every program of this
+        one has passed here or ended (``griddepcontrol.launch_dependents``; 4 warps)."""
+        gl.inline_asm_elementwise("griddepcontrol.launch_dependents;\n mov.u32 $0, 0;", "=r,r",
+                                  [gl.full([128], 0, gl.int32, _GDC_LAYOUT)], dtype=gl.int32, is_pure=False,
+                                  pack=1)
+
+    @gluon.jit
+    def grid_dependency_wait():
+        """Waits until the kernel this one was launched programmatically after has completed and its
+        writes are visible (``griddepcontrol.wait``; 4 warps)."""
+        gl.inline_asm_elementwise("griddepcontrol.wait;\n mov.u32 $0, 0;", "=r,r",
+                                  [gl.full([128], 0, gl.int32, _GDC_LAYOUT)], dtype=gl.int32, is_pure=False,
+                                  pack=1)
+else:
+    grid_dependents = grid_dependency_wait = None
 # the same as a constexpr the kernels read as a global
 WS_LIST_FORM = gl.constexpr(LIST_FORM) if gl is not None else LIST_FORM
 

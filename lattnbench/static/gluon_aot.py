@@ -47,10 +47,10 @@ def _desc_type(block: list[int], dtype: str):
 
 
 def forward_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool = False, has_h0: bool = True,
-                   store_ht: bool = True, h0_mode: int | None = None):
+                   store_ht: bool = True, h0_mode: int | None = None, pdl: bool = False):
     """(GluonASTSource, launch options) of the forward at the config ``configs.config_for(e)``;
     ``h0_mode`` (``configs.H0_*``) as the backward's passes take it, else plain h0 or none by
-    ``has_h0``."""
+    ``has_h0``; ``pdl`` as the dq pass's programmatic dependent launch (``configs.PDL``)."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
     from lattnbench.kernels.lightning.gluon import configs as C
@@ -67,14 +67,15 @@ def forward_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: boo
     constexprs = dict(E=e, S_LAYOUT=gl.NVMMASharedLayout.get_default_for([d, cfg.bv], elem), REVERSE=reverse,
                       H0_MODE=h0_mode, STORE_HT=store_ht, NBUF=cfg.load_stages, NS=cfg.state_stages,
                       NO=cfg.out_stages, LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1],
-                      LOAD_REGS=cfg.worker_regs[0], STATE_REGS=cfg.worker_regs[1])
-    return _source(K.lightning_fwd_kernel, types, constexprs), _options(cfg)
+                      LOAD_REGS=cfg.worker_regs[0], STATE_REGS=cfg.worker_regs[1], PDL_WAIT=pdl)
+    return _source(K.lightning_fwd_kernel, types, constexprs), dict(_options(cfg), launch_pdl=pdl)
 
 
 def dkdv_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool = True, from_dst: bool = True,
-                store_ht: bool = True):
+                store_ht: bool = True, pdl_trigger: bool = False):
     """(GluonASTSource, launch options) of the dk / dv pass (``dkdv``) at ``configs.DKDV_CONFIG``;
-    ``reverse`` is the pass's direction, ``from_dst`` whether dS_T is given."""
+    ``reverse`` is the pass's direction, ``from_dst`` whether dS_T is given, ``pdl_trigger``
+    whether a programmatic dependent launch may follow it (``configs.PDL``)."""
     from lattnbench.kernels.lightning.gluon import configs as C
     from lattnbench.kernels.lightning.gluon import dkdv as K
     from lattnbench.kernels.common.gluon_compat import gl
@@ -88,7 +89,7 @@ def dkdv_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool =
     constexprs = dict(REVERSE=reverse, FROM_DST=from_dst, STORE_HT=store_ht, NBUF=cfg.load_stages,
                       NS=cfg.state_stages, NO=cfg.out_stages, LOAD_WARPS=cfg.worker_warps[0],
                       STATE_WARPS=cfg.worker_warps[1], LOAD_REGS=cfg.worker_regs[0], STATE_REGS=cfg.worker_regs[1],
-                      S_LAYOUT=gl.NVMMASharedLayout.get_default_for([d, e], elem))
+                      S_LAYOUT=gl.NVMMASharedLayout.get_default_for([d, e], elem), PDL_TRIGGER=pdl_trigger)
     return _source(K.lightning_dkdv_kernel, types, constexprs), _options(cfg)
 
 
@@ -153,7 +154,7 @@ def _source(fn, types: dict, constexprs: dict):
     for i, name in enumerate(fn.arg_names):
         if fn.params[i].is_constexpr:
             sig[name] = "constexpr"
-            consts[(i,)] = constexprs[name]
+            consts[(i,)] = constexprs[name] if name in constexprs else fn.params[i].default
         else:
             sig[name] = types[name]
             if types[name].startswith("*"):
@@ -209,7 +210,8 @@ def _metrics(src, options) -> dict:
     """Compile for sm_90; the metrics: registers and spills (ptxas -v), shared bytes, shared-memory
     store instructions, wgmma count, per-thread asynchronous copies (cp.async),
     the distinct ``wgmma.wait_group`` depths (a depth above 0 is a deferred wait), the
-    per-partition register limits (``setmaxnreg``), TMA copies, mbarrier waits, the scalar
+    per-partition register limits (``setmaxnreg``), TMA copies, mbarrier waits, grid dependency
+    control (``griddepcontrol``) and whether the launch is a programmatic dependent one, the scalar
     pointer offsets and the PTX itself."""
     os.environ.pop("TRITON_INTERPRET", None)
     ck, log = _compile(src, options)
@@ -224,6 +226,9 @@ def _metrics(src, options) -> dict:
             "mbarrier_waits": len(re.findall(r"mbarrier\.try_wait", text)),
             "barriers": len(re.findall(r"\bbar(?:rier)?\.sync", text)),
             "shared_stores": len(re.findall(r"\bst\.shared\.", text)),
+            "grid_dependency_waits": text.count("griddepcontrol.wait"),
+            "grid_dependents": text.count("griddepcontrol.launch_dependents"),
+            "launch_pdl": bool(getattr(ck.metadata, "launch_pdl", False)),
             "scalar_offsets": scalar_offsets(ck.asm["ttgir"]), "ptx": text}
 
 

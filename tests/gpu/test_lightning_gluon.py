@@ -270,3 +270,34 @@ def test_the_last_sequence_past_2_31_elements_matches_itself_alone(monkeypatch, 
     torch.cuda.synchronize()
     errs = {n: _rel_err(x, y) for n, x, y in zip(names, last, alone)}
     assert all(err <= TOLERANCE["bf16"] for err in errs.values()), errs
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
+def test_the_dq_pass_as_a_programmatic_dependent_launch_changes_no_bit(monkeypatch, reverse):
+    """LIGHTNING_GLUON_PDL: the dq pass launched programmatically after dkdv (overlapping its last
+    programs) and end_terms after it give the gradients of the plain launches bit for bit, at a
+    length where the launches overlap, three times over (a missing wait shows as a varying dk / dv)."""
+    monkeypatch.setattr(gcfg, "BACKWARD_ON_GLUON", True)
+    monkeypatch.setattr(gcfg, "BACKWARD_MODE", "1")
+    monkeypatch.setattr(gcfg, "FUSED_DKDV", True)
+    gen = torch.Generator(device=DEV).manual_seed(11)
+    b, t, h, d = 2, 8192, 8, 128
+    q, k, v = (torch.randn(b, t, h, d, device=DEV, generator=gen, dtype=torch.bfloat16) for _ in range(3))
+    s0 = torch.randn(b, h, d, d, device=DEV, generator=gen)
+    gamma = -torch.linspace(0.01, 0.5, h, device=DEV)
+    do = torch.randn(b, t, h, d, device=DEV, generator=gen, dtype=torch.bfloat16)
+    ds = torch.randn(b, h, d, d, device=DEV, generator=gen)
+
+    def grads():
+        leaves = [x.clone().requires_grad_(True) for x in (q, k, v, s0)]
+        o, st = lightning_attn_gluon(*leaves[:3], gamma=gamma, initial_state=leaves[3], reverse=reverse)
+        return torch.autograd.grad((o, st), leaves, (do, ds))
+
+    assert gluon_path(q, v) is None and gluon_backward_path(q, k) is None
+    monkeypatch.setattr(gcfg, "PDL", False)
+    want = grads()
+    monkeypatch.setattr(gcfg, "PDL", True)
+    for _ in range(3):
+        got = grads()
+        for name, x, y in zip(("dq", "dk", "dv", "dh0"), got, want):
+            assert torch.equal(x, y), name

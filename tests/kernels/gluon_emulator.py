@@ -845,7 +845,9 @@ _TMA = types.SimpleNamespace(store_wait=_store_wait, async_copy_global_to_shared
 _COMPAT = {"gl": _GL, "cta_barrier": _barrier, "fence_async_shared": _fence,
            "warpgroup_mma": warpgroup_mma, "warpgroup_mma_wait": warpgroup_mma_wait,
            "copy_to_shared": copy_to_shared, "copy_commit": _copy_commit, "copy_wait": _copy_wait,
-           "mbarrier": _MBARRIER, "tma": _TMA, "tma_load": _tma_load, "tma_store": _tma_store, "WS_LIST_FORM": True}
+           "mbarrier": _MBARRIER, "tma": _TMA, "tma_load": _tma_load, "tma_store": _tma_store, "WS_LIST_FORM": True,
+           # grid dependency control orders kernels on the GPU; here each launch runs to its end in turn
+           "grid_dependents": _nothing, "grid_dependency_wait": _nothing}
 
 _GLOBALS: dict[int, dict] = {}
 _FUNCS: dict[int, Callable] = {}
@@ -911,7 +913,7 @@ def _argument(x: Any) -> Any:
 
 
 # launch options a kernel call takes besides its parameters
-_LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg", "warps_per_cta", "grid"}
+_LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg", "warps_per_cta", "grid", "launch_pdl"}
 
 
 def run(kernel: JITFunction, grid: Iterable[int], *args: Any, **kwargs: Any) -> None:
@@ -947,12 +949,13 @@ def run(kernel: JITFunction, grid: Iterable[int], *args: Any, **kwargs: Any) -> 
 
 class Launcher:
     """Stands in for a kernel's ``LazyLauncher`` (``launcher(key, args, spec, stream)``): each call
-    runs ``kernel`` here on the grid and keywords of its spec, and is counted."""
+    runs ``kernel`` here on the grid and keywords of its spec, and is counted, its keywords kept."""
 
     def __init__(self, kernel: JITFunction):
-        self.kernel, self.launches = kernel, 0
+        self.kernel, self.launches, self.keywords = kernel, 0, []
 
     def __call__(self, key, args: tuple, spec: Callable, stream=None) -> None:
         grid, kw = spec()
         run(self.kernel, grid({}), *args, **kw)
         self.launches += 1
+        self.keywords.append(kw)

@@ -33,6 +33,14 @@ GLUON_BACKWARD_MIN_ROWS = 4 * 4096 * 32
 # call for its backward).
 FUSED_DKDV = os.environ.get("LIGHTNING_GLUON_DKDV", "1").strip() != "0"
 
+# Whether the dq pass after ``dkdv`` is a programmatic dependent launch (LIGHTNING_GLUON_PDL=1,
+# read at import, and by a forward call for its backward): ``dkdv`` lets it launch as it starts, so
+# its programs take the SMs ``dkdv`` leaves idle and those its programs free as they end, instead
+# of waiting for the last one. The dq pass reads nothing ``dkdv`` writes; each of its programs
+# waits for ``dkdv`` to complete only before it exits, so whatever follows the dq pass in the
+# stream still finds dk and dv written. Off until timed on the H200.
+PDL = os.environ.get("LIGHTNING_GLUON_PDL", "0").strip() == "1"
+
 # The forward's start state from its h0 argument (the kernel's H0_MODE, bit flags): absent; h0
 # itself; its transpose (the dq pass's S_0ᵀ, the dk pass's dS_Tᵀ); and, for dS_T, scaled by the
 # start factor c = exp(min(−γ, −LOG_DECAY_FLOOR)) / scale (the reversed passes, see ``backward``).

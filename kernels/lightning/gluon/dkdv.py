@@ -31,7 +31,7 @@ the state and the output partitions), s_ready / s_empty per state buffer. Heads 
 from __future__ import annotations
 
 from ...common.gluon_compat import IMPORT_ERROR, WS_LIST_FORM, fence_async_shared, gl, gluon, mbarrier, tma, warpgroup_mma
-from ...common.gluon_compat import tma_load, tma_store, warpgroup_mma_wait
+from ...common.gluon_compat import grid_dependents, tma_load, tma_store, warpgroup_mma_wait
 
 if IMPORT_ERROR is None:
     from .kernels import START_CAP, _chunk_row, _decay_mask, _positions, _shifted_decay, _state_chain
@@ -186,11 +186,15 @@ if IMPORT_ERROR is None:
         REVERSE: gl.constexpr, FROM_DST: gl.constexpr, STORE_HT: gl.constexpr, NBUF: gl.constexpr,
         NS: gl.constexpr, NO: gl.constexpr, LOAD_WARPS: gl.constexpr, STATE_WARPS: gl.constexpr,
         LOAD_REGS: gl.constexpr, STATE_REGS: gl.constexpr, S_LAYOUT: gl.constexpr,
+        PDL_TRIGGER: gl.constexpr = False,
     ):
         """dk and dv of one (sequence, head) per program; grid (B·H,). REVERSE is the pass's
         direction (the forward's reversed). dst: fp32 dS_T [B, H, D, E] when FROM_DST (any pointer
         otherwise); ht: fp32 [B, H, D, E], R after the last chunk, when STORE_HT; g: fp32 [H] log
-        decay; S_LAYOUT: the shared layout of a [D, E] state buffer."""
+        decay; S_LAYOUT: the shared layout of a [D, E] state buffer. PDL_TRIGGER: a programmatic
+        dependent launch after this kernel may start as soon as every program has started."""
+        if PDL_TRIGGER:
+            grid_dependents()
         BT: gl.constexpr = q_desc.block_type.shape[1]
         D: gl.constexpr = q_desc.block_type.shape[2]
         E: gl.constexpr = v_desc.block_type.shape[2]

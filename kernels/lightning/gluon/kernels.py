@@ -39,7 +39,7 @@ rows past the sequence. GQA: query head h reads kv head h // (H / HKV).
 from __future__ import annotations
 
 from ...common.gluon_compat import IMPORT_ERROR, WS_LIST_FORM, fence_async_shared, gl, gluon, mbarrier, tma, warpgroup_mma
-from ...common.gluon_compat import tma_load, tma_store, warpgroup_mma_wait
+from ...common.gluon_compat import grid_dependency_wait, tma_load, tma_store, warpgroup_mma_wait
 from . import configs as _cfg
 
 # the start-state flags and the start factor's cap (-LOG_DECAY_FLOOR) as constexprs the kernels
@@ -255,11 +255,15 @@ if IMPORT_ERROR is None:
         E: gl.constexpr, S_LAYOUT: gl.constexpr, REVERSE: gl.constexpr, H0_MODE: gl.constexpr,
         STORE_HT: gl.constexpr, NBUF: gl.constexpr, NS: gl.constexpr, NO: gl.constexpr,
         LOAD_WARPS: gl.constexpr, STATE_WARPS: gl.constexpr, LOAD_REGS: gl.constexpr, STATE_REGS: gl.constexpr,
+        PDL_WAIT: gl.constexpr = False,
     ):
         """The forward; grid (E // BV, B·H). h0 / ht: fp32 [B, H, D, E] (any pointer when unused);
         H0_MODE (``configs.H0_*``): whether h0 is given, as the state or its transpose, and whether
         it is dS_T to be scaled into a reversed backward pass's start state; g: fp32 [H] log decay;
-        S_LAYOUT: the shared layout of a [D, BV] state buffer."""
+        S_LAYOUT: the shared layout of a [D, BV] state buffer. PDL_WAIT: launched programmatically
+        after a kernel whose outputs it does not read (the dq pass after ``dkdv``), each program
+        waits for that kernel to complete before it exits, so the stream order after this one
+        holds."""
         BT: gl.constexpr = q_desc.block_type.shape[1]
         D: gl.constexpr = q_desc.block_type.shape[2]
         BV: gl.constexpr = v_desc.block_type.shape[2]
@@ -300,3 +304,5 @@ if IMPORT_ERROR is None:
         else:
             gl.warp_specialize(args, _output_partition, args, [_load_partition, _state_partition],
                                [LOAD_WARPS, STATE_WARPS], [LOAD_REGS, STATE_REGS])
+        if PDL_WAIT:
+            grid_dependency_wait()

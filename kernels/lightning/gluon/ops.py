@@ -96,9 +96,11 @@ _FWD_LAUNCH = LazyLauncher(".kernels", __package__, "lightning_fwd_kernel")
 
 
 def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tensor | None, reverse: bool,
-              store_ht: bool, h0_mode: int = _cfg.H0_PLAIN) -> tuple[Tensor, Tensor | None]:
+              store_ht: bool, h0_mode: int = _cfg.H0_PLAIN, pdl: bool = False) -> tuple[Tensor, Tensor | None]:
     """The Gluon forward on contiguous inputs the Gluon path takes; returns (o, S_T or None).
-    ``h0_mode``: how the start state comes from ``h0`` (``configs.H0_*``, for the backward's passes).
+    ``h0_mode``: how the start state comes from ``h0`` (``configs.H0_*``, for the backward's passes);
+    ``pdl``: a programmatic dependent launch after a kernel whose outputs it does not read
+    (``configs.PDL``).
     After the first call of a shape and flag set, the launch goes straight to the compiled kernel
     (``PlainLauncher``): only the four descriptors are made per call, as they carry the pointers."""
     b, t, h, d = q.shape
@@ -110,7 +112,8 @@ def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tens
             _descriptor(o, cfg.bv, _cfg.BT), h0 if h0 is not None else g, ht if ht is not None else g, g,
             t, h, hkv, scale)
     mode = _cfg.H0_NONE if h0 is None else h0_mode
-    key = (q.shape, hkv, e, q.dtype, q.get_device(), bool(reverse), mode, bool(store_ht), alignment(h0, g))
+    key = (q.shape, hkv, e, q.dtype, q.get_device(), bool(reverse), mode, bool(store_ht), alignment(h0, g),
+           bool(pdl))
 
     def spec():
         grid = lambda meta: (e // cfg.bv, b * h)  # noqa: E731
@@ -118,7 +121,8 @@ def gluon_fwd(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, h0: Tens
             E=e, S_LAYOUT=_layout((d, cfg.bv), q.dtype), REVERSE=bool(reverse), H0_MODE=mode,
             STORE_HT=bool(store_ht), NBUF=cfg.load_stages, NS=cfg.state_stages, NO=cfg.out_stages,
             LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1], LOAD_REGS=cfg.worker_regs[0],
-            STATE_REGS=cfg.worker_regs[1], num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
+            STATE_REGS=cfg.worker_regs[1], num_warps=cfg.num_warps, maxnreg=cfg.maxnreg,
+            **(dict(PDL_WAIT=True, launch_pdl=True) if pdl else {}))
 
     _FWD_LAUNCH(key, args, spec, raw_stream(q))
     return o, ht
@@ -128,10 +132,11 @@ _DKDV_LAUNCH = LazyLauncher(".dkdv", __package__, "lightning_dkdv_kernel")
 
 
 def gluon_dkdv(q: Tensor, k: Tensor, v: Tensor, do: Tensor, g: Tensor, scale: float, dht: Tensor | None,
-               reverse: bool, want_s_end: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+               reverse: bool, want_s_end: bool, pdl_trigger: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
     """(dk, dv, R after the last chunk or None) of the backward in one pass (``dkdv``), on
     contiguous [B, T, H, ·] inputs with H = H_kv; ``reverse`` is the pass's direction (the
-    forward's reversed); ``dht`` fp32 [B, H, D, E] or None. The ``backward.DkDv`` contract."""
+    forward's reversed); ``dht`` fp32 [B, H, D, E] or None; ``pdl_trigger``: a programmatic
+    dependent launch after it may start as its programs start. The ``backward.DkDv`` contract."""
     b, t, h, d = q.shape
     e = v.shape[3]
     cfg = _cfg.DKDV_CONFIG
@@ -142,7 +147,7 @@ def gluon_dkdv(q: Tensor, k: Tensor, v: Tensor, do: Tensor, g: Tensor, scale: fl
             _descriptor(do, e, _cfg.BT), _descriptor(dk, d, _cfg.BT), _descriptor(dv, e, _cfg.BT),
             dht if dht is not None else g, s_end if s_end is not None else g, g, t, h, scale)
     key = (q.shape, e, q.dtype, q.get_device(), bool(reverse), dht is not None, bool(want_s_end),
-           alignment(dht, g))
+           alignment(dht, g), bool(pdl_trigger))
 
     def spec():
         grid = lambda meta: (b * h,)  # noqa: E731
@@ -150,10 +155,15 @@ def gluon_dkdv(q: Tensor, k: Tensor, v: Tensor, do: Tensor, g: Tensor, scale: fl
             REVERSE=bool(reverse), FROM_DST=dht is not None, STORE_HT=bool(want_s_end), NBUF=cfg.load_stages,
             NS=cfg.state_stages, NO=cfg.out_stages, LOAD_WARPS=cfg.worker_warps[0], STATE_WARPS=cfg.worker_warps[1],
             LOAD_REGS=cfg.worker_regs[0], STATE_REGS=cfg.worker_regs[1], S_LAYOUT=_layout((d, e), q.dtype),
-            num_warps=cfg.num_warps, maxnreg=cfg.maxnreg)
+            num_warps=cfg.num_warps, maxnreg=cfg.maxnreg, **(dict(PDL_TRIGGER=True) if pdl_trigger else {}))
 
     _DKDV_LAUNCH(key, args, spec, raw_stream(q))
     return dk, dv, s_end
+
+
+# the backward's dq pass and dk / dv pass as programmatic dependent launches (``configs.PDL``)
+_PDL_DQ_PASS = functools.partial(gluon_fwd, pdl=True)
+_PDL_DKDV = functools.partial(gluon_dkdv, pdl_trigger=True)
 
 
 # why a forward's backward takes the Triton passes (None: the Gluon ones), per (dtype, heads, kv heads,
@@ -185,6 +195,7 @@ class GluonForwardFunction(triton_ops.LightningAttnFunction):
         ctx.rest, ctx.align = rest, alignment(q, k, v, g, h0, cu)
         ctx.on_gluon = gluon_backward_path(q, k) is None
         ctx.fused_dkdv = _cfg.FUSED_DKDV
+        ctx.pdl = _cfg.PDL
         ctx.set_materialize_grads(False)
         return o, ht
 
@@ -195,9 +206,11 @@ class GluonForwardFunction(triton_ops.LightningAttnFunction):
         q, k, v, h0 = ctx.saved_tensors
         g, scale, reverse, _, _, _ = ctx.rest
         do, dht = triton_ops.grad_outputs(q, v, do, dht)
-        dq, dk, dv, dh0 = backward_by_forwards(gluon_fwd, q, k, v, do, dht, g, scale, h0, reverse,
-                                               want_dh0=h0 is not None, stream=raw_stream(q),
-                                               dkdv=gluon_dkdv if ctx.fused_dkdv else None)
+        fwd, dkdv = gluon_fwd, (gluon_dkdv if ctx.fused_dkdv else None)
+        if ctx.fused_dkdv and ctx.pdl:  # the dq pass right after dkdv, launched as it starts
+            fwd, dkdv = _PDL_DQ_PASS, _PDL_DKDV
+        dq, dk, dv, dh0 = backward_by_forwards(fwd, q, k, v, do, dht, g, scale, h0, reverse,
+                                               want_dh0=h0 is not None, stream=raw_stream(q), dkdv=dkdv)
         return dq, dk, dv, dh0, None
 
 

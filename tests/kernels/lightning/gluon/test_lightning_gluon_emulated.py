@@ -80,6 +80,30 @@ def test_the_emulated_gluon_forward_and_backward_meet_fp64(gluon_on_cpu, monkeyp
     assert gluon_on_cpu["dkdv"].launches == (1 if fused else 0)
 
 
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
+def test_the_dq_pass_is_a_programmatic_dependent_launch_only_when_asked(gluon_on_cpu, monkeypatch, pdl):
+    """LIGHTNING_GLUON_PDL (``configs.PDL``, read by the forward call for its backward): ``dkdv`` lets
+    the next launch start as its programs start, and the dq pass after it is that launch, waiting
+    for ``dkdv`` only before its programs end; the forward itself is a plain launch either way, and
+    every gradient is the same (a GPU scheduling matter: here each launch runs to its end)."""
+    monkeypatch.setattr(gcfg, "PDL", pdl)
+    q, k, v, s0, gamma, gen = _inputs(5, 1, 70, 2, 64, 64, True)
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v, s0)]
+    o, st = ops.lightning_attn_gluon(*leaves[:3], gamma=gamma, initial_state=leaves[3])
+    do, ds = torch.randn(o.shape, generator=gen).bfloat16(), torch.randn(st.shape, generator=gen)
+    grads = torch.autograd.grad((o, st), leaves, (do, ds))
+    ref = [x.detach().double().requires_grad_(True) for x in leaves]
+    ro, rs = lightning_naive(*ref[:3], gamma=gamma.double(), initial_state=ref[3])
+    rgrads = torch.autograd.grad((ro, rs), ref, (do.double(), ds.double()))
+    errs = [err_ratio(x, r) for x, r in zip((o, st, *grads), (ro, rs, *rgrads))]
+    assert all(err <= FLA_TOLERANCE for err in errs), errs
+    forward, dq_pass = gluon_on_cpu["fwd"].keywords
+    (dkdv_pass,) = gluon_on_cpu["dkdv"].keywords
+    assert "launch_pdl" not in forward and "PDL_WAIT" not in forward
+    assert dq_pass.get("launch_pdl", False) is pdl and dq_pass.get("PDL_WAIT", False) is pdl
+    assert dkdv_pass.get("PDL_TRIGGER", False) is pdl
+
+
 def test_the_emulated_forward_takes_grouped_heads_and_no_gradient(gluon_on_cpu):
     """GQA (k, v with half the heads) in a forward without autograd: o and S_T within fla's 0.005."""
     q, k, v, _, gamma, _ = _inputs(3, 1, 90, 4, 64, 64, False)

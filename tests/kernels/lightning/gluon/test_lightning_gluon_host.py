@@ -135,6 +135,23 @@ def test_the_forward_and_the_dkdv_pass_compile_for_sm90_with_async_wgmma_and_war
     assert {cfg.worker_regs[0], cfg.worker_regs[1]} <= set(dkdv["setmaxnreg"]) and dkdv["registers"] <= cfg.maxnreg
     assert 0 < dkdv["shared_bytes"] <= 227 * 1024
     assert dkdv["tma_loads"] >= 4 and dkdv["tma_stores"] >= 2 and dkdv["mbarrier_waits"] >= 4
+    # by default neither is a programmatic dependent launch nor controls one (configs.PDL)
+    assert fwd["grid_dependency_waits"] == fwd["grid_dependents"] == dkdv["grid_dependents"] == 0
+    assert not fwd["launch_pdl"] and not dkdv["launch_pdl"]
+
+
+def test_with_pdl_dkdv_lets_the_dq_pass_launch_and_the_dq_pass_waits_before_it_ends():
+    """LIGHTNING_GLUON_PDL: the dq pass (the forward from S_0ᵀ) compiles as a programmatic dependent
+    launch with one ``griddepcontrol.wait`` a thread, after its partitions join; ``dkdv`` issues
+    ``griddepcontrol.launch_dependents`` before its partitions start. Same registers as without."""
+    if compat.IMPORT_ERROR is not None:
+        pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
+    dq_pass, dkdv = gluon_aot_metrics(
+        f"compile_forward(d=128, e=128, dtype='bf16', h0_mode={gcfg.H0_TRANSPOSED}, store_ht=False, pdl=True)",
+        "compile_dkdv(d=128, e=128, dtype='bf16', reverse=True, from_dst=True, store_ht=True, pdl_trigger=True)")
+    assert dq_pass["launch_pdl"] and dq_pass["grid_dependency_waits"] >= 1 and dq_pass["grid_dependents"] == 0
+    assert dkdv["grid_dependents"] >= 1 and dkdv["grid_dependency_waits"] == 0 and not dkdv["launch_pdl"]
+    assert dq_pass["registers"] <= gcfg.config_for(128).maxnreg and dkdv["registers"] <= gcfg.DKDV_CONFIG.maxnreg
 
 
 def test_the_gluon_backward_takes_long_bf16_calls_without_grouped_heads_unless_told(monkeypatch):
