@@ -59,20 +59,22 @@ if IMPORT_ERROR is None:
     _GDC_LAYOUT = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))
 
     @gluon.jit
+    def _grid_dependency_control(INSTRUCTION: gl.constexpr):
+        gl.inline_asm_elementwise(INSTRUCTION + "\n mov.u32 $0, 0;", "=r,r",
+                                  [gl.full([128], 0, gl.int32, _GDC_LAYOUT)], dtype=gl.int32, is_pure=False,
+                                  pack=1)
+
+    @gluon.jit
     def grid_dependents():
         """A programmatic dependent launch after this kernel may start once every program of this
         one has passed here or ended (``griddepcontrol.launch_dependents``; 4 warps)."""
-        gl.inline_asm_elementwise("griddepcontrol.launch_dependents;\n mov.u32 $0, 0;", "=r,r",
-                                  [gl.full([128], 0, gl.int32, _GDC_LAYOUT)], dtype=gl.int32, is_pure=False,
-                                  pack=1)
+        _grid_dependency_control("griddepcontrol.launch_dependents;")
 
     @gluon.jit
     def grid_dependency_wait():
         """Waits until the kernel this one was launched programmatically after has completed and its
         writes are visible (``griddepcontrol.wait``; 4 warps)."""
-        gl.inline_asm_elementwise("griddepcontrol.wait;\n mov.u32 $0, 0;", "=r,r",
-                                  [gl.full([128], 0, gl.int32, _GDC_LAYOUT)], dtype=gl.int32, is_pure=False,
-                                  pack=1)
+        _grid_dependency_control("griddepcontrol.wait;")
 else:
     grid_dependents = grid_dependency_wait = None
 # the same as a constexpr the kernels read as a global
