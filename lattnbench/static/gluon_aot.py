@@ -95,19 +95,26 @@ def dkdv_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool =
 
 def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, varlen: bool = False,
                     row_lanes: int | None = None, op16: bool = False, asynchronous: bool = False,
-                    prefetch: bool = False, ks: int = 0):
+                    prefetch: bool = False, ks: int = 0, specialized: bool = False, product_regs: int | None = None):
     """(GluonASTSource, launch options) of ``gla/triton``'s Gluon prep launch (``kernels.gla.gluon.prep``,
-    or with a key slice ``ks`` < d ``prep_sliced``) as ``gla.gluon.host.launch_prep`` launches it: qd
-    and kd in bf16 for bf16 inputs, fp32 for fp16; ``op16`` / ``asynchronous`` / ``prefetch`` / ``ks``
-    as ``GLA_GLUON_PREP_OP16`` / ``_ASYNC`` / ``_PREFETCH`` / ``_KS`` set them."""
+    with a key slice ``ks`` < d ``prep_sliced``, warp-specialized ``prep_specialized``) as
+    ``gla.gluon.host.launch_prep`` launches it: qd and kd in bf16 for bf16 inputs, fp32 for fp16;
+    ``op16`` / ``asynchronous`` / ``prefetch`` / ``ks`` / ``specialized`` / ``product_regs`` as
+    ``GLA_GLUON_PREP_OP16`` / ``_ASYNC`` / ``_PREFETCH`` / ``_KS`` / ``_WS`` / ``_WS_REGS`` set them."""
     from lattnbench.kernels.gla.gluon import host as C
     from lattnbench.kernels.gla.gluon import prep as K
     from lattnbench.kernels.gla.gluon import prep_sliced as KS
+    from lattnbench.kernels.gla.gluon import prep_specialized as KW
 
     dec = dtype if dtype == "bf16" else "fp32"
     types = dict(q=f"*{dtype}", k=f"*{dtype}", g="*fp32", cu="*i32", T="i32", H="i32", HKV="i32",
                  qd=f"*{dec}", kd=f"*{dec}", bl="*fp32", A=f"*{dtype}")
     lanes = row_lanes or C.ROW_LANES
+    if specialized:
+        constexprs = dict(KD=d, REVERSE=reverse, IS_VARLEN=varlen, BT=C.CHUNK, ROW_LANES=lanes,
+                          PRODUCT_REGS=product_regs or C.PREP_WS_REGS)
+        options = dict(num_warps=C.warps(d, lanes), num_stages=1, enable_fp_fusion=True)
+        return _source(KW.gla_prep_specialized_gluon_kernel, types, constexprs), options
     constexprs = dict(KD=d, REVERSE=reverse, IS_VARLEN=varlen, BT=C.CHUNK, ROW_LANES=lanes,
                       OP16=op16 or asynchronous, ASYNC=asynchronous)
     sliced = 0 < ks < d

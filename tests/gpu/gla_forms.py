@@ -35,3 +35,8 @@ intra16_no_exit = _form("intra16-no-exit", **{**_PAIRS_EXIT, "INTRA_EXIT": False
 prep_ks64 = _form("prep-ks64", PREP_KS=64)
 prep_prefetch = _form("prep-prefetch", PREP_PREFETCH=True)
 triton_prep = _form("triton-prep", PREP_ON=False)
+#: the warp-specialized prep launch, at its default program cap and at the whole-D kernel's
+prep_ws = _form("prep-ws", PREP_WS=True)
+prep_ws_p64 = _form("prep-ws-p64", PREP_WS=True, PREP_WS_PROGRAMS=64)
+#: the warp-specialized prep launch beside the candidate in-chunk backward
+prep_ws_intra16 = _form("prep-ws-intra16", PREP_WS=True, **_PAIRS_EXIT, INTRA_OP16=True, INTRA_KDS=64)

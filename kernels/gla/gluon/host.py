@@ -58,6 +58,13 @@ PREP_PREFETCH = os.environ.get("GLA_GLUON_PREP_PREFETCH", "0").strip() == "1"
 # narrower slice is fewer warps a program at the same registers a thread, so two programs share an SM
 # (``prep_sliced``; off until timed on the H200)
 PREP_KS = int(os.environ.get("GLA_GLUON_PREP_KS", "0"))
+# the prep launch warp-specialized (``prep_specialized``): one partition makes each level's operands
+# while a warpgroup runs the last level's product (GLA_GLUON_PREP_WS=1; off until timed on the H200),
+# that warpgroup at PREP_WS_REGS registers a thread, each program taking up to PREP_WS_PROGRAMS chunks
+# of a row's in turn fewer (a longer pipeline a program, one program an SM)
+PREP_WS = os.environ.get("GLA_GLUON_PREP_WS", "0").strip() == "1"
+PREP_WS_REGS = int(os.environ.get("GLA_GLUON_PREP_WS_REGS", "96"))
+PREP_WS_PROGRAMS = int(os.environ.get("GLA_GLUON_PREP_WS_PROGRAMS", "16"))
 
 
 def warps(d: int, row_lanes: int | None = None) -> int:
@@ -143,6 +150,7 @@ def _jax_device_reason(dtype_name: str, d: int, bt: int, device) -> str | None:
 
 _LAUNCH = LazyLauncher(".prep", __package__, "gla_prep_gluon_kernel")
 _LAUNCH_SLICED = LazyLauncher(".prep_sliced", __package__, "gla_prep_sliced_gluon_kernel")
+_LAUNCH_SPECIALIZED = LazyLauncher(".prep_specialized", __package__, "gla_prep_specialized_gluon_kernel")
 _LAUNCH_INTRA = LazyLauncher(".intra", __package__, "gla_bwd_intra_gluon_kernel")
 _LAUNCH_INTRA_EXIT = LazyLauncher(".intra", __package__, "gla_bwd_intra_exit_gluon_kernel")
 
@@ -215,8 +223,30 @@ def prep_slice(d: int) -> int:
     return ks
 
 
+def prep_specialized() -> bool:
+    """Whether the prep launch is the warp-specialized kernel (GLA_GLUON_PREP_WS=1). It has one form:
+    fp16 level operands over all of D, loads of its own; other prep switches are refused here,
+    before a compile."""
+    if not PREP_WS:
+        return False
+    others = [name for name, on in (("GLA_GLUON_PREP_OP16=0", not PREP_OP16), ("GLA_GLUON_PREP_ASYNC=1", PREP_ASYNC),
+                                    ("GLA_GLUON_PREP_PREFETCH=1", PREP_PREFETCH), ("GLA_GLUON_PREP_KS", PREP_KS))
+              if on]
+    if others:
+        raise ValueError(f"GLA_GLUON_PREP_WS=1 with {', '.join(others)}: the warp-specialized prep launch has one "
+                         "form (fp16 operands, all of D, no prefetch ring)")
+    if not 24 <= PREP_WS_REGS <= 256 or PREP_WS_REGS % 8 or PREP_WS_PROGRAMS < 1:
+        raise ValueError(f"GLA_GLUON_PREP_WS_REGS={PREP_WS_REGS} / GLA_GLUON_PREP_WS_PROGRAMS={PREP_WS_PROGRAMS}: "
+                         "registers a multiple of 8 in [24, 256], programs at least 1")
+    return True
+
+
 def prep_kernel(d: int):
-    """The Gluon prep kernel a launch at head dim ``d`` takes: the whole-D one, or the key-sliced one."""
+    """The Gluon prep kernel a launch at head dim ``d`` takes: the whole-D one, the key-sliced one, or
+    the warp-specialized one."""
+    if prep_specialized():
+        from . import prep_specialized as ws
+        return ws.gla_prep_specialized_gluon_kernel
     if prep_slice(d):
         from . import prep_sliced
         return prep_sliced.gla_prep_sliced_gluon_kernel
@@ -227,6 +257,8 @@ def prep_kernel(d: int):
 def prep_meta(d: int, bt: int) -> dict:
     """The prep kernel's launch keywords beyond gla_prep_kernel's own (KD, REVERSE, IS_VARLEN): its
     layout, its level products' form and its warps (the torch and the JAX launches alike)."""
+    if prep_specialized():
+        return dict(BT=bt, ROW_LANES=ROW_LANES, PRODUCT_REGS=PREP_WS_REGS, num_warps=warps(d))
     meta = dict(BT=bt, ROW_LANES=ROW_LANES, OP16=PREP_OP16 or PREP_ASYNC, ASYNC=PREP_ASYNC)
     ks = prep_slice(d)
     if ks:
@@ -234,10 +266,18 @@ def prep_meta(d: int, bt: int) -> dict:
     return dict(meta, PREFETCH=PREP_PREFETCH, num_warps=warps(d))
 
 
+def prep_grid(grid: tuple[int, int]) -> tuple[int, int]:
+    """The Gluon prep launch's grid from the Triton one's: the warp-specialized kernel takes at most
+    PREP_WS_PROGRAMS programs a row, so each runs its pipeline over more chunks."""
+    return (min(grid[0], PREP_WS_PROGRAMS), grid[1]) if prep_specialized() else grid
+
+
 def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse: bool, varlen: bool, bt: int,
                 stream) -> None:
     """Launch the Gluon prep kernel (``prep_kernel``) with ``gla_prep_kernel``'s arguments ``args``."""
+    grid = prep_grid(grid)
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), **prep_meta(d, bt)))
-    launcher = _LAUNCH_SLICED if prep_slice(d) else _LAUNCH
-    launcher(("gluon", PREP_OP16, PREP_ASYNC, PREP_PREFETCH, PREP_KS, ROW_LANES) + key, args, spec, stream)
+    launcher = _LAUNCH_SPECIALIZED if prep_specialized() else _LAUNCH_SLICED if prep_slice(d) else _LAUNCH
+    launcher(("gluon", PREP_OP16, PREP_ASYNC, PREP_PREFETCH, PREP_KS, ROW_LANES, PREP_WS, PREP_WS_REGS,
+              PREP_WS_PROGRAMS) + key, args, spec, stream)

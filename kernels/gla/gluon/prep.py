@@ -48,7 +48,7 @@ if IMPORT_ERROR is None:
 
     @gluon.jit
     def _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, g_s, q_s, k_s, BT: gl.constexpr, LD: gl.constexpr,
-                   SCALED: gl.constexpr):
+                   SCALED: gl.constexpr, BARRIER: gl.constexpr = True):
         """A chunk's gates (fp32, zero past the end: no decay there), q and k (scaled per row by
         ``_row_scale`` under SCALED) into g_s, q_s and k_s, for the column layout to read back: the
         layout change goes through shared memory behind one barrier, where a ``convert_layout`` of
@@ -59,14 +59,16 @@ if IMPORT_ERROR is None:
 
         Returns (the rows' inverse scales, ones without SCALED; the diagonal pairs' weights
         Σ_d q_td k_td of the staged values), both in LD's rows: a row is one warp there, so its sum
-        is a few shuffles, where the column layout's spans every warp."""
+        is a few shuffles, where the column layout's spans every warp. BARRIER=False leaves the
+        barrier to the compiler (inside a warp-specialized partition its barrier pass places one)."""
         g_in = gl.load(g + x_base + x_off, mask=m, other=0.0).to(gl.float32)
         q_in, k_in, q_inv, k_inv, own = _scaled_rows(gl.load(q + x_base + x_off, mask=m, other=0.0),
                                                      gl.load(k + k_base + k_off, mask=m, other=0.0), BT, LD, SCALED)
         g_s.store(g_in)
         q_s.store(q_in)
         k_s.store(k_in)
-        cta_barrier()
+        if BARRIER:
+            cta_barrier()
         return q_inv, k_inv, own
 
     @gluon.jit

@@ -47,14 +47,16 @@ def prep_call(q, k, g, reverse):
             jax.ShapeDtypeStruct((_cfg.chunk_slots(b, t, b, bt), h, d), jnp.float32),
             jax.ShapeDtypeStruct((b, t, h, bt), q.dtype)]
     kernel, meta = _k.gla_prep_kernel, _cfg.prep_meta(d, bt, dot_precision(q.dtype))
+    grid = _cfg.prep_grid(t, b * h)
     if _gluon_host.jax_prep_reason(jnp.dtype(q.dtype).name, d, bt, jax.devices()[0]) is None:
         from ...common.jax_gluon import install
 
         install(jax_triton().triton_lib)
         kernel = _gluon_host.prep_kernel(d)
         meta = _gluon_host.prep_meta(d, bt)
+        grid = _gluon_host.prep_grid(grid)
     return tuple(jax_triton().triton_call(
-        q, k, g, g, t, h, k.shape[2], kernel=kernel, out_shape=outs, grid=_cfg.prep_grid(t, b * h),
+        q, k, g, g, t, h, k.shape[2], kernel=kernel, out_shape=outs, grid=grid,
         KD=d, REVERSE=bool(reverse), IS_VARLEN=False, **meta))
 
 

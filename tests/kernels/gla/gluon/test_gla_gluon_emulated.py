@@ -21,7 +21,7 @@ import torch
 import gluon_emulator as emu
 import gluon_races as races
 from gla_testutil import check
-from lattnbench.kernels.gla.gluon import host, intra, prep, prep_sliced
+from lattnbench.kernels.gla.gluon import host, intra, prep, prep_sliced, prep_specialized
 from lattnbench.kernels.gla.triton import ops as gops
 from lattnbench.measure.tolerance import FLA_TOLERANCE, err_ratio
 
@@ -32,10 +32,12 @@ def gluon_on_cpu(monkeypatch):
     check skipped), at the GPU's chunk of 64 rows, every output buffer NaN-poisoned first."""
     launches = {"prep": emu.Launcher(prep.gla_prep_gluon_kernel),
                 "prep_sliced": emu.Launcher(prep_sliced.gla_prep_sliced_gluon_kernel),
+                "prep_specialized": emu.Launcher(prep_specialized.gla_prep_specialized_gluon_kernel),
                 "intra": emu.Launcher(intra.gla_bwd_intra_gluon_kernel),
                 "intra_exit": emu.Launcher(intra.gla_bwd_intra_exit_gluon_kernel)}
     monkeypatch.setattr(host, "_LAUNCH", launches["prep"])
     monkeypatch.setattr(host, "_LAUNCH_SLICED", launches["prep_sliced"])
+    monkeypatch.setattr(host, "_LAUNCH_SPECIALIZED", launches["prep_specialized"])
     monkeypatch.setattr(host, "_LAUNCH_INTRA", launches["intra"])
     monkeypatch.setattr(host, "_LAUNCH_INTRA_EXIT", launches["intra_exit"])
     monkeypatch.setattr(host, "_reason", lambda q, bt: host._shape_reason(str(q.dtype).removeprefix("torch."),
@@ -75,11 +77,18 @@ def _prep64(q, k, g, reverse, lens, bt=64):
     return qd, kd, scores
 
 
-PREP_FORMS = {  # OP16, ASYNC, PREFETCH, key slice (0: all of D), lanes a key channel
-    "tf32": (False, False, False, 0, 2), "fp16": (True, False, False, 0, 2), "fp16-async": (False, True, False, 0, 2),
-    "tf32-prefetch": (False, False, True, 0, 2), "fp16-prefetch": (True, False, True, 0, 2),
-    "fp16-ks32": (True, False, False, 32, 4), "tf32-ks32": (False, False, False, 32, 4),
+PREP_FORMS = {  # OP16, ASYNC, PREFETCH, key slice (0: all of D), lanes a key channel, warp-specialized
+    "tf32": (False, False, False, 0, 2, False), "fp16": (True, False, False, 0, 2, False),
+    "fp16-async": (False, True, False, 0, 2, False), "tf32-prefetch": (False, False, True, 0, 2, False),
+    "fp16-prefetch": (True, False, True, 0, 2, False), "fp16-ks32": (True, False, False, 32, 4, False),
+    "tf32-ks32": (False, False, False, 32, 4, False), "fp16-ws": (True, False, False, 0, 2, True),
 }
+_PREP_SWITCHES = ("PREP_OP16", "PREP_ASYNC", "PREP_PREFETCH", "PREP_KS", "ROW_LANES", "PREP_WS")
+
+
+def _prep_launch(form: str) -> str:
+    """The fixture's launcher that takes the form's launches."""
+    return "prep_specialized" if PREP_FORMS[form][5] else "prep_sliced" if PREP_FORMS[form][3] else "prep"
 PREP_CASES = [  # b, t, h, hkv, d, dtype, reverse, packed lengths or None, gate norm
     (1, 150, 2, 1, 64, torch.bfloat16, False, None, 0.1),
     (1, 130, 2, 2, 64, torch.float16, True, (3, 64, 63), 1.0),
@@ -91,10 +100,11 @@ def _case_id(c: tuple) -> str:
     return f"T{c[1]}-D{c[4]}-{str(c[5])[6:]}-{'rev' if c[6] else 'fwd'}{'-varlen' if c[7] else ''}-norm{c[8]:g}"
 
 
-# the default form (fp16 operands, whole D) at every case; each other form at one case, the cases
-# taken in turn, so every form meets a gate norm, a dtype and an order of its own
-PREP_RUNS = [("fp16", c) for c in PREP_CASES] + [
-    (form, PREP_CASES[i % len(PREP_CASES)]) for i, form in enumerate(f for f in PREP_FORMS if f != "fp16")]
+# the default form (fp16 operands, whole D) and the warp-specialized one (a kernel of its own) at every
+# case; each other form at one case, the cases taken in turn, so every form meets a gate norm, a dtype
+# and an order of its own
+PREP_RUNS = [(f, c) for f in ("fp16", "fp16-ws") for c in PREP_CASES] + [
+    (form, PREP_CASES[i % len(PREP_CASES)]) for i, form in enumerate(f for f in PREP_FORMS if f not in ("fp16", "fp16-ws"))]
 
 
 @pytest.mark.parametrize("form,case", PREP_RUNS, ids=[f"{f}-{_case_id(c)}" for f, c in PREP_RUNS])
@@ -104,11 +114,8 @@ def test_the_emulated_prep_launch_matches_the_triton_one(gluon_on_cpu, monkeypat
     rounded to bf16 (the interpreter truncates where the GPU rounds); the scores within fp64's
     rounding to their dtype and that of their 10-bit level operands (tf32 or fp16)."""
     b, t, h, hkv, d, dtype, reverse, lens, norm = case
-    monkeypatch.setattr(host, "PREP_OP16", PREP_FORMS[form][0])
-    monkeypatch.setattr(host, "PREP_ASYNC", PREP_FORMS[form][1])
-    monkeypatch.setattr(host, "PREP_PREFETCH", PREP_FORMS[form][2])
-    monkeypatch.setattr(host, "PREP_KS", PREP_FORMS[form][3])
-    monkeypatch.setattr(host, "ROW_LANES", PREP_FORMS[form][4])
+    for name, value in zip(_PREP_SWITCHES, PREP_FORMS[form]):
+        monkeypatch.setattr(host, name, value)
     gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
     q = torch.randn(b, t, h, d, generator=gen).to(dtype)
     k = (torch.randn(b, t, hkv, d, generator=gen) * d**-0.5).to(dtype)
@@ -117,7 +124,7 @@ def test_the_emulated_prep_launch_matches_the_triton_one(gluon_on_cpu, monkeypat
     n = b if cu is None else len(lens)
     monkeypatch.setattr(host, "PREP_ON", True)
     got = gops.gla_prep(q, k, g, reverse, cu, n)
-    assert gluon_on_cpu["prep_sliced" if PREP_FORMS[form][3] else "prep"].launches == 1
+    assert gluon_on_cpu[_prep_launch(form)].launches == 1
     monkeypatch.setattr(host, "PREP_ON", False)
     want = gops.gla_prep(q, k, g, reverse, cu, n)
     qd64, kd64, a64 = _prep64(q, k, g, reverse, lens)
@@ -157,12 +164,14 @@ def _dropping_barriers(monkeypatch, site: str | None) -> collections.Counter:
     return calls
 
 
-@pytest.mark.parametrize("form", list(PREP_FORMS))
+# the warp-specialized form places no barrier of its own: inside a partition the compiler's barrier
+# pass orders the warps, and the mbarriers order the partitions (the race tracker checks those)
+@pytest.mark.parametrize("form", [f for f in PREP_FORMS if not PREP_FORMS[f][5]])
 def test_every_barrier_the_prep_launch_passes_is_needed(gluon_on_cpu, monkeypatch, form):
     """Each barrier site of the form, dropped (every call there), leaves a hand-off between threads
     that the race tracker finds: the chunk loop holds no barrier it could do without, and the
     tracker sees each one's job (bf16 inputs, so the fp16 forms' row scales run too)."""
-    for name, value in zip(("PREP_OP16", "PREP_ASYNC", "PREP_PREFETCH", "PREP_KS", "ROW_LANES"), PREP_FORMS[form]):
+    for name, value in zip(_PREP_SWITCHES, PREP_FORMS[form]):
         monkeypatch.setattr(host, name, value)
     monkeypatch.setattr(host, "PREP_ON", True)
     gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))

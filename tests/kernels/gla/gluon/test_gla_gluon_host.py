@@ -46,6 +46,7 @@ _SM90 = {
     "prep16": ({}, "compile_gla_prep(d=128, dtype='bf16', asynchronous=True)"),
     "ring": ({}, "compile_gla_prep(d=128, dtype='bf16', op16=True, prefetch=True)"),
     "sliced": ({}, "compile_gla_prep(d=128, dtype='bf16', op16=True, ks=32, row_lanes=4)"),
+    "specialized": ({}, "compile_gla_prep(d=128, dtype='bf16', specialized=True, product_regs=96)"),
     "intra": ({}, "compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True)"),
     "intra64": ({}, "compile_gla_intra(d=64, e=64, dtype='fp16', varlen=True)"),
     "pairs_tf32": ({**_PAIRS16, _HOST + "INTRA_OP16": False},
@@ -97,6 +98,21 @@ def test_the_prep_launch_compiles_for_sm90_with_its_level_products_unrolled(sm90
     # a loop over the slices, and shared memory for two programs an SM
     assert sliced["wgmma"] == 6 * 32 // 16
     assert sliced["registers"] * 128 * 2 <= 65536 and 0 < 2 * sliced["shared_bytes"] <= 227 * 1024
+
+
+@pytest.mark.xdist_group("gla-gluon-sm90")
+def test_the_warp_specialized_prep_launch_compiles_for_sm90_as_two_partitions_joined_by_mbarriers(sm90):
+    """GLA_GLUON_PREP_WS: the products warpgroup at its 96 registers and the levels partition at what
+    the rest of the register file leaves it (above the whole-D kernel's 128-register half, so its
+    tiles fit); one level's product in a loop (8 k-steps of 16 over D = 128), waited on by mbarrier
+    in both partitions; the two-slot operand ring, the staging and the qd / kd buffers within the
+    H200's 227 KB; few spills (the loop-invariant addresses: 264 B on Triton 3.6, 768 B on 3.9)."""
+    ws = sm90["specialized"]
+    assert 96 in ws["setmaxnreg"] and max(r for r in ws["setmaxnreg"] if r < 240) >= 200, ws["setmaxnreg"]
+    assert ws["wgmma"] == 128 // 16
+    assert ws["mbarrier_waits"] >= 4
+    assert 2 * 2 * 128 * 64 * 2 + 64 * 128 * (4 + 2 + 2 + 2 + 2) <= ws["shared_bytes"] <= 227 * 1024
+    assert ws["spilled_bytes"] <= 1024, ws["spilled_bytes"]
 
 
 _JAX_GLUON_PROBE = r'''
@@ -547,3 +563,34 @@ def test_the_prep_launch_keys_its_form_and_launches_the_sliced_kernel_by_its_own
     assert [c[0] for c in calls] == ["whole", "whole", "sliced", "sliced"]
     assert len({c[1] for c in calls}) == 4
     assert calls[1][2]["PREFETCH"] is True and calls[3][2]["KS"] == 32 and calls[3][2]["ROW_LANES"] == 4
+
+
+def test_the_warp_specialized_prep_knob_picks_its_kernel_grid_and_launcher_and_refuses_other_forms(monkeypatch):
+    """GLA_GLUON_PREP_WS=1 takes ``prep_specialized`` at D·ROW_LANES / 32 warps in the levels partition
+    and PREP_WS_REGS registers in the products one, at most PREP_WS_PROGRAMS programs a row, through
+    a launcher of its own and a key that names it; the prep switches it has no form for (tf32
+    operands, the asynchronous levels, the prefetch ring, key slices) and a register count setmaxnreg
+    cannot take are refused on the host, naming the knobs."""
+    from lattnbench.kernels.gla.gluon import prep_specialized
+    for name, value in (("PREP_WS", True), ("PREP_OP16", True), ("PREP_ASYNC", False), ("PREP_PREFETCH", False),
+                        ("PREP_KS", 0), ("ROW_LANES", 2), ("PREP_WS_REGS", 96), ("PREP_WS_PROGRAMS", 16)):
+        monkeypatch.setattr(host, name, value)
+    assert host.prep_kernel(128) is prep_specialized.gla_prep_specialized_gluon_kernel
+    assert host.prep_meta(128, 64) == dict(BT=64, ROW_LANES=2, PRODUCT_REGS=96, num_warps=8)
+    assert host.prep_grid((64, 128)) == (16, 128) and host.prep_grid((3, 8)) == (3, 8)
+    calls = []
+    for launcher in ("_LAUNCH", "_LAUNCH_SLICED", "_LAUNCH_SPECIALIZED"):
+        monkeypatch.setattr(host, launcher, lambda key, args, spec, stream, name=launcher: calls.append(
+            (name, key, spec()[0]({}))))
+    host.launch_prep(("call",), (), (64, 8), 128, False, False, 64, None)
+    monkeypatch.setattr(host, "PREP_WS", False)
+    host.launch_prep(("call",), (), (64, 8), 128, False, False, 64, None)
+    assert [(c[0], c[2]) for c in calls] == [("_LAUNCH_SPECIALIZED", (16, 8)), ("_LAUNCH", (64, 8))]
+    assert calls[0][1] != calls[1][1]
+    monkeypatch.setattr(host, "PREP_WS", True)
+    for name, value in (("PREP_OP16", False), ("PREP_ASYNC", True), ("PREP_PREFETCH", True), ("PREP_KS", 32),
+                        ("PREP_WS_REGS", 100), ("PREP_WS_PROGRAMS", 0)):
+        with monkeypatch.context() as m:
+            m.setattr(host, name, value)
+            with pytest.raises(ValueError, match="GLA_GLUON_PREP_"):
+                host.prep_meta(128, 64)

@@ -1,0 +1,207 @@
+"""The GLA prep launch in Gluon, warp-specialized: each level's exponentials beside the last one's product.
+
+Why: ``prep.gla_prep_gluon_kernel`` runs a chunk's six levels as one chain that stops all of its
+warps at every step (the exponentials, the operands' stores, a barrier, the wgmma, a barrier, the
+masked sum), one program an SM, so nothing overlaps the product or the exponentials. Here the
+work splits into two partitions joined by a two-slot ring of operand buffers:
+
+    levels   (default, KD·ROW_LANES / 32 warps)  the loads, the cumulative gate, qd, kd and the
+             totals; per level the exponents and the fp16 operands into a free slot of the ring
+    products (4 warps, one warpgroup)            per level the wgmma of a full slot, masked to the
+             level's groups and summed into the chunk's scores; at the chunk's end the diagonal,
+             the rows' scales and the store of A
+
+so level l + 1's exponentials run while level l's product does, and a chunk's loads and qd / kd
+stores while the last chunk's products finish. The levels partition keeps two barriers a chunk of
+its own warps (the layout changes through shared memory), where the whole-D kernel stops every
+warp twice a level.
+
+Synchronisation (mbarriers, count 1; six levels a chunk, so level l always takes slot l % 2):
+
+    op_ready[s]  slot s holds a level's operands (stored, then fenced for the async proxy)
+    op_free[s]   the product that read slot s is complete
+
+The chunk's diagonal weights and rows' inverse scales go to ``info`` before its first level's
+operands and are read by the products partition after that level's ``op_ready``; the next chunk's
+first level rewrites them only after ``op_free`` of this chunk's fifth level, long after that read.
+
+Same arguments, outputs and numerics as ``prep.gla_prep_gluon_kernel`` with fp16 level operands
+(whose helpers it uses).
+"""
+from __future__ import annotations
+
+from ...common.gluon_compat import (IMPORT_ERROR, WS_LIST_FORM, fence_async_shared, gl, gluon, mbarrier,
+                                    warpgroup_mma)
+
+if IMPORT_ERROR is None:
+    from .prep import _add, _chunk_start, _exp_flush, _level, _sequence, _stage_gqk, _store_decayed
+
+    LEVELS: gl.constexpr = gl.constexpr(6)  # BT = 64: groups of 64 down to 2 positions
+
+    @gluon.jit
+    def _level_operands(B, qq, kk, pos, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr, SPAN: gl.constexpr):
+        """The fp16 operands [BT, KD] of the level with groups of SPAN positions: q⊙E on the later
+        halves' rows, k⊙E on the earlier ones' (``prep._level``), zeros elsewhere."""
+        E = _level(B, L, BT, KD, SPAN)
+        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
+        return (gl.where(later, qq.to(gl.float32) * E, 0.0).to(gl.float16),
+                gl.where(later, 0.0, kk.to(gl.float32) * E).to(gl.float16))
+
+    @gluon.jit
+    def _levels_partition(ptrs, bufs, bars, geo, flags):
+        """The default partition: a chunk's loads, cumulative gate, qd, kd and totals, and each level's
+        fp16 operands, stored channel-major into the ring (``prep._stage_level16``'s form)."""
+        KD: gl.constexpr = flags[0]
+        BT: gl.constexpr = flags[1]
+        ROW_LANES: gl.constexpr = flags[2]
+        REVERSE: gl.constexpr = flags[3]
+        IS_VARLEN: gl.constexpr = flags[4]
+        SCALED: gl.constexpr = flags[5]
+        q, k, g, cu, qd, kd, bl, A = ptrs
+        qe_r, ke_r, g_s, q_s, k_s, qd_s, kd_s, info = bufs
+        op_ready, op_free = bars
+        T, H, HKV = geo
+        WARPS: gl.constexpr = KD * ROW_LANES // 32
+        # a thread holds BT / ROW_LANES rows of one key channel; global loads and stores go row-major
+        L: gl.constexpr = gl.BlockedLayout([BT // ROW_LANES, 1], [ROW_LANES, 32 // ROW_LANES], [1, WARPS], [0, 1])
+        LD: gl.constexpr = gl.BlockedLayout([1, 4], [32 * 4 // KD, KD // 4], [WARPS, 1], [1, 0])
+
+        i_n, i_h, i_hk, bos, seq_len = _sequence(cu, T, H, HKV, IS_VARLEN)
+        slot0 = bos // BT + i_n  # chunk slots of this sequence in bl (``tiles.chunk_slot``)
+        pos = gl.arange(0, BT, layout=gl.SliceLayout(1, L))
+        col = gl.arange(0, KD, layout=gl.SliceLayout(0, L))
+        pos_ld = gl.arange(0, BT, layout=gl.SliceLayout(1, LD))
+        col_ld = gl.arange(0, KD, layout=gl.SliceLayout(0, LD))
+        off_ld = (BT - 1 - pos_ld) if REVERSE else pos_ld
+        n_chunks = (seq_len + BT - 1) // BT
+        for i_c in range(gl.program_id(0), n_chunks, gl.num_programs(0)):
+            uses = 3 * ((i_c - gl.program_id(0)) // gl.num_programs(0))  # each slot's uses before this chunk
+            start = _chunk_start(seq_len, i_c, BT, REVERSE)
+            m = (pos_ld < seq_len - i_c * BT)[:, None]
+            row0 = bos + start
+            x_base = row0 * (H * KD) + i_h * KD
+            k_base = row0 * (HKV * KD) + i_hk * KD
+            x_off = off_ld[:, None] * (H * KD) + col_ld[None, :]
+            k_off = off_ld[:, None] * (HKV * KD) + col_ld[None, :]
+            # the layout changes through shared memory need barriers of this partition's warps only,
+            # which the compiler's barrier pass places
+            q_inv, k_inv, own = _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, g_s, q_s, k_s, BT, LD, SCALED,
+                                           False)
+            gg = g_s.load(L)
+            # q and k stay 16-bit across the levels (half the registers), widened per use
+            qq = q_s.load(L)
+            kk = k_s.load(L)
+            B = gl.associative_scan(gg, 0, _add)
+            Bl = gl.sum(gg, axis=0)
+            qd_s.store((qq.to(gl.float32) * _exp_flush(B)).to(qd.dtype.element_ty))
+            kd_s.store((kk.to(gl.float32) * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty))
+            gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, Bl)
+            for lvl in gl.static_range(LEVELS):
+                qe, ke = _level_operands(B, qq, kk, pos, L, BT, KD, BT >> lvl)
+                mbarrier.wait(op_free.index(lvl % 2), ((uses + lvl // 2) & 1) ^ 1)
+                if lvl == 0:  # the products partition reads these after this level's op_ready
+                    info.index(2).store(own)
+                    if SCALED:
+                        info.index(0).store(q_inv)
+                        info.index(1).store(k_inv)
+                qe_r.index(lvl % 2).store(gl.permute(qe, (1, 0)))
+                ke_r.index(lvl % 2).store(gl.permute(ke, (1, 0)))
+                fence_async_shared()
+                mbarrier.arrive(op_ready.index(lvl % 2), count=1)
+            _store_decayed(qd + x_base, kd + x_base, qd_s, kd_s, info, x_off, m, LD, SCALED)
+
+    @gluon.jit
+    def _products_partition(ptrs, bufs, bars, geo, flags):
+        """One warpgroup: each level's product of a full ring slot, masked to its groups and summed;
+        per chunk the diagonal, the rows' scales (exact, powers of two) and the store of A."""
+        BT: gl.constexpr = flags[1]
+        REVERSE: gl.constexpr = flags[3]
+        IS_VARLEN: gl.constexpr = flags[4]
+        SCALED: gl.constexpr = flags[5]
+        q, k, g, cu, qd, kd, bl, A = ptrs
+        qe_r, ke_r, g_s, q_s, k_s, qd_s, kd_s, info = bufs
+        op_ready, op_free = bars
+        T, H, HKV = geo
+        MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BT, 16])
+        i_n, i_h, i_hk, bos, seq_len = _sequence(cu, T, H, HKV, IS_VARLEN)
+        LA: gl.constexpr = gl.BlockedLayout([1, 8], [32 * 8 // BT, BT // 8], [4, 1], [1, 0])
+        pos_r = gl.arange(0, BT, layout=gl.SliceLayout(1, MMA))
+        pos_c = gl.arange(0, BT, layout=gl.SliceLayout(0, MMA))
+        pos_a = gl.arange(0, BT, layout=gl.SliceLayout(1, LA))
+        col_a = gl.arange(0, BT, layout=gl.SliceLayout(0, LA))
+        if REVERSE:  # processing positions: rows and columns both reversed
+            off_a = BT - 1 - pos_a
+            col_a = BT - 1 - col_a
+        else:
+            off_a = pos_a
+        zero = gl.zeros([BT, BT], gl.float32, MMA)
+        diag = pos_r[:, None] == pos_c[None, :]
+        n_chunks = (seq_len + BT - 1) // BT
+        for i_c in range(gl.program_id(0), n_chunks, gl.num_programs(0)):
+            uses = 3 * ((i_c - gl.program_id(0)) // gl.num_programs(0))
+            # the chunk's info came with its first level's operands
+            mbarrier.wait(op_ready.index(0), uses & 1)
+            own = info.index(2).load(gl.SliceLayout(1, MMA))
+            if SCALED:
+                q_inv = info.index(0).load(gl.SliceLayout(1, MMA))
+                k_inv = info.index(1).load(gl.SliceLayout(0, MMA))
+            scores = zero
+            # a loop, not unrolled: unrolled, the compiler keeps each level's group mask across the chunks
+            for lvl in range(LEVELS):
+                slot = lvl % 2
+                mbarrier.wait(op_ready.index(slot), (uses + lvl // 2) & 1)
+                s = warpgroup_mma(qe_r.index(slot).permute((1, 0)), ke_r.index(slot), zero, use_acc=False)
+                mbarrier.arrive(op_free.index(slot), count=1)
+                group = LEVELS - lvl  # log2 of the level's group span
+                scores += gl.where((pos_r[:, None] >> group) == (pos_c[None, :] >> group), s, 0.0)
+            # the diagonal pairs (weight Σ_d q·k at the rows' scales), where the levels give exact zeros
+            scores = gl.where(diag, own[:, None], scores)
+            if SCALED:
+                scores = scores * q_inv[:, None] * k_inv[None, :]
+            # stored row-major (8 contiguous scores a thread): in the MMA layout a thread's 32 scores
+            # take an address each, which the compiler keeps across the levels
+            row0 = bos + _chunk_start(seq_len, i_c, BT, REVERSE)
+            a_out = gl.convert_layout(scores.to(A.dtype.element_ty), LA)
+            a_ptr = A + (row0 * (H * BT) + i_h * BT) + (off_a[:, None] * (H * BT) + col_a[None, :])
+            gl.store(a_ptr, a_out, mask=(pos_a < seq_len - i_c * BT)[:, None])  # keys past the end score 0
+
+    @gluon.jit
+    def gla_prep_specialized_gluon_kernel(
+        q, k, g, cu,
+        T, H, HKV,
+        qd, kd, bl, A,
+        KD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
+        ROW_LANES: gl.constexpr, PRODUCT_REGS: gl.constexpr = 96,
+    ):
+        """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …; KD·ROW_LANES / 32 warps
+        in the levels partition and 4 in the products one (at PRODUCT_REGS registers a thread);
+        BT = 64 (six levels), KD 64 or 128."""
+        # fp16 level operands take bf16 inputs scaled per row (fp16 inputs fit as they are)
+        SCALED: gl.constexpr = q.dtype.element_ty == gl.bfloat16
+        OPT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KD, BT], gl.float16)
+        RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+        qe_r = gl.allocate_shared_memory(gl.float16, [2, KD, BT], OPT)
+        ke_r = gl.allocate_shared_memory(gl.float16, [2, KD, BT], OPT)
+        g_s = gl.allocate_shared_memory(gl.float32, [BT, KD], RAW)
+        q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KD], RAW)
+        k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KD], RAW)
+        qd_s = gl.allocate_shared_memory(qd.dtype.element_ty, [BT, KD], RAW)
+        kd_s = gl.allocate_shared_memory(kd.dtype.element_ty, [BT, KD], RAW)
+        # the rows' inverse scales of q and k and the diagonal weights of the chunk in flight
+        info = gl.allocate_shared_memory(gl.float32, [3, BT], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        op_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        op_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(op_ready.index(i), count=1)
+            mbarrier.init(op_free.index(i), count=1)
+        ptrs = (q, k, g, cu, qd, kd, bl, A)
+        bufs = (qe_r, ke_r, g_s, q_s, k_s, qd_s, kd_s, info)
+        bars = (op_ready, op_free)
+        geo = (T, H, HKV)
+        # the flags as one constexpr tuple: a constexpr passed alone in the partitions' arguments
+        # reaches them as a tensor
+        args = (ptrs, bufs, bars, geo, gl.constexpr((KD, BT, ROW_LANES, REVERSE, IS_VARLEN, SCALED)))
+        if WS_LIST_FORM:
+            gl.warp_specialize([(_levels_partition, args), (_products_partition, args)], [4], [PRODUCT_REGS])
+        else:
+            gl.warp_specialize(args, _levels_partition, args, [_products_partition], [4], [PRODUCT_REGS])
