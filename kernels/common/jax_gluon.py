@@ -20,6 +20,7 @@ class GluonBinary:
     specialization attributes its lowering passes on."""
 
     name: str
+    num_warps: int  # warps a program launches: a warp-specialized kernel's partitions' together
     shared: int     # bytes of shared memory a program takes
     ptx: str
     ttgir: str
@@ -65,7 +66,9 @@ def compile_gluon(fn, backend, arg_dtypes: list[str], scalar_args, constants: di
     text = str(ttgir)
     llir = backend.make_llir(ttgir, metadata, options, capability)
     ptx = backend.make_ptx(llir, metadata, options, capability)
-    return GluonBinary(metadata["name"], int(metadata["shared"]), ptx, text, attrs)
+    # the compile sets num_warps to the program's total, worker partitions included
+    return GluonBinary(metadata["name"], int(metadata.get("num_warps", num_warps)), int(metadata["shared"]), ptx,
+                       text, attrs)
 
 
 def install(triton_lib) -> None:
@@ -99,7 +102,7 @@ def install(triton_lib) -> None:
                                    constants, num_warps=num_warps, num_stages=num_stages, num_ctas=num_ctas,
                                    capability=compute_capability, enable_fp_fusion=enable_fp_fusion)
             kernel = triton_lib.triton_kernel_call_lib.TritonKernel(
-                binary.name, num_warps, num_ctas, binary.shared, binary.ptx, binary.ttgir, compute_capability)
+                binary.name, binary.num_warps, num_ctas, binary.shared, binary.ptx, binary.ttgir, compute_capability)
             hit = triton_lib._COMPILED_KERNEL_CACHE[key] = (kernel, binary.attrs)
         return hit
 

@@ -145,11 +145,17 @@ launch_kw = dict(kw, num_warps=meta.pop("num_warps"))
 for _ in range(2):
     kernel, attrs = lib.get_or_create_triton_kernel(backend, "cuda", prep.gla_prep_gluon_kernel, dtypes, scalars,
                                                     metaparams=meta, **launch_kw)
+# the warp-specialized prep kernel: its launch takes the workers' warps too
+host.PREP_WS = True
+ws_meta = dict(KD=128, REVERSE=False, IS_VARLEN=False, **host.prep_meta(128, 64))
+lib.get_or_create_triton_kernel(backend, "cuda", host.prep_kernel(128), dtypes, scalars, metaparams=ws_meta,
+                                **dict(kw, num_warps=ws_meta.pop("num_warps")))
 name, warps, ctas, shared, ptx, ttgir, cc = made[0]
 entry = re.search(r"\.entry\s+(\w+)\s*\(([^)]*)\)", ptx, re.S)
 print("RESULT", json.dumps(dict(own=own[0], routed=routed, made=len(made), kernel=list(kernel), name=name,
       warps=warps, shared=shared, cc=cc, entry=entry.group(1), params=entry.group(2).count(".param"),
-      wgmma=ptx.count("wgmma.mma_async"), ttgir="ttg." in ttgir, attrs=len(attrs))))
+      wgmma=ptx.count("wgmma.mma_async"), ttgir="ttg." in ttgir, attrs=len(attrs), ws_name=made[1][0],
+      ws_warps=made[1][1])))
 '''
 
 
@@ -158,7 +164,8 @@ def test_jax_triton_takes_gluon_kernels_through_the_gluon_stages():
     the Gluon prep kernel, with jax-triton's argument list, compiles once (a second lowering hits the
     cache) for sm_90 through the Gluon stages into a kernel of the launch's warps, its fp16 level
     products (48 wgmma at D = 128) and one PTX parameter per argument plus the two scratch pointers
-    jax-triton's own kernels take. In a fresh process (see ``gluon_aot_metrics``)."""
+    jax-triton's own kernels take; the warp-specialized one into a kernel of all its partitions'
+    warps. In a fresh process (see ``gluon_aot_metrics``)."""
     if compat.IMPORT_ERROR is not None:
         pytest.skip(f"this Triton has no Gluon Hopper API: {compat.IMPORT_ERROR}")
     import json
@@ -173,7 +180,9 @@ def test_jax_triton_takes_gluon_kernels_through_the_gluon_stages():
     assert run.returncode == 0 and line, run.stderr[-2000:]
     got = json.loads(line.removeprefix("RESULT "))
     assert got["own"] == "jax-triton's own" and got["routed"] == ["gla_prep_kernel"]
-    assert got["made"] == 1 and got["kernel"] == ["kernel", "gla_prep_gluon_kernel"]
+    assert got["made"] == 2 and got["kernel"] == ["kernel", "gla_prep_gluon_kernel"]
+    # a warp-specialized kernel launches its levels partition's warps and the products warpgroup
+    assert got["ws_name"] == "gla_prep_specialized_gluon_kernel" and got["ws_warps"] == host.warps(128) + 4
     assert got["name"] == got["entry"] == "gla_prep_gluon_kernel" and got["cc"] == 90
     assert got["warps"] == host.warps(128) and 0 < got["shared"] <= 227 * 1024
     assert got["wgmma"] == 6 * 128 // 16 and got["params"] == 11 + 2
