@@ -112,7 +112,7 @@ def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, va
     lanes = row_lanes or C.ROW_LANES
     if specialized:
         constexprs = dict(KD=d, REVERSE=reverse, IS_VARLEN=varlen, BT=C.CHUNK, ROW_LANES=lanes,
-                          PRODUCT_REGS=product_regs or C.PREP_WS_REGS)
+                          PRODUCT_REGS=product_regs or C.PREP_WS_REGS, PREFETCH=prefetch)
         options = dict(num_warps=C.warps(d, lanes), num_stages=1, enable_fp_fusion=True)
         return _source(KW.gla_prep_specialized_gluon_kernel, types, constexprs), options
     constexprs = dict(KD=d, REVERSE=reverse, IS_VARLEN=varlen, BT=C.CHUNK, ROW_LANES=lanes,

@@ -68,7 +68,7 @@ VARIANTS = {  # OP16, ASYNC, PREFETCH, key slice (0: all of D), lanes a key chan
     "tf32": (False, False, False, 0, 2, False), "fp16": (True, False, False, 0, 2, False),
     "fp16-async": (False, True, False, 0, 2, False), "fp16-prefetch": (True, False, True, 0, 2, False),
     "fp16-ks32": (True, False, False, 32, 4, False), "fp16-ks64": (True, False, False, 64, 2, False),
-    "fp16-ws": (True, False, False, 0, 2, True),
+    "fp16-ws": (True, False, False, 0, 2, True), "fp16-ws-prefetch": (True, False, True, 0, 2, True),
 }
 
 
@@ -119,7 +119,8 @@ def test_the_gluon_prep_launch_matches_the_triton_one(monkeypatch, b, t, h, hkv,
         assert err_ratio(x, y) <= tol, (name, err_ratio(x, y))
 
 
-@pytest.mark.parametrize("variant", ["fp16", "fp16-async", "fp16-prefetch", "fp16-ks32", "fp16-ws"])
+@pytest.mark.parametrize("variant", ["fp16", "fp16-async", "fp16-prefetch", "fp16-ks32", "fp16-ws",
+                                     "fp16-ws-prefetch"])
 def test_fp16_operands_hold_bf16_inputs_past_the_fp16_range(monkeypatch, variant):
     """bf16 q around 1e6 and k around 1e-6 (their products past fp16's range and below its normal
     one), some rows all zero: the per-row power-of-two scales keep every level operand in range, so

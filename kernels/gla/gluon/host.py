@@ -224,17 +224,16 @@ def prep_slice(d: int) -> int:
 
 
 def prep_specialized() -> bool:
-    """Whether the prep launch is the warp-specialized kernel (GLA_GLUON_PREP_WS=1). It has one form:
-    fp16 level operands over all of D, loads of its own; other prep switches are refused here,
-    before a compile."""
+    """Whether the prep launch is the warp-specialized kernel (GLA_GLUON_PREP_WS=1): fp16 level operands
+    over all of D, with or without the prefetch ring (GLA_GLUON_PREP_PREFETCH, bf16 inputs); the other
+    prep switches are refused here, before a compile."""
     if not PREP_WS:
         return False
     others = [name for name, on in (("GLA_GLUON_PREP_OP16=0", not PREP_OP16), ("GLA_GLUON_PREP_ASYNC=1", PREP_ASYNC),
-                                    ("GLA_GLUON_PREP_PREFETCH=1", PREP_PREFETCH), ("GLA_GLUON_PREP_KS", PREP_KS))
-              if on]
+                                    ("GLA_GLUON_PREP_KS", PREP_KS)) if on]
     if others:
-        raise ValueError(f"GLA_GLUON_PREP_WS=1 with {', '.join(others)}: the warp-specialized prep launch has one "
-                         "form (fp16 operands, all of D, no prefetch ring)")
+        raise ValueError(f"GLA_GLUON_PREP_WS=1 with {', '.join(others)}: the warp-specialized prep launch takes "
+                         "fp16 operands over all of D")
     if not 24 <= PREP_WS_REGS <= 256 or PREP_WS_REGS % 8 or PREP_WS_PROGRAMS < 1:
         raise ValueError(f"GLA_GLUON_PREP_WS_REGS={PREP_WS_REGS} / GLA_GLUON_PREP_WS_PROGRAMS={PREP_WS_PROGRAMS}: "
                          "registers a multiple of 8 in [24, 256], programs at least 1")
@@ -258,7 +257,7 @@ def prep_meta(d: int, bt: int) -> dict:
     """The prep kernel's launch keywords beyond gla_prep_kernel's own (KD, REVERSE, IS_VARLEN): its
     layout, its level products' form and its warps (the torch and the JAX launches alike)."""
     if prep_specialized():
-        return dict(BT=bt, ROW_LANES=ROW_LANES, PRODUCT_REGS=PREP_WS_REGS, num_warps=warps(d))
+        return dict(BT=bt, ROW_LANES=ROW_LANES, PRODUCT_REGS=PREP_WS_REGS, PREFETCH=PREP_PREFETCH, num_warps=warps(d))
     meta = dict(BT=bt, ROW_LANES=ROW_LANES, OP16=PREP_OP16 or PREP_ASYNC, ASYNC=PREP_ASYNC)
     ks = prep_slice(d)
     if ks:

@@ -30,11 +30,12 @@ Same arguments, outputs and numerics as ``prep.gla_prep_gluon_kernel`` with fp16
 """
 from __future__ import annotations
 
-from ...common.gluon_compat import (IMPORT_ERROR, WS_LIST_FORM, fence_async_shared, gl, gluon, mbarrier,
-                                    warpgroup_mma)
+from ...common.gluon_compat import (IMPORT_ERROR, WS_LIST_FORM, copy_wait, cta_barrier, fence_async_shared, gl, gluon,
+                                    mbarrier, warpgroup_mma)
 
 if IMPORT_ERROR is None:
-    from .prep import _add, _chunk_start, _exp_flush, _level, _sequence, _stage_gqk, _store_decayed
+    from .prep import (_add, _chunk_start, _exp_flush, _issue_chunk, _level, _own_from_ring, _sequence, _stage_gqk,
+                       _store_decayed)
 
     LEVELS: gl.constexpr = gl.constexpr(6)  # BT = 64: groups of 64 down to 2 positions
 
@@ -57,6 +58,7 @@ if IMPORT_ERROR is None:
         REVERSE: gl.constexpr = flags[3]
         IS_VARLEN: gl.constexpr = flags[4]
         SCALED: gl.constexpr = flags[5]
+        RING: gl.constexpr = flags[6]
         q, k, g, cu, qd, kd, bl, A = ptrs
         qe_r, ke_r, g_s, q_s, k_s, qd_s, kd_s, info = bufs
         op_ready, op_free = bars
@@ -74,8 +76,12 @@ if IMPORT_ERROR is None:
         col_ld = gl.arange(0, KD, layout=gl.SliceLayout(0, LD))
         off_ld = (BT - 1 - pos_ld) if REVERSE else pos_ld
         n_chunks = (seq_len + BT - 1) // BT
+        if RING:  # g_s, q_s, k_s are two-slot rings: slot j % 2 holds the program's j-th chunk
+            _issue_chunk(g, q, k, bos, seq_len, gl.program_id(0), i_h, i_hk, H, HKV, off_ld, col_ld, pos_ld,
+                         g_s.index(0), q_s.index(0), k_s.index(0), KD, BT, REVERSE)
         for i_c in range(gl.program_id(0), n_chunks, gl.num_programs(0)):
-            uses = 3 * ((i_c - gl.program_id(0)) // gl.num_programs(0))  # each slot's uses before this chunk
+            j = (i_c - gl.program_id(0)) // gl.num_programs(0)
+            uses = 3 * j  # each operand slot's uses before this chunk
             start = _chunk_start(seq_len, i_c, BT, REVERSE)
             m = (pos_ld < seq_len - i_c * BT)[:, None]
             row0 = bos + start
@@ -83,17 +89,31 @@ if IMPORT_ERROR is None:
             k_base = row0 * (HKV * KD) + i_hk * KD
             x_off = off_ld[:, None] * (H * KD) + col_ld[None, :]
             k_off = off_ld[:, None] * (HKV * KD) + col_ld[None, :]
-            # the layout changes through shared memory need barriers of this partition's warps only,
-            # which the compiler's barrier pass places
-            q_inv, k_inv, own = _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, g_s, q_s, k_s, BT, LD, SCALED,
-                                           False)
-            gg = g_s.load(L)
+            if RING:
+                # the next chunk's copies into the other slot (its last reader, the last chunk, is done
+                # with it in program order), then this chunk's, issued one chunk ago
+                g_c, q_c, k_c = g_s.index(j % 2), q_s.index(j % 2), k_s.index(j % 2)
+                _issue_chunk(g, q, k, bos, seq_len, i_c + gl.num_programs(0), i_h, i_hk, H, HKV, off_ld, col_ld,
+                             pos_ld, g_s.index(1 - j % 2), q_s.index(1 - j % 2), k_s.index(1 - j % 2), KD, BT, REVERSE)
+                copy_wait(1)
+                cta_barrier()  # every thread's copies of this chunk visible to all of this partition's warps
+                q_inv, k_inv, own = _own_from_ring(q_c, k_c, BT, LD, SCALED)
+                # qd takes the chunk's gate slot once its gates are read (the same elements by the same
+                # threads, in L)
+                qd_c = g_c
+            else:
+                # the layout changes through shared memory need barriers of this partition's warps
+                # only, which the compiler's barrier pass places
+                q_inv, k_inv, own = _stage_gqk(g, q, k, x_base, k_base, x_off, k_off, m, g_s, q_s, k_s, BT, LD,
+                                               SCALED, False)
+                g_c, q_c, k_c, qd_c = g_s, q_s, k_s, qd_s
+            gg = g_c.load(L).to(gl.float32)
             # q and k stay 16-bit across the levels (half the registers), widened per use
-            qq = q_s.load(L)
-            kk = k_s.load(L)
+            qq = q_c.load(L)
+            kk = k_c.load(L)
             B = gl.associative_scan(gg, 0, _add)
             Bl = gl.sum(gg, axis=0)
-            qd_s.store((qq.to(gl.float32) * _exp_flush(B)).to(qd.dtype.element_ty))
+            qd_c.store((qq.to(gl.float32) * _exp_flush(B)).to(qd_c.dtype))
             kd_s.store((kk.to(gl.float32) * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty))
             gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, Bl)
             for lvl in gl.static_range(LEVELS):
@@ -108,7 +128,9 @@ if IMPORT_ERROR is None:
                 ke_r.index(lvl % 2).store(gl.permute(ke, (1, 0)))
                 fence_async_shared()
                 mbarrier.arrive(op_ready.index(lvl % 2), count=1)
-            _store_decayed(qd + x_base, kd + x_base, qd_s, kd_s, info, x_off, m, LD, SCALED)
+            _store_decayed(qd + x_base, kd + x_base, qd_c, kd_s, info, x_off, m, LD, SCALED)
+        if RING:  # the last issue (of a chunk past the end: zeros) lands before the program's memory is freed
+            copy_wait(0)
 
     @gluon.jit
     def _products_partition(ptrs, bufs, bars, geo, flags):
@@ -171,21 +193,33 @@ if IMPORT_ERROR is None:
         T, H, HKV,
         qd, kd, bl, A,
         KD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
-        ROW_LANES: gl.constexpr, PRODUCT_REGS: gl.constexpr = 96,
+        ROW_LANES: gl.constexpr, PRODUCT_REGS: gl.constexpr = 96, PREFETCH: gl.constexpr = False,
     ):
         """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …; KD·ROW_LANES / 32 warps
         in the levels partition and 4 in the products one (at PRODUCT_REGS registers a thread);
-        BT = 64 (six levels), KD 64 or 128."""
+        BT = 64 (six levels), KD 64 or 128. PREFETCH: for bf16 inputs, each chunk's g, q and k arrive
+        by asynchronous copies into a two-slot ring, the next chunk's issued before this one's levels,
+        and qd takes its chunk's gate slot; fp16 inputs (fp32 qd and kd) leave no room for the ring
+        beside the operands' and stage as without it, as does g in a third dtype."""
         # fp16 level operands take bf16 inputs scaled per row (fp16 inputs fit as they are)
         SCALED: gl.constexpr = q.dtype.element_ty == gl.bfloat16
+        # qd takes its chunk's gate slot: g in fp32 holds it unrounded, g in qd's dtype as qd itself
+        RING: gl.constexpr = PREFETCH and SCALED and (g.dtype.element_ty == gl.float32
+                                                      or g.dtype.element_ty == qd.dtype.element_ty)
         OPT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KD, BT], gl.float16)
         RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
         qe_r = gl.allocate_shared_memory(gl.float16, [2, KD, BT], OPT)
         ke_r = gl.allocate_shared_memory(gl.float16, [2, KD, BT], OPT)
-        g_s = gl.allocate_shared_memory(gl.float32, [BT, KD], RAW)
-        q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KD], RAW)
-        k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KD], RAW)
-        qd_s = gl.allocate_shared_memory(qd.dtype.element_ty, [BT, KD], RAW)
+        if RING:
+            g_s = gl.allocate_shared_memory(g.dtype.element_ty, [2, BT, KD], RAW)
+            q_s = gl.allocate_shared_memory(q.dtype.element_ty, [2, BT, KD], RAW)
+            k_s = gl.allocate_shared_memory(k.dtype.element_ty, [2, BT, KD], RAW)
+            qd_s = g_s  # qd goes to its chunk's gate slot
+        else:
+            g_s = gl.allocate_shared_memory(gl.float32, [BT, KD], RAW)
+            q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KD], RAW)
+            k_s = gl.allocate_shared_memory(k.dtype.element_ty, [BT, KD], RAW)
+            qd_s = gl.allocate_shared_memory(qd.dtype.element_ty, [BT, KD], RAW)
         kd_s = gl.allocate_shared_memory(kd.dtype.element_ty, [BT, KD], RAW)
         # the rows' inverse scales of q and k and the diagonal weights of the chunk in flight
         info = gl.allocate_shared_memory(gl.float32, [3, BT], gl.SwizzledSharedLayout(1, 1, 1, [0]))
@@ -200,7 +234,7 @@ if IMPORT_ERROR is None:
         geo = (T, H, HKV)
         # the flags as one constexpr tuple: a constexpr passed alone in the partitions' arguments
         # reaches them as a tensor
-        args = (ptrs, bufs, bars, geo, gl.constexpr((KD, BT, ROW_LANES, REVERSE, IS_VARLEN, SCALED)))
+        args = (ptrs, bufs, bars, geo, gl.constexpr((KD, BT, ROW_LANES, REVERSE, IS_VARLEN, SCALED, RING)))
         if WS_LIST_FORM:
             gl.warp_specialize([(_levels_partition, args), (_products_partition, args)], [4], [PRODUCT_REGS])
         else:

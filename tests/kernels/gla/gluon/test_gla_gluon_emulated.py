@@ -82,6 +82,7 @@ PREP_FORMS = {  # OP16, ASYNC, PREFETCH, key slice (0: all of D), lanes a key ch
     "fp16-async": (False, True, False, 0, 2, False), "tf32-prefetch": (False, False, True, 0, 2, False),
     "fp16-prefetch": (True, False, True, 0, 2, False), "fp16-ks32": (True, False, False, 32, 4, False),
     "tf32-ks32": (False, False, False, 32, 4, False), "fp16-ws": (True, False, False, 0, 2, True),
+    "fp16-ws-prefetch": (True, False, True, 0, 2, True),
 }
 _PREP_SWITCHES = ("PREP_OP16", "PREP_ASYNC", "PREP_PREFETCH", "PREP_KS", "ROW_LANES", "PREP_WS")
 
@@ -101,10 +102,12 @@ def _case_id(c: tuple) -> str:
 
 
 # the default form (fp16 operands, whole D) and the warp-specialized one (a kernel of its own) at every
-# case; each other form at one case, the cases taken in turn, so every form meets a gate norm, a dtype
-# and an order of its own
-PREP_RUNS = [(f, c) for f in ("fp16", "fp16-ws") for c in PREP_CASES] + [
-    (form, PREP_CASES[i % len(PREP_CASES)]) for i, form in enumerate(f for f in PREP_FORMS if f not in ("fp16", "fp16-ws"))]
+# case, the latter's prefetch ring at both bf16 ones (fp16 inputs stage without it); each other form at
+# one case, the cases taken in turn, so every form meets a gate norm, a dtype and an order of its own
+_OWN_RUNS = ("fp16", "fp16-ws", "fp16-ws-prefetch")
+PREP_RUNS = [(f, c) for f in _OWN_RUNS[:2] for c in PREP_CASES] + [("fp16-ws-prefetch", c) for c in PREP_CASES
+                                                                    if c[5] == torch.bfloat16] + [
+    (form, PREP_CASES[i % len(PREP_CASES)]) for i, form in enumerate(f for f in PREP_FORMS if f not in _OWN_RUNS)]
 
 
 @pytest.mark.parametrize("form,case", PREP_RUNS, ids=[f"{f}-{_case_id(c)}" for f, c in PREP_RUNS])

@@ -47,6 +47,7 @@ _SM90 = {
     "ring": ({}, "compile_gla_prep(d=128, dtype='bf16', op16=True, prefetch=True)"),
     "sliced": ({}, "compile_gla_prep(d=128, dtype='bf16', op16=True, ks=32, row_lanes=4)"),
     "specialized": ({}, "compile_gla_prep(d=128, dtype='bf16', specialized=True, product_regs=96)"),
+    "specialized_ring": ({}, "compile_gla_prep(d=128, dtype='bf16', specialized=True, product_regs=96, prefetch=True)"),
     "intra": ({}, "compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True)"),
     "intra64": ({}, "compile_gla_intra(d=64, e=64, dtype='fp16', varlen=True)"),
     "pairs_tf32": ({**_PAIRS16, _HOST + "INTRA_OP16": False},
@@ -113,6 +114,12 @@ def test_the_warp_specialized_prep_launch_compiles_for_sm90_as_two_partitions_jo
     assert ws["mbarrier_waits"] >= 4
     assert 2 * 2 * 128 * 64 * 2 + 64 * 128 * (4 + 2 + 2 + 2 + 2) <= ws["shared_bytes"] <= 227 * 1024
     assert ws["spilled_bytes"] <= 1024, ws["spilled_bytes"]
+    # with the prefetch ring (bf16): g, q and k by per-thread asynchronous copies into two slots, qd in
+    # its chunk's gate slot, still within 227 KB
+    ring = sm90["specialized_ring"]
+    assert ws["async_copies"] == 0 < ring["async_copies"] and ring["wgmma"] == ws["wgmma"]
+    assert ws["shared_bytes"] + 64 * 128 * (4 + 2 + 2) - 64 * 128 * 2 <= ring["shared_bytes"] <= 227 * 1024
+    assert ring["spilled_bytes"] <= 1024, ring["spilled_bytes"]
 
 
 _JAX_GLUON_PROBE = r'''
@@ -576,16 +583,19 @@ def test_the_prep_launch_keys_its_form_and_launches_the_sliced_kernel_by_its_own
 
 def test_the_warp_specialized_prep_knob_picks_its_kernel_grid_and_launcher_and_refuses_other_forms(monkeypatch):
     """GLA_GLUON_PREP_WS=1 takes ``prep_specialized`` at D·ROW_LANES / 32 warps in the levels partition
-    and PREP_WS_REGS registers in the products one, at most PREP_WS_PROGRAMS programs a row, through
-    a launcher of its own and a key that names it; the prep switches it has no form for (tf32
-    operands, the asynchronous levels, the prefetch ring, key slices) and a register count setmaxnreg
-    cannot take are refused on the host, naming the knobs."""
+    and PREP_WS_REGS registers in the products one, at most PREP_WS_PROGRAMS programs a row, with the
+    prefetch switch passed on, through a launcher of its own and a key that names it; the prep
+    switches it has no form for (tf32 operands, the asynchronous levels, key slices) and a register
+    count setmaxnreg cannot take are refused on the host, naming the knobs."""
     from lattnbench.kernels.gla.gluon import prep_specialized
     for name, value in (("PREP_WS", True), ("PREP_OP16", True), ("PREP_ASYNC", False), ("PREP_PREFETCH", False),
                         ("PREP_KS", 0), ("ROW_LANES", 2), ("PREP_WS_REGS", 96), ("PREP_WS_PROGRAMS", 16)):
         monkeypatch.setattr(host, name, value)
     assert host.prep_kernel(128) is prep_specialized.gla_prep_specialized_gluon_kernel
-    assert host.prep_meta(128, 64) == dict(BT=64, ROW_LANES=2, PRODUCT_REGS=96, num_warps=8)
+    assert host.prep_meta(128, 64) == dict(BT=64, ROW_LANES=2, PRODUCT_REGS=96, PREFETCH=False, num_warps=8)
+    monkeypatch.setattr(host, "PREP_PREFETCH", True)
+    assert host.prep_meta(128, 64)["PREFETCH"] is True
+    monkeypatch.setattr(host, "PREP_PREFETCH", False)
     assert host.prep_grid((64, 128)) == (16, 128) and host.prep_grid((3, 8)) == (3, 8)
     calls = []
     for launcher in ("_LAUNCH", "_LAUNCH_SLICED", "_LAUNCH_SPECIALIZED"):
@@ -597,7 +607,7 @@ def test_the_warp_specialized_prep_knob_picks_its_kernel_grid_and_launcher_and_r
     assert [(c[0], c[2]) for c in calls] == [("_LAUNCH_SPECIALIZED", (16, 8)), ("_LAUNCH", (64, 8))]
     assert calls[0][1] != calls[1][1]
     monkeypatch.setattr(host, "PREP_WS", True)
-    for name, value in (("PREP_OP16", False), ("PREP_ASYNC", True), ("PREP_PREFETCH", True), ("PREP_KS", 32),
+    for name, value in (("PREP_OP16", False), ("PREP_ASYNC", True), ("PREP_KS", 32),
                         ("PREP_WS_REGS", 100), ("PREP_WS_PROGRAMS", 0)):
         with monkeypatch.context() as m:
             m.setattr(host, name, value)
