@@ -39,5 +39,8 @@ triton_prep = _form("triton-prep", PREP_ON=False)
 prep_ws = _form("prep-ws", PREP_WS=True)
 prep_ws_p64 = _form("prep-ws-p64", PREP_WS=True, PREP_WS_PROGRAMS=64)
 prep_ws_prefetch = _form("prep-ws-prefetch", PREP_WS=True, PREP_PREFETCH=True)
+#: with four lanes a key channel: 16 warps make the operands (96 registers a thread, as the products')
+prep_ws_rl4 = _form("prep-ws-rl4", PREP_WS=True, ROW_LANES=4)
+prep_ws_rl4_prefetch = _form("prep-ws-rl4-prefetch", PREP_WS=True, ROW_LANES=4, PREP_PREFETCH=True)
 #: the warp-specialized prep launch beside the candidate in-chunk backward
 prep_ws_intra16 = _form("prep-ws-intra16", PREP_WS=True, **_PAIRS_EXIT, INTRA_OP16=True, INTRA_KDS=64)

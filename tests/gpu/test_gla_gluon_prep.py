@@ -69,6 +69,7 @@ VARIANTS = {  # OP16, ASYNC, PREFETCH, key slice (0: all of D), lanes a key chan
     "fp16-async": (False, True, False, 0, 2, False), "fp16-prefetch": (True, False, True, 0, 2, False),
     "fp16-ks32": (True, False, False, 32, 4, False), "fp16-ks64": (True, False, False, 64, 2, False),
     "fp16-ws": (True, False, False, 0, 2, True), "fp16-ws-prefetch": (True, False, True, 0, 2, True),
+    "fp16-ws-rl4-prefetch": (True, False, True, 0, 4, True),
 }
 
 

@@ -82,7 +82,7 @@ PREP_FORMS = {  # OP16, ASYNC, PREFETCH, key slice (0: all of D), lanes a key ch
     "fp16-async": (False, True, False, 0, 2, False), "tf32-prefetch": (False, False, True, 0, 2, False),
     "fp16-prefetch": (True, False, True, 0, 2, False), "fp16-ks32": (True, False, False, 32, 4, False),
     "tf32-ks32": (False, False, False, 32, 4, False), "fp16-ws": (True, False, False, 0, 2, True),
-    "fp16-ws-prefetch": (True, False, True, 0, 2, True),
+    "fp16-ws-prefetch": (True, False, True, 0, 2, True), "fp16-ws-rl4-prefetch": (True, False, True, 0, 4, True),
 }
 _PREP_SWITCHES = ("PREP_OP16", "PREP_ASYNC", "PREP_PREFETCH", "PREP_KS", "ROW_LANES", "PREP_WS")
 
