@@ -95,18 +95,29 @@ if IMPORT_ERROR is None:
         return q_x, k_x, q_inv, k_inv, gl.sum(q_x.to(gl.float32) * k_x.to(gl.float32), axis=1)
 
     @gluon.jit
+    def _chunk_tile(bos, seq_len, i_c, i_h, i_hk, H, HKV, off_ld, col_ld, pos_ld, KD: gl.constexpr,
+                    BT: gl.constexpr, REVERSE: gl.constexpr):
+        """Where chunk i_c's [BT, KD] tiles sit: (its first row, the scalar int64 bases of a query-head
+        and a kv-head tensor at that row, their int32 offsets inside the tile in the row-major layout
+        of off_ld / col_ld, the mask of the rows inside the sequence); tile rows in processing order."""
+        row0 = bos + _chunk_start(seq_len, i_c, BT, REVERSE)
+        x_base = row0 * (H * KD) + i_h * KD
+        k_base = row0 * (HKV * KD) + i_hk * KD
+        x_off = off_ld[:, None] * (H * KD) + col_ld[None, :]
+        k_off = off_ld[:, None] * (HKV * KD) + col_ld[None, :]
+        return row0, x_base, k_base, x_off, k_off, (pos_ld < seq_len - i_c * BT)[:, None]
+
+    @gluon.jit
     def _issue_chunk(g, q, k, bos, seq_len, i_c, i_h, i_hk, H, HKV, off_ld, col_ld, pos_ld, g_s, q_s, k_s,
                      KD: gl.constexpr, BT: gl.constexpr, REVERSE: gl.constexpr):
         """Chunk i_c's gates, q and k copied into g_s, q_s, k_s (one slot of the prefetch ring) by
         asynchronous per-thread copies, one commit group; rows past the sequence, and every row of a
         chunk past the last, are zero-filled without a read (no decay there, no score)."""
-        row0 = bos + _chunk_start(seq_len, i_c, BT, REVERSE)
-        m = (pos_ld < seq_len - i_c * BT)[:, None]
-        x_off = off_ld[:, None] * (H * KD) + col_ld[None, :]
-        k_off = off_ld[:, None] * (HKV * KD) + col_ld[None, :]
-        copy_to_shared(g_s, g + (row0 * (H * KD) + i_h * KD) + x_off, mask=m)
-        copy_to_shared(q_s, q + (row0 * (H * KD) + i_h * KD) + x_off, mask=m)
-        copy_to_shared(k_s, k + (row0 * (HKV * KD) + i_hk * KD) + k_off, mask=m)
+        _, x_base, k_base, x_off, k_off, m = _chunk_tile(bos, seq_len, i_c, i_h, i_hk, H, HKV, off_ld, col_ld, pos_ld,
+                                                         KD, BT, REVERSE)
+        copy_to_shared(g_s, g + x_base + x_off, mask=m)
+        copy_to_shared(q_s, q + x_base + x_off, mask=m)
+        copy_to_shared(k_s, k + k_base + k_off, mask=m)
         copy_commit()
 
     @gluon.jit
@@ -329,15 +340,8 @@ if IMPORT_ERROR is None:
             _issue_chunk(g, q, k, bos, seq_len, gl.program_id(0), i_h, i_hk, H, HKV, off_ld, col_ld, pos_ld,
                          g_r.index(0), q_r.index(0), k_r.index(0), KD, BT, REVERSE)
         for i_c in range(gl.program_id(0), n_chunks, gl.num_programs(0)):
-            start = _chunk_start(seq_len, i_c, BT, REVERSE)
-            m = (pos_ld < seq_len - i_c * BT)[:, None]
-            # scalar int64 bases at the chunk's first row, int32 offsets inside it; tile rows in
-            # processing order
-            row0 = bos + start
-            x_base = row0 * (H * KD) + i_h * KD
-            k_base = row0 * (HKV * KD) + i_hk * KD
-            x_off = off_ld[:, None] * (H * KD) + col_ld[None, :]
-            k_off = off_ld[:, None] * (HKV * KD) + col_ld[None, :]
+            row0, x_base, k_base, x_off, k_off, m = _chunk_tile(bos, seq_len, i_c, i_h, i_hk, H, HKV, off_ld, col_ld,
+                                                                pos_ld, KD, BT, REVERSE)
             if PREFETCH:
                 slot = ((i_c - gl.program_id(0)) // gl.num_programs(0)) % 2
                 q_s, k_s = q_r.index(slot), k_r.index(slot)

@@ -34,8 +34,8 @@ from ...common.gluon_compat import (IMPORT_ERROR, WS_LIST_FORM, copy_wait, cta_b
                                     mbarrier, warpgroup_mma)
 
 if IMPORT_ERROR is None:
-    from .prep import (_add, _chunk_start, _exp_flush, _issue_chunk, _level, _own_from_ring, _sequence, _stage_gqk,
-                       _store_decayed)
+    from .prep import (_add, _chunk_start, _chunk_tile, _exp_flush, _issue_chunk, _level, _own_from_ring, _sequence,
+                       _stage_gqk, _store_decayed)
 
     LEVELS: gl.constexpr = gl.constexpr(6)  # BT = 64: groups of 64 down to 2 positions
 
@@ -82,13 +82,8 @@ if IMPORT_ERROR is None:
         for i_c in range(gl.program_id(0), n_chunks, gl.num_programs(0)):
             j = (i_c - gl.program_id(0)) // gl.num_programs(0)
             uses = 3 * j  # each operand slot's uses before this chunk
-            start = _chunk_start(seq_len, i_c, BT, REVERSE)
-            m = (pos_ld < seq_len - i_c * BT)[:, None]
-            row0 = bos + start
-            x_base = row0 * (H * KD) + i_h * KD
-            k_base = row0 * (HKV * KD) + i_hk * KD
-            x_off = off_ld[:, None] * (H * KD) + col_ld[None, :]
-            k_off = off_ld[:, None] * (HKV * KD) + col_ld[None, :]
+            row0, x_base, k_base, x_off, k_off, m = _chunk_tile(bos, seq_len, i_c, i_h, i_hk, H, HKV, off_ld, col_ld,
+                                                                pos_ld, KD, BT, REVERSE)
             if RING:
                 # the next chunk's copies into the other slot (its last reader, the last chunk, is done
                 # with it in program order), then this chunk's, issued one chunk ago
