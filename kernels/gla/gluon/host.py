@@ -60,8 +60,8 @@ PREP_PREFETCH = os.environ.get("GLA_GLUON_PREP_PREFETCH", "0").strip() == "1"
 PREP_KS = int(os.environ.get("GLA_GLUON_PREP_KS", "0"))
 # the prep launch warp-specialized (``prep_specialized``): one partition makes each level's operands
 # while a warpgroup runs the last level's product (GLA_GLUON_PREP_WS=1; off until timed on the H200),
-# that warpgroup at PREP_WS_REGS registers a thread, each program taking up to PREP_WS_PROGRAMS chunks
-# of a row's in turn fewer (a longer pipeline a program, one program an SM)
+# that warpgroup at PREP_WS_REGS registers a thread, at most PREP_WS_PROGRAMS programs a row (each then
+# takes more of the row's chunks: a longer pipeline a program, one program an SM)
 PREP_WS = os.environ.get("GLA_GLUON_PREP_WS", "0").strip() == "1"
 PREP_WS_REGS = int(os.environ.get("GLA_GLUON_PREP_WS_REGS", "96"))
 PREP_WS_PROGRAMS = int(os.environ.get("GLA_GLUON_PREP_WS_PROGRAMS", "16"))
