@@ -5,6 +5,7 @@ TRITON_INTERPRET must be set before any ``@triton.jit`` kernel is defined, so it
 at configure time, before the test modules import the kernels.
 """
 import os
+import sys
 import tempfile
 
 # One intra-op thread per process, set before torch loads its OpenMP runtime: the suite runs an
@@ -25,6 +26,13 @@ os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="lattnbench-test-cache-")
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
                       os.path.join(tempfile.gettempdir(), f"lattnbench-test-jax-cache-{os.getuid()}"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+
+# Bytecode caching on, for the xdist workers and every CLI process they start, whatever the shell
+# set (PYTHONDONTWRITEBYTECODE): the suite starts a few hundred Python processes that import the
+# same project modules and would compile each one's source anew, and pytest rewrites the test
+# modules' asserts again in every worker. The caches are __pycache__ folders, which git ignores.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 
 def pytest_configure(config):
