@@ -35,6 +35,17 @@ ORIENTATIONS = (0, 1, 2)
 HOST = pytest.mark.parametrize("orientation", [0], indirect=True, ids=["tr0"])  # no orientation at stake
 
 
+def across_orientations(cases, shift: int, names: str = "dtype"):
+    """``cases`` each paired with one orientation, ORIENTATIONS rotated by ``shift``: the orientation
+    changes the chunk passes' tiling, the dtype only their loads' and stores' casts, so three tests
+    at shifts 0, 1 and 2 cover every (dtype, orientation) pair in a third of the runs."""
+    values = [c if isinstance(c, tuple) else (c,) for c in cases]
+    tr = [ORIENTATIONS[(i + shift) % len(ORIENTATIONS)] for i in range(len(values))]
+    ids = ["-".join([*(NAMES.get(x, str(x)) for x in v), f"tr{t}"]) for v, t in zip(values, tr)]
+    return pytest.mark.parametrize(f"{names},orientation", [(*v, t) for v, t in zip(values, tr)],
+                                   indirect=["orientation"], ids=ids)
+
+
 def _parametrizes(metafunc, name):
     for mark in metafunc.definition.iter_markers("parametrize"):
         names = mark.args[0]
@@ -149,12 +160,12 @@ def check(seed=0, b=2, t=100, h=3, hkv=None, d=48, e=48, dtype=torch.float32, ga
     return errs
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@across_orientations([torch.float32, torch.float16, torch.bfloat16], shift=0)
 def test_decay_initial_state_final_state(dtype):
     check(seed=1, t=52, dtype=dtype)  # three whole chunks of the interpreter's 16 and a partial one
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@across_orientations([torch.float32, torch.float16, torch.bfloat16], shift=1)
 def test_reverse(dtype):
     check(seed=2, b=1, t=77, h=3, d=48, e=32, dtype=dtype, reverse=True)
 
@@ -172,7 +183,7 @@ def test_gqa(reverse):
     check(seed=5, b=1, t=34, h=4, hkv=2, d=32, e=48, reverse=reverse)  # a whole chunk and one of 2 tokens
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@across_orientations([torch.float32, torch.float16, torch.bfloat16], shift=2)
 def test_t_equals_one(dtype):
     check(seed=6, b=2, t=1, h=2, d=48, e=48, dtype=dtype)
 
@@ -181,7 +192,8 @@ def test_strong_and_zero_decay():
     check(seed=7, b=1, t=90, h=3, d=32, e=32, gamma=np.array([0.0, -20.0, -80.0], dtype=np.float32))
 
 
-@pytest.mark.parametrize("dtype,reverse", [(torch.float32, False), (torch.float32, True), (torch.float16, False)])
+@across_orientations([(torch.float32, False), (torch.float32, True), (torch.float16, False)], shift=0,
+                     names="dtype,reverse")
 def test_varlen(dtype, reverse):
     # 3 sequences of unequal length, one of length 1, per-sequence initial states
     cu = torch.tensor([0, 37, 38, 99], dtype=torch.int32)
