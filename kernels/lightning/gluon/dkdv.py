@@ -37,9 +37,11 @@ if IMPORT_ERROR is None:
     from .kernels import START_CAP, _chunk_row, _decay_mask, _positions, _shifted_decay, _state_chain
 
     @gluon.jit
-    def _dkdv_load_partition(descs, bufs, bars, geo, ptrs, REVERSE: gl.constexpr, FROM_DST: gl.constexpr,
-                             STORE_HT: gl.constexpr):
+    def _dkdv_load_partition(descs, bufs, bars, geo, ptrs, flags):
         """One warp: keep the ring of q, k, v, dO chunk tiles full."""
+        REVERSE: gl.constexpr = flags[0]
+        FROM_DST: gl.constexpr = flags[1]
+        STORE_HT: gl.constexpr = flags[2]
         q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc = descs
         q_bufs, k_bufs, v_bufs, do_bufs, s_bufs, dk_bufs, dv_bufs = bufs
         ld_ready, ld_empty, s_ready, s_empty = bars
@@ -61,10 +63,12 @@ if IMPORT_ERROR is None:
             tma_load(do_desc, [i_b, t0, i_h * E], bar, do_bufs.index(slot))
 
     @gluon.jit
-    def _dkdv_state_partition(descs, bufs, bars, geo, ptrs, REVERSE: gl.constexpr, FROM_DST: gl.constexpr,
-                              STORE_HT: gl.constexpr):
+    def _dkdv_state_partition(descs, bufs, bars, geo, ptrs, flags):
         """One warpgroup: R [D, E] fp32 is the wgmma accumulator; Qᵀ, decayed per token, is the
         register A operand; dO comes straight from the ring. Starts from c·dS_T (FROM_DST)."""
+        REVERSE: gl.constexpr = flags[0]
+        FROM_DST: gl.constexpr = flags[1]
+        STORE_HT: gl.constexpr = flags[2]
         q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc = descs
         q_bufs, k_bufs, v_bufs, do_bufs, s_bufs, dk_bufs, dv_bufs = bufs
         i_b, i_h, T, H, n_chunks = geo
@@ -91,12 +95,14 @@ if IMPORT_ERROR is None:
             gl.store(ht_ptr + state_off + s_idx, R)
 
     @gluon.jit
-    def _dkdv_output_partition(descs, bufs, bars, geo, ptrs, REVERSE: gl.constexpr, FROM_DST: gl.constexpr,
-                               STORE_HT: gl.constexpr):
+    def _dkdv_output_partition(descs, bufs, bars, geo, ptrs, flags):
         """The default warpgroup: per chunk dv = diag(kdec)·(K·R) + ((K Qᵀ) ⊙ M)·dO and
         dk = diag(vdec)·(V·Rᵀ) + ((V dOᵀ) ⊙ M)·Q as six async wgmmas in one interleaved chain (wgmma
         groups complete in issue order, so each wait names how many later groups may still run);
         NO tiles of each in flight to TMA stores."""
+        REVERSE: gl.constexpr = flags[0]
+        FROM_DST: gl.constexpr = flags[1]
+        STORE_HT: gl.constexpr = flags[2]
         q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc = descs
         q_bufs, k_bufs, v_bufs, do_bufs, s_bufs, dk_bufs, dv_bufs = bufs
         ld_ready, ld_empty, s_ready, s_empty = bars
@@ -227,7 +233,7 @@ if IMPORT_ERROR is None:
         bars = (ld_ready, ld_empty, s_ready, s_empty)
         geo = (i_b, i_h, T, H, n_chunks)
         ptrs = (dst, ht, g, scale)
-        args = (descs, bufs, bars, geo, ptrs, REVERSE, FROM_DST, STORE_HT)
+        args = (descs, bufs, bars, geo, ptrs, gl.constexpr((REVERSE, FROM_DST, STORE_HT)))  # as the forward's
         if WS_LIST_FORM:
             gl.warp_specialize([(_dkdv_output_partition, args), (_dkdv_load_partition, args),
                                 (_dkdv_state_partition, args)], [LOAD_WARPS, STATE_WARPS], [LOAD_REGS, STATE_REGS])

@@ -87,9 +87,12 @@ if IMPORT_ERROR is None:
         return gl.where(p >= 0.0, gl.exp(gam * (p + 1.0)), 0.0) * scale
 
     @gluon.jit
-    def _load_partition(descs, bufs, bars, geo, ptrs, E: gl.constexpr, REVERSE: gl.constexpr,
-                        H0_MODE: gl.constexpr, STORE_HT: gl.constexpr):
+    def _load_partition(descs, bufs, bars, geo, ptrs, flags):
         """One warp: keep the ring of q, k, v chunk tiles full."""
+        E: gl.constexpr = flags[0]
+        REVERSE: gl.constexpr = flags[1]
+        H0_MODE: gl.constexpr = flags[2]
+        STORE_HT: gl.constexpr = flags[3]
         q_desc, k_desc, v_desc, o_desc = descs
         q_bufs, k_bufs, v_bufs, s_bufs, o_bufs = bufs
         ld_ready, ld_empty, s_ready, s_empty = bars
@@ -151,10 +154,13 @@ if IMPORT_ERROR is None:
         return S
 
     @gluon.jit
-    def _state_partition(descs, bufs, bars, geo, ptrs, E: gl.constexpr, REVERSE: gl.constexpr,
-                         H0_MODE: gl.constexpr, STORE_HT: gl.constexpr):
+    def _state_partition(descs, bufs, bars, geo, ptrs, flags):
         """One warpgroup: the state recurrence. S [D, BV] fp32 is the wgmma accumulator; Kᵀ, decayed
         per token, is the register A operand; V comes straight from the ring."""
+        E: gl.constexpr = flags[0]
+        REVERSE: gl.constexpr = flags[1]
+        H0_MODE: gl.constexpr = flags[2]
+        STORE_HT: gl.constexpr = flags[3]
         q_desc, k_desc, v_desc, o_desc = descs
         q_bufs, k_bufs, v_bufs, s_bufs, o_bufs = bufs
         i_b, i_h, i_v, T, H, HKV, n_chunks = geo
@@ -185,11 +191,14 @@ if IMPORT_ERROR is None:
             gl.store(ht_ptr + state_off + s_idx, S)
 
     @gluon.jit
-    def _output_partition(descs, bufs, bars, geo, ptrs, E: gl.constexpr, REVERSE: gl.constexpr,
-                          H0_MODE: gl.constexpr, STORE_HT: gl.constexpr):
+    def _output_partition(descs, bufs, bars, geo, ptrs, flags):
         """The default warpgroup: per chunk three async wgmmas into one [BT, BV] accumulator,
         QKᵀ (its wait deferred past the issue of Q·S), Q·S_{c−1}, then (QKᵀ⊙M)·V; the output tile
         leaves by TMA store, NO tiles in flight."""
+        E: gl.constexpr = flags[0]
+        REVERSE: gl.constexpr = flags[1]
+        H0_MODE: gl.constexpr = flags[2]
+        STORE_HT: gl.constexpr = flags[3]
         q_desc, k_desc, v_desc, o_desc = descs
         q_bufs, k_bufs, v_bufs, s_bufs, o_bufs = bufs
         ld_ready, ld_empty, s_ready, s_empty = bars
@@ -297,7 +306,9 @@ if IMPORT_ERROR is None:
         bars = (ld_ready, ld_empty, s_ready, s_empty)
         geo = (i_b, i_h, i_v, T, H, HKV, n_chunks)
         ptrs = (h0, ht, g, scale)
-        args = (descs, bufs, bars, geo, ptrs, E, REVERSE, H0_MODE, STORE_HT)
+        # the flags as one constexpr tuple: passed alone, a constexpr reaches a worker partition as a
+        # runtime value (Triton 3.6), and every `if REVERSE:` there would be a branch
+        args = (descs, bufs, bars, geo, ptrs, gl.constexpr((E, REVERSE, H0_MODE, STORE_HT)))
         if WS_LIST_FORM:
             gl.warp_specialize([(_output_partition, args), (_load_partition, args), (_state_partition, args)],
                                [LOAD_WARPS, STATE_WARPS], [LOAD_REGS, STATE_REGS])
