@@ -94,13 +94,13 @@ def dkdv_source(d: int = 128, e: int = 128, dtype: str = "bf16", reverse: bool =
 
 
 def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, varlen: bool = False,
-                    row_lanes: int | None = None, op16: bool = False, asynchronous: bool = False,
+                    row_lanes: int | None = None, op16: bool = False,
                     prefetch: bool = False, ks: int = 0, specialized: bool = False, product_regs: int | None = None):
     """(GluonASTSource, launch options) of ``gla/triton``'s Gluon prep launch (``kernels.gla.gluon.prep``,
     with a key slice ``ks`` < d ``prep_sliced``, warp-specialized ``prep_specialized``) as
     ``gla.gluon.host.launch_prep`` launches it: qd and kd in bf16 for bf16 inputs, fp32 for fp16;
-    ``op16`` / ``asynchronous`` / ``prefetch`` / ``ks`` / ``specialized`` / ``product_regs`` as
-    ``GLA_GLUON_PREP_OP16`` / ``_ASYNC`` / ``_PREFETCH`` / ``_KS`` / ``_WS`` / ``_WS_REGS`` set them."""
+    ``op16`` / ``prefetch`` / ``ks`` / ``specialized`` / ``product_regs`` as ``GLA_GLUON_PREP_OP16`` /
+    ``_PREFETCH`` / ``_KS`` / ``_WS`` / ``_WS_REGS`` set them."""
     from lattnbench.kernels.gla.gluon import host as C
     from lattnbench.kernels.gla.gluon import prep as K
     from lattnbench.kernels.gla.gluon import prep_sliced as KS
@@ -115,8 +115,7 @@ def gla_prep_source(d: int = 128, dtype: str = "bf16", reverse: bool = False, va
                           PRODUCT_REGS=product_regs or C.PREP_WS_REGS, PREFETCH=prefetch)
         options = dict(num_warps=C.warps(d, lanes), num_stages=1, enable_fp_fusion=True)
         return _source(KW.gla_prep_specialized_gluon_kernel, types, constexprs), options
-    constexprs = dict(KD=d, REVERSE=reverse, IS_VARLEN=varlen, BT=C.CHUNK, ROW_LANES=lanes,
-                      OP16=op16 or asynchronous, ASYNC=asynchronous)
+    constexprs = dict(KD=d, REVERSE=reverse, IS_VARLEN=varlen, BT=C.CHUNK, ROW_LANES=lanes, OP16=op16)
     sliced = 0 < ks < d
     if sliced:
         constexprs["KS"] = ks

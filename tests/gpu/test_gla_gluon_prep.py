@@ -64,20 +64,20 @@ def _gluon_and_triton_prep(monkeypatch, q, k, g, reverse, cu, n):
     return got, gops.gla_prep(q, k, g, reverse, cu, n)
 
 
-VARIANTS = {  # OP16, ASYNC, PREFETCH, key slice (0: all of D), lanes a key channel, warp-specialized
-    "tf32": (False, False, False, 0, 2, False), "fp16": (True, False, False, 0, 2, False),
-    "fp16-async": (False, True, False, 0, 2, False), "fp16-prefetch": (True, False, True, 0, 2, False),
-    "fp16-ks32": (True, False, False, 32, 4, False), "fp16-ks64": (True, False, False, 64, 2, False),
-    "fp16-ws": (True, False, False, 0, 2, True), "fp16-ws-prefetch": (True, False, True, 0, 2, True),
-    "fp16-ws-rl4-prefetch": (True, False, True, 0, 4, True),
+VARIANTS = {  # OP16, PREFETCH, key slice (0: all of D), lanes a key channel, warp-specialized
+    "tf32": (False, False, 0, 2, False), "fp16": (True, False, 0, 2, False),
+    "fp16-prefetch": (True, True, 0, 2, False),
+    "fp16-ks32": (True, False, 32, 4, False), "fp16-ks64": (True, False, 64, 2, False),
+    "fp16-ws": (True, False, 0, 2, True), "fp16-ws-prefetch": (True, True, 0, 2, True),
+    "fp16-ws-rl4-prefetch": (True, True, 0, 4, True),
 }
 
 
 def _form(monkeypatch, variant):
-    op16, asynchronous, prefetch, ks, lanes, ws = VARIANTS[variant]
+    op16, prefetch, ks, lanes, ws = VARIANTS[variant]
     # the warp-specialized kernel at 3 programs a row: each takes several chunks, so its ring's phases
     # turn over as at long sequences
-    for name, value in dict(PREP_OP16=op16, PREP_ASYNC=asynchronous, PREP_PREFETCH=prefetch, PREP_KS=ks,
+    for name, value in dict(PREP_OP16=op16, PREP_PREFETCH=prefetch, PREP_KS=ks,
                             ROW_LANES=lanes, PREP_WS=ws, PREP_WS_PROGRAMS=3).items():
         monkeypatch.setattr(host, name, value)
 
@@ -120,7 +120,7 @@ def test_the_gluon_prep_launch_matches_the_triton_one(monkeypatch, b, t, h, hkv,
         assert err_ratio(x, y) <= tol, (name, err_ratio(x, y))
 
 
-@pytest.mark.parametrize("variant", ["fp16", "fp16-async", "fp16-prefetch", "fp16-ks32", "fp16-ws",
+@pytest.mark.parametrize("variant", ["fp16", "fp16-prefetch", "fp16-ks32", "fp16-ws",
                                      "fp16-ws-prefetch"])
 def test_fp16_operands_hold_bf16_inputs_past_the_fp16_range(monkeypatch, variant):
     """bf16 q around 1e6 and k around 1e-6 (their products past fp16's range and below its normal

@@ -47,10 +47,8 @@ ROW_LANES = int(os.environ.get("GLA_GLUON_PREP_ROW_LANES", "2"))
 # the prep launch's level products: fp16 operands stored channel-major (vector stores, twice the
 # tensor-core rate) instead of tf32 ones stored row-major (GLA_GLUON_PREP_OP16=0). fp16 keeps tf32's
 # mantissa; bf16 inputs are scaled per row by a power of two as they are staged, so fp16's range
-# holds q⊙E and k⊙E for any input. ASYNC issues each level before the last one is waited on: slower
-# on the H200 (more registers live across the wait), so it stays a knob
+# holds q⊙E and k⊙E for any input
 PREP_OP16 = os.environ.get("GLA_GLUON_PREP_OP16", "1").strip() != "0"
-PREP_ASYNC = os.environ.get("GLA_GLUON_PREP_ASYNC", "0").strip() == "1"
 # the prep launch's g, q and k through a two-slot shared ring of asynchronous copies, the next chunk's
 # in flight while this one's levels run (GLA_GLUON_PREP_PREFETCH=1; off until timed on the H200)
 PREP_PREFETCH = os.environ.get("GLA_GLUON_PREP_PREFETCH", "0").strip() == "1"
@@ -229,8 +227,7 @@ def prep_specialized() -> bool:
     prep switches are refused here, before a compile."""
     if not PREP_WS:
         return False
-    others = [name for name, on in (("GLA_GLUON_PREP_OP16=0", not PREP_OP16), ("GLA_GLUON_PREP_ASYNC=1", PREP_ASYNC),
-                                    ("GLA_GLUON_PREP_KS", PREP_KS)) if on]
+    others = [name for name, on in (("GLA_GLUON_PREP_OP16=0", not PREP_OP16), ("GLA_GLUON_PREP_KS", PREP_KS)) if on]
     if others:
         raise ValueError(f"GLA_GLUON_PREP_WS=1 with {', '.join(others)}: the warp-specialized prep launch takes "
                          "fp16 operands over all of D")
@@ -258,7 +255,7 @@ def prep_meta(d: int, bt: int) -> dict:
     layout, its level products' form and its warps (the torch and the JAX launches alike)."""
     if prep_specialized():
         return dict(BT=bt, ROW_LANES=ROW_LANES, PRODUCT_REGS=PREP_WS_REGS, PREFETCH=PREP_PREFETCH, num_warps=warps(d))
-    meta = dict(BT=bt, ROW_LANES=ROW_LANES, OP16=PREP_OP16 or PREP_ASYNC, ASYNC=PREP_ASYNC)
+    meta = dict(BT=bt, ROW_LANES=ROW_LANES, OP16=PREP_OP16)
     ks = prep_slice(d)
     if ks:
         return dict(meta, KS=ks, num_warps=warps(ks))
@@ -278,5 +275,5 @@ def launch_prep(key: tuple, args: tuple, grid: tuple[int, int], d: int, reverse:
     spec = lambda: (lambda meta: grid,  # noqa: E731
                     dict(KD=d, REVERSE=bool(reverse), IS_VARLEN=bool(varlen), **prep_meta(d, bt)))
     launcher = _LAUNCH_SPECIALIZED if prep_specialized() else _LAUNCH_SLICED if prep_slice(d) else _LAUNCH
-    launcher(("gluon", PREP_OP16, PREP_ASYNC, PREP_PREFETCH, PREP_KS, ROW_LANES, PREP_WS, PREP_WS_REGS,
+    launcher(("gluon", PREP_OP16, PREP_PREFETCH, PREP_KS, ROW_LANES, PREP_WS, PREP_WS_REGS,
               PREP_WS_PROGRAMS) + key, args, spec, stream)

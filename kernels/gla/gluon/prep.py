@@ -15,7 +15,7 @@ tiles are processing positions (reversed rows under REVERSE), so one code path s
 from __future__ import annotations
 
 from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, fence_async_shared, gl, gluon, warpgroup_mma
-from ...common.gluon_compat import copy_commit, copy_to_shared, copy_wait, warpgroup_mma_wait
+from ...common.gluon_compat import copy_commit, copy_to_shared, copy_wait
 
 if IMPORT_ERROR is None:
 
@@ -218,10 +218,9 @@ if IMPORT_ERROR is None:
         gl.store(kd + x_off, kd_t, mask=m)
 
     @gluon.jit
-    def _level_buffers(KW: gl.constexpr, BT: gl.constexpr, OP16: gl.constexpr, ASYNC: gl.constexpr):
-        """The levels' operand buffers over KW key channels: fp16 ones stored channel-major [KW, BT]
-        (with a second pair under ASYNC: level l + 1 is staged while level l's product runs), or tf32
-        ones row-major [BT, KW]; (qe, ke, qe2, ke2), the second pair the first where there is none."""
+    def _level_buffers(KW: gl.constexpr, BT: gl.constexpr, OP16: gl.constexpr):
+        """The levels' operand buffers over KW key channels: fp16 ones stored channel-major [KW, BT],
+        or tf32 ones row-major [BT, KW]; (qe, ke)."""
         if OP16:
             OPT: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KW, BT], gl.float16)
             qe_s = gl.allocate_shared_memory(gl.float16, [KW, BT], OPT)
@@ -230,20 +229,7 @@ if IMPORT_ERROR is None:
             OP: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BT, KW], gl.float32)
             qe_s = gl.allocate_shared_memory(gl.float32, [BT, KW], OP)
             ke_s = gl.allocate_shared_memory(gl.float32, [BT, KW], OP)
-        if OP16 and ASYNC:
-            qe2_s = gl.allocate_shared_memory(gl.float16, [KW, BT], OPT)
-            ke2_s = gl.allocate_shared_memory(gl.float16, [KW, BT], OPT)
-        else:
-            qe2_s, ke2_s = qe_s, ke_s
-        return qe_s, ke_s, qe2_s, ke2_s
-
-    @gluon.jit
-    def _issue_level16(B, qq, kk, pos, qe_t, ke_t, zero, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr,
-                       SPAN: gl.constexpr, FIRST: gl.constexpr):
-        """``_tree_level16``'s product issued asynchronously into its own buffers, unmasked: the caller
-        waits on it after the next level's exponentials (``_group_mask``)."""
-        _stage_level16(B, qq, kk, pos, qe_t, ke_t, L, BT, KD, SPAN, FIRST)
-        return warpgroup_mma(qe_t.permute((1, 0)), ke_t, zero, use_acc=False, is_async=True)
+        return qe_s, ke_s
 
     @gluon.jit
     def _group_mask(s, pos_r, pos_c, SPAN: gl.constexpr):
@@ -251,28 +237,14 @@ if IMPORT_ERROR is None:
         return gl.where((pos_r[:, None] // SPAN) == (pos_c[None, :] // SPAN), s, 0.0)
 
     @gluon.jit
-    def _level_scores(lv, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero, L: gl.constexpr,
-                      BT: gl.constexpr, KD: gl.constexpr, OP16: gl.constexpr, ASYNC: gl.constexpr):
+    def _level_scores(lv, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L: gl.constexpr,
+                      BT: gl.constexpr, KD: gl.constexpr, OP16: gl.constexpr):
         """lv plus the six levels' scores of BT = 64 (groups of 64 down to 2 positions) over KD key
         channels, added level by level into lv (no second [BT, BT] accumulator lives across them):
-        fp16 products of the registers qq, kk (ASYNC: level l + 1 staged in the second buffer pair,
-        qe2_s / ke2_s, while level l's product runs), or tf32 ones of q_s, k_s read back."""
+        fp16 products of the registers qq, kk, or tf32 ones of q_s, k_s read back."""
         if OP16:
-            if ASYNC:
-                prev = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, BT, True)
-                for lvl in gl.static_range(1, 6):
-                    if lvl % 2 == 1:
-                        cur = _issue_level16(B, qq, kk, pos, qe2_s, ke2_s, zero, L, BT, KD, BT >> lvl, False)
-                    else:
-                        cur = _issue_level16(B, qq, kk, pos, qe_s, ke_s, zero, L, BT, KD, BT >> lvl, False)
-                    done = warpgroup_mma_wait(num_outstanding=1, deps=[prev])
-                    lv += _group_mask(done, pos_r, pos_c, BT >> (lvl - 1))
-                    prev = cur
-                done = warpgroup_mma_wait(num_outstanding=0, deps=[prev])
-                lv += _group_mask(done, pos_r, pos_c, 2)
-            else:
-                for lvl in gl.static_range(6):
-                    lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl, lvl == 0)
+            for lvl in gl.static_range(6):
+                lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl, lvl == 0)
         else:
             for lvl in gl.static_range(6):
                 lv += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl, lvl == 0)
@@ -284,7 +256,7 @@ if IMPORT_ERROR is None:
         T, H, HKV,
         qd, kd, bl, A,
         KD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
-        ROW_LANES: gl.constexpr, OP16: gl.constexpr = False, ASYNC: gl.constexpr = False,
+        ROW_LANES: gl.constexpr, OP16: gl.constexpr = False,
         PREFETCH: gl.constexpr = False,
     ):
         """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …; KD // 16 warps;
@@ -302,7 +274,7 @@ if IMPORT_ERROR is None:
         # the wgmma's k step: 8 for tf32 operands, 16 for fp16 ones
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
                                                       instr_shape=[16, BT // (WARPS // 4), 16 if OP16 else 8])
-        qe_s, ke_s, qe2_s, ke2_s = _level_buffers(KD, BT, OP16, ASYNC)
+        qe_s, ke_s = _level_buffers(KD, BT, OP16)
         RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
         if PREFETCH:  # the ring: slot i % 2 holds the program's i-th chunk
             g_r = gl.allocate_shared_memory(g.dtype.element_ty, [2, BT, KD], RAW)
@@ -375,8 +347,7 @@ if IMPORT_ERROR is None:
             kd_s.store((kk * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty))
             gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, Bl)
             # the six levels of BT = 64; fp16 ones at the rows' scales, undone once (exact: powers of two)
-            scores = _level_scores(zero, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero,
-                                   L, BT, KD, OP16, ASYNC)
+            scores = _level_scores(zero, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, OP16)
             # the diagonal pairs (weight Σ_d q·k, at the rows' scales like the levels' products), where
             # the levels give exact zeros (a level pairs a row only with rows of the other half)
             scores = gl.where(diag, inv_s.index(2).load(gl.SliceLayout(1, MMA))[:, None], scores)

@@ -68,7 +68,7 @@ if IMPORT_ERROR is None:
         T, H, HKV,
         qd, kd, bl, A,
         KD: gl.constexpr, REVERSE: gl.constexpr, IS_VARLEN: gl.constexpr, BT: gl.constexpr,
-        ROW_LANES: gl.constexpr, OP16: gl.constexpr, ASYNC: gl.constexpr, KS: gl.constexpr,
+        ROW_LANES: gl.constexpr, OP16: gl.constexpr, KS: gl.constexpr,
     ):
         """Grid (P, N·H): program (j, row) takes the row's chunks j, j + P, …; BT = 64 (six levels),
         KD 64 or 128, in slices of KS < KD key channels with KS·ROW_LANES / 32 warps. The slices'
@@ -90,7 +90,7 @@ if IMPORT_ERROR is None:
         # the wgmma's k step: 8 for tf32 operands, 16 for fp16 ones
         MMA: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, WARPS // 4],
                                                       instr_shape=[16, BT // (WARPS // 4), 16 if OP16 else 8])
-        qe_s, ke_s, qe2_s, ke2_s = _level_buffers(KS, BT, OP16, ASYNC)
+        qe_s, ke_s = _level_buffers(KS, BT, OP16)
         RAW: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
         g_s = gl.allocate_shared_memory(gl.float32, [BT, KS], RAW)
         q_s = gl.allocate_shared_memory(q.dtype.element_ty, [BT, KS], RAW)
@@ -164,8 +164,8 @@ if IMPORT_ERROR is None:
                 _store_decayed(qd + x_base, kd + x_base, qd_s, kd_s, inv_s, x_off, m, LD, SCALED)
                 gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + c0 + col, Bl)
                 # the six levels of BT = 64, into the chunk's scores
-                scores = _level_scores(scores, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, qe2_s, ke2_s, zero,
-                                       L, BT, KS, OP16, ASYNC)
+                scores = _level_scores(scores, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero,
+                                       L, BT, KS, OP16)
             # the levels pair no position with itself
             if SCALED:
                 scores = gl.where(diag, inv_s.index(2).load(gl.SliceLayout(1, MMA))[:, None], scores)

@@ -97,18 +97,19 @@ def bwd_v_job(bt: int, bs: int, w: int, s: int) -> Job:
 
 def gluon_prep_jobs() -> list[GluonJob]:
     """The Gluon prep launch in the form the host's switches give a bf16 call on sm_90
-    (``gla.gluon.host``: ROW_LANES, OP16, ASYNC, PREFETCH, KS), named in the config; none where the
+    (``gla.gluon.host``: ROW_LANES, OP16, PREFETCH, KS, WS), named in the config; none where the
     switch is off or this Triton has no Gluon Hopper API."""
     from lattnbench.kernels.common.gluon_compat import IMPORT_ERROR
     from lattnbench.kernels.gla.gluon import host as G
 
     if IMPORT_ERROR is not None or not G.PREP_ON:
         return []
-    form = dict(row_lanes=G.ROW_LANES, op16=G.PREP_OP16, asynchronous=G.PREP_ASYNC, prefetch=G.PREP_PREFETCH,
-                ks=G.PREP_KS)
+    ws = G.prep_specialized()
+    form = dict(row_lanes=G.ROW_LANES, op16=G.PREP_OP16, prefetch=G.PREP_PREFETCH, ks=G.PREP_KS,
+                specialized=ws, product_regs=G.PREP_WS_REGS if ws else None)
     meta = G.prep_meta(D, G.CHUNK)  # the launch's own keywords name the form
-    label = (f"BT={meta['BT']} RL={meta['ROW_LANES']} {'fp16' if meta['OP16'] else 'tf32'}"
-             + (" async" if meta["ASYNC"] else "") + (" prefetch" if meta.get("PREFETCH") else "")
+    label = (f"BT={meta['BT']} RL={meta['ROW_LANES']} {'ws' if ws else 'fp16' if meta['OP16'] else 'tf32'}"
+             + (" prefetch" if meta.get("PREFETCH") else "")
              + (f" KS={meta['KS']}" if "KS" in meta else "") + f" w{meta['num_warps']}")
     return [GluonJob("gla/triton:prep-gluon", label, "gla_prep_source", dict(d=D, dtype="bf16", **form), SEED_SHAPE)]
 

@@ -77,19 +77,19 @@ def _prep64(q, k, g, reverse, lens, bt=64):
     return qd, kd, scores
 
 
-PREP_FORMS = {  # OP16, ASYNC, PREFETCH, key slice (0: all of D), lanes a key channel, warp-specialized
-    "tf32": (False, False, False, 0, 2, False), "fp16": (True, False, False, 0, 2, False),
-    "fp16-async": (False, True, False, 0, 2, False), "tf32-prefetch": (False, False, True, 0, 2, False),
-    "fp16-prefetch": (True, False, True, 0, 2, False), "fp16-ks32": (True, False, False, 32, 4, False),
-    "tf32-ks32": (False, False, False, 32, 4, False), "fp16-ws": (True, False, False, 0, 2, True),
-    "fp16-ws-prefetch": (True, False, True, 0, 2, True), "fp16-ws-rl4-prefetch": (True, False, True, 0, 4, True),
+PREP_FORMS = {  # OP16, PREFETCH, key slice (0: all of D), lanes a key channel, warp-specialized
+    "tf32": (False, False, 0, 2, False), "fp16": (True, False, 0, 2, False),
+    "tf32-prefetch": (False, True, 0, 2, False),
+    "fp16-prefetch": (True, True, 0, 2, False), "fp16-ks32": (True, False, 32, 4, False),
+    "tf32-ks32": (False, False, 32, 4, False), "fp16-ws": (True, False, 0, 2, True),
+    "fp16-ws-prefetch": (True, True, 0, 2, True), "fp16-ws-rl4-prefetch": (True, True, 0, 4, True),
 }
-_PREP_SWITCHES = ("PREP_OP16", "PREP_ASYNC", "PREP_PREFETCH", "PREP_KS", "ROW_LANES", "PREP_WS")
+_PREP_SWITCHES = ("PREP_OP16", "PREP_PREFETCH", "PREP_KS", "ROW_LANES", "PREP_WS")
 
 
 def _prep_launch(form: str) -> str:
     """The fixture's launcher that takes the form's launches."""
-    return "prep_specialized" if PREP_FORMS[form][5] else "prep_sliced" if PREP_FORMS[form][3] else "prep"
+    return "prep_specialized" if PREP_FORMS[form][4] else "prep_sliced" if PREP_FORMS[form][2] else "prep"
 PREP_CASES = [  # b, t, h, hkv, d, dtype, reverse, packed lengths or None, gate norm
     (1, 150, 2, 1, 64, torch.bfloat16, False, None, 0.1),
     (1, 130, 2, 2, 64, torch.float16, True, (3, 64, 63), 1.0),
@@ -169,7 +169,7 @@ def _dropping_barriers(monkeypatch, site: str | None) -> collections.Counter:
 
 # the warp-specialized form places no barrier of its own: inside a partition the compiler's barrier
 # pass orders the warps, and the mbarriers order the partitions (the race tracker checks those)
-@pytest.mark.parametrize("form", [f for f in PREP_FORMS if not PREP_FORMS[f][5]])
+@pytest.mark.parametrize("form", [f for f in PREP_FORMS if not PREP_FORMS[f][4]])
 def test_every_barrier_the_prep_launch_passes_is_needed(gluon_on_cpu, monkeypatch, form):
     """Each barrier site of the form, dropped (every call there), leaves a hand-off between threads
     that the race tracker finds: the chunk loop holds no barrier it could do without, and the

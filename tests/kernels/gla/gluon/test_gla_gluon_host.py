@@ -43,7 +43,6 @@ _PAIRS16 = {_HOST + "INTRA_PAIRS": 16, _HOST + "INTRA_ROW_LANES": 4}
 # every sm_90 compile of this file's tests: name -> (host knobs for it alone, gluon_aot call)
 _SM90 = {
     "prep": ({}, "compile_gla_prep(d=128, dtype='bf16', reverse=True)"),
-    "prep16": ({}, "compile_gla_prep(d=128, dtype='bf16', asynchronous=True)"),
     "ring": ({}, "compile_gla_prep(d=128, dtype='bf16', op16=True, prefetch=True)"),
     "sliced": ({}, "compile_gla_prep(d=128, dtype='bf16', op16=True, ks=32, row_lanes=4)"),
     "specialized": ({}, "compile_gla_prep(d=128, dtype='bf16', specialized=True, product_regs=96, prefetch=True)"),
@@ -78,20 +77,17 @@ def test_the_prep_launch_compiles_for_sm90_with_its_level_products_unrolled(sm90
     those of the loads' and stores' layout changes (33 on Triton 3.6, 46 on 3.9), where the Triton
     launch passes a barrier for every gather of every level and key slice; shared memory within
     the H200's 227 KB."""
-    prep, prep16, ring, sliced = sm90["prep"], sm90["prep16"], sm90["ring"], sm90["sliced"]
+    prep, ring, sliced = sm90["prep"], sm90["ring"], sm90["sliced"]
     assert prep["wgmma"] == 6 * 128 // 8
     assert 12 <= prep["barriers"] <= 48
     assert 0 < prep["shared_bytes"] <= 227 * 1024
-    # fp16 operands (GLA_GLUON_PREP_ASYNC): k-steps of 16, each level's product waited on one level
-    # later, and the channel-major operands written as vectors: a third of the shared stores or less
-    assert prep16["wgmma"] == 6 * 128 // 16
-    assert 1 in prep16["wait_depths"]
-    assert prep16["shared_stores"] * 3 <= prep["shared_stores"], (prep16["shared_stores"], prep["shared_stores"])
-    assert 0 < prep16["shared_bytes"] <= 227 * 1024
-    # the prefetch ring (GLA_GLUON_PREP_PREFETCH): g, q and k by per-thread asynchronous copies
-    # (none in the other forms), two slots of each beside the level operands
-    assert prep["async_copies"] == prep16["async_copies"] == 0 < ring["async_copies"]
+    # fp16 operands (the default, here beside the prefetch ring): k-steps of 16, and the channel-major
+    # operands written as vectors: a third of the shared stores or less
     assert ring["wgmma"] == 6 * 128 // 16
+    assert ring["shared_stores"] * 3 <= prep["shared_stores"], (ring["shared_stores"], prep["shared_stores"])
+    # the prefetch ring (GLA_GLUON_PREP_PREFETCH): g, q and k by per-thread asynchronous copies
+    # (none without it), two slots of each beside the level operands
+    assert prep["async_copies"] == 0 < ring["async_copies"]
     assert 2 * 64 * 128 * (4 + 2 + 2) <= ring["shared_bytes"] <= 227 * 1024
     # key slices of 32 at 4 lanes a channel (GLA_GLUON_PREP_KS): 4 warps, one slice's six levels in
     # a loop over the slices, and shared memory for two programs an SM
@@ -580,10 +576,10 @@ def test_the_warp_specialized_prep_knob_picks_its_kernel_grid_and_launcher_and_r
     """GLA_GLUON_PREP_WS=1 takes ``prep_specialized`` at D·ROW_LANES / 32 warps in the levels partition
     and PREP_WS_REGS registers in the products one, at most PREP_WS_PROGRAMS programs a row, with the
     prefetch switch passed on, through a launcher of its own and a key that names it; the prep
-    switches it has no form for (tf32 operands, the asynchronous levels, key slices) and a register
+    switches it has no form for (tf32 operands, key slices) and a register
     count setmaxnreg cannot take are refused on the host, naming the knobs."""
     from lattnbench.kernels.gla.gluon import prep_specialized
-    for name, value in (("PREP_WS", True), ("PREP_OP16", True), ("PREP_ASYNC", False), ("PREP_PREFETCH", False),
+    for name, value in (("PREP_WS", True), ("PREP_OP16", True), ("PREP_PREFETCH", False),
                         ("PREP_KS", 0), ("ROW_LANES", 2), ("PREP_WS_REGS", 96), ("PREP_WS_PROGRAMS", 16)):
         monkeypatch.setattr(host, name, value)
     assert host.prep_kernel(128) is prep_specialized.gla_prep_specialized_gluon_kernel
@@ -602,7 +598,7 @@ def test_the_warp_specialized_prep_knob_picks_its_kernel_grid_and_launcher_and_r
     assert [(c[0], c[2]) for c in calls] == [("_LAUNCH_SPECIALIZED", (16, 8)), ("_LAUNCH", (64, 8))]
     assert calls[0][1] != calls[1][1]
     monkeypatch.setattr(host, "PREP_WS", True)
-    for name, value in (("PREP_OP16", False), ("PREP_ASYNC", True), ("PREP_KS", 32),
+    for name, value in (("PREP_OP16", False), ("PREP_KS", 32),
                         ("PREP_WS_REGS", 100), ("PREP_WS_PROGRAMS", 0)):
         with monkeypatch.context() as m:
             m.setattr(host, name, value)
