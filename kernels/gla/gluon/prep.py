@@ -1,12 +1,13 @@
-"""The GLA prep launch in Gluon for sm_90: the binary tree's exponents without leaving the thread.
+"""The GLA prep launch in Gluon for sm_90: the binary tree's factors without leaving the thread.
 
 Why: ``gla_prep_kernel`` (Triton) spends most of its time moving a chunk's cumulative gate between
 threads: its tiles spread a column's rows over threads and warps, so every level's boundary value R
 goes through shared memory with a barrier, per level and key slice. Here a chunk's [BT, D] tiles
 use a layout in which ROW_LANES adjacent lanes hold one key channel's rows (BT / ROW_LANES each):
-the cumulative gate, every level's R and its exponents are register arithmetic and a shuffle or
-two. Only the level products leave the registers: q⊙E and k⊙E go to shared memory once per level
-as fp32 and meet in one tf32 wgmma over all of D.
+every level's factors are register arithmetic and a shuffle or two, and they are products of the
+last level's (``_level_scores``), so a chunk takes one exponential an element, not one a level.
+Only the level products leave the registers: q⊙F and k⊙G go to shared memory once per level and
+meet in one wgmma over all of D.
 
 Same arguments, outputs and numerics as ``triton.kernels.gla_prep_kernel``: qd = q⊙e^B,
 kd = k⊙e^{Bl − B}, the totals Bl, and the scores A, every exponent ≤ 0 at any gate. Rows in the
@@ -132,7 +133,8 @@ if IMPORT_ERROR is None:
     def _level(B, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr, SPAN: gl.constexpr):
         """E [BT, KD] of the tree level with groups of SPAN positions: e^{B − R} on the later halves'
         rows and e^{R − B} on the earlier ones', R the cumulative gate at the group's boundary (its
-        earlier half's last row), found in registers by a reshape; every exponent ≤ 0."""
+        earlier half's last row), found in registers by a reshape; every exponent ≤ 0. The Gluon
+        in-chunk backward's levels take it; the prep launch's are products (``_chain_step``)."""
         B3 = gl.reshape(B, [BT // SPAN, SPAN, KD])
         L3: gl.constexpr = B3.type.layout
         i3 = gl.arange(0, SPAN, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
@@ -142,50 +144,68 @@ if IMPORT_ERROR is None:
         return gl.convert_layout(gl.reshape(E, [BT, KD]), L)
 
     @gluon.jit
-    def _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L: gl.constexpr, BT: gl.constexpr,
-                    KD: gl.constexpr, SPAN: gl.constexpr, FIRST: gl.constexpr):
-        """The scores of the level's pairs: (q⊙E)·(k⊙E)ᵀ with q on the later halves' rows and k on
-        the earlier ones', through shared memory as one tf32 wgmma over all of D, masked to the
-        pairs of one group. q and k come back from shared memory, so that only B stays in
-        registers across the levels. FIRST: the first level, whose buffers' last readers (the last
-        chunk's or slice's final product) are behind the staging's barrier already."""
-        E = _level(B, L, BT, KD, SPAN)
-        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
-        if not FIRST:
-            cta_barrier()  # every warpgroup's product of the last level has read the buffers
-        qe_s.store(gl.where(later, q_s.load(L).to(gl.float32) * E, 0.0))
-        ke_s.store(gl.where(later, 0.0, k_s.load(L).to(gl.float32) * E))
-        fence_async_shared()
-        cta_barrier()
-        s = warpgroup_mma(qe_s, ke_s.permute((1, 0)), zero, use_acc=False)  # tf32: the default precision
-        return _group_mask(s, pos_r, pos_c, SPAN)
+    def _chain_step(F, Qc, Kc, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr, LVL: gl.constexpr):
+        """F, Qc and Kc of the level with groups of 4 << LVL positions from those of 2 << LVL
+        (``_level_scores``): in each group of 2 << LVL, the later half's rows take the decay of the
+        earlier half, the earlier half's rows that of the later half. Both decays are F at the halves'
+        last rows, found in registers by a reshape (a shuffle where a group spans two lanes); every
+        factor stays ≤ 1."""
+        SPAN: gl.constexpr = 2 << LVL
+        HALF: gl.constexpr = SPAN // 2
+        F3 = gl.reshape(F, [BT // SPAN, SPAN, KD])
+        L3: gl.constexpr = F3.type.layout
+        i3 = gl.arange(0, SPAN, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))[None, :, None]
+        # -0.0 elsewhere: x + (-0.0) is x, so the sums fold to the one row
+        d_earlier = gl.expand_dims(gl.sum(gl.where(i3 == HALF - 1, F3, -0.0), axis=1), 1)
+        d_later = gl.expand_dims(gl.sum(gl.where(i3 == SPAN - 1, F3, -0.0), axis=1), 1)
+        later = i3 >= HALF
+        F3 = gl.where(later, F3 * d_earlier, F3)
+        Q3 = gl.reshape(Qc, [BT // SPAN, SPAN, KD])
+        Q3 = gl.where(later, Q3 * d_earlier, Q3)
+        K3 = gl.reshape(Kc, [BT // SPAN, SPAN, KD])
+        K3 = gl.where(later, K3, K3 * d_later)
+        return (gl.convert_layout(gl.reshape(F3, [BT, KD]), L), gl.convert_layout(gl.reshape(Q3, [BT, KD]), L),
+                gl.convert_layout(gl.reshape(K3, [BT, KD]), L))
 
     @gluon.jit
-    def _stage_level16(B, qq, kk, pos, qe_t, ke_t, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr,
-                       SPAN: gl.constexpr, FIRST: gl.constexpr):
-        """A level's operands as fp16, stored channel-major into qe_t / ke_t [KD, BT]: a thread's rows
-        of one channel are contiguous there, so its stores are vectors, and the wgmma reads both
-        operands M/N-major (allowed for 16-bit types, not tf32). fp16 keeps tf32's 10 mantissa bits;
-        q⊙E and k⊙E are at most |q| and |k| (E ≤ 1), inside fp16's range for fp16 inputs. FIRST: as
-        ``_tree_level``'s."""
-        E = _level(B, L, BT, KD, SPAN)
-        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
-        qe = gl.where(later, qq * E, 0.0).to(gl.float16)
-        ke = gl.where(later, 0.0, kk * E).to(gl.float16)
+    def _stage_level(qe, ke, qe_s, ke_s, OP16: gl.constexpr, FIRST: gl.constexpr):
+        """A level's operands into its buffers: fp16 ones channel-major (a thread's rows of one channel
+        are contiguous there, so its stores are vectors, and the wgmma reads both operands M/N-major,
+        which 16-bit types allow and tf32 does not), tf32 ones row-major. FIRST: the first level, whose
+        buffers' last readers (the last chunk's or slice's final product) are behind the staging's
+        barrier already."""
         if not FIRST:
             cta_barrier()  # every warpgroup's product that last read these buffers is complete
-        qe_t.store(gl.permute(qe, (1, 0)))
-        ke_t.store(gl.permute(ke, (1, 0)))
+        if OP16:
+            qe_s.store(gl.permute(qe, (1, 0)))
+            ke_s.store(gl.permute(ke, (1, 0)))
+        else:
+            qe_s.store(qe)
+            ke_s.store(ke)
         fence_async_shared()
         cta_barrier()
 
     @gluon.jit
-    def _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_t, ke_t, zero, L: gl.constexpr, BT: gl.constexpr,
-                      KD: gl.constexpr, SPAN: gl.constexpr, FIRST: gl.constexpr):
-        """``_tree_level`` with fp16 operands (``_stage_level16``)."""
-        _stage_level16(B, qq, kk, pos, qe_t, ke_t, L, BT, KD, SPAN, FIRST)
-        s = warpgroup_mma(qe_t.permute((1, 0)), ke_t, zero, use_acc=False)
-        return _group_mask(s, pos_r, pos_c, SPAN)
+    def _level_operands(Qc, Kc, pos, LVL: gl.constexpr, OP16: gl.constexpr):
+        """The operands of the level with groups of 2 << LVL positions: Qc on the later halves' rows, Kc
+        on the earlier ones', zeros elsewhere; fp16 under OP16."""
+        later = ((pos >> LVL) % 2 == 1)[:, None]
+        qe = gl.where(later, Qc, 0.0)
+        ke = gl.where(later, 0.0, Kc)
+        if OP16:
+            qe = qe.to(gl.float16)
+            ke = ke.to(gl.float16)
+        return qe, ke
+
+    @gluon.jit
+    def _level_product(qe_s, ke_s, zero, pos_r, pos_c, LVL: gl.constexpr, OP16: gl.constexpr):
+        """The staged level's product over all of D (fp16 or tf32, the default precision of fp32
+        operands), masked to the pairs of one group of 2 << LVL positions."""
+        if OP16:
+            s = warpgroup_mma(qe_s.permute((1, 0)), ke_s, zero, use_acc=False)
+        else:
+            s = warpgroup_mma(qe_s, ke_s.permute((1, 0)), zero, use_acc=False)
+        return _group_mask(s, pos_r, pos_c, 2 << LVL)
 
     @gluon.jit
     def _row_scales(x):
@@ -237,17 +257,35 @@ if IMPORT_ERROR is None:
         return gl.where((pos_r[:, None] // SPAN) == (pos_c[None, :] // SPAN), s, 0.0)
 
     @gluon.jit
-    def _level_scores(lv, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L: gl.constexpr,
+    def _level_scores(lv, gg, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, qd_s, kd_s, zero, L: gl.constexpr,
                       BT: gl.constexpr, KD: gl.constexpr, OP16: gl.constexpr):
-        """lv plus the six levels' scores of BT = 64 (groups of 64 down to 2 positions) over KD key
-        channels, added level by level into lv (no second [BT, BT] accumulator lives across them):
-        fp16 products of the registers qq, kk, or tf32 ones of q_s, k_s read back."""
-        if OP16:
-            for lvl in gl.static_range(6):
-                lv += _tree_level16(B, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl, lvl == 0)
-        else:
-            for lvl in gl.static_range(6):
-                lv += _tree_level(B, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, BT >> lvl, lvl == 0)
+        """lv plus the six levels' scores of BT = 64 over KD key channels (groups of 2 up to 64
+        positions), added level by level into lv; qd = q⊙e^B and kd = k⊙e^{Bl − B} into qd_s and kd_s
+        before the last level's barrier, which publishes them.
+
+        The level factors are products, not exponentials. At the level with groups of S positions a
+        row's half-group is the S/2 positions it shares a half with; F = e^{B − B⁻}, B⁻ the cumulative
+        gate just before the row's half-group, G = e^{B⁺ − B}, B⁺ the cumulative gate at its last row.
+        The level pairs Qc = q⊙F on the later halves' rows with Kc = k⊙G on the earlier ones': an
+        earlier half's end is its later half's start, so their product is e^{B_t − B_s}. Doubling S
+        multiplies each later row by its group's earlier half's decay and each earlier row by the
+        later half's (``_chain_step``): every factor is ≤ 1, e^g a row is the only exponential, and
+        a factor over n positions is their n values e^g multiplied with n − 1 fp32 roundings (far
+        inside the operands' 2^-11). After the widest level F = e^B and
+        G = e^{Bl − B}: Qc and Kc are qd and kd. Operands are fp16 (of qq, kk at the rows' scales),
+        or fp32 for tf32 products.
+        """
+        F = _exp_flush(gg)
+        Qc = qq * F
+        Kc = kk
+        for lvl in gl.static_range(6):  # groups of 2 << lvl positions
+            qe, ke = _level_operands(Qc, Kc, pos, lvl, OP16)
+            F, Qc, Kc = _chain_step(F, Qc, Kc, L, BT, KD, lvl)
+            if lvl == 5:
+                qd_s.store(Qc.to(qd_s.dtype))
+                kd_s.store(Kc.to(kd_s.dtype))
+            _stage_level(qe, ke, qe_s, ke_s, OP16, lvl == 0)
+            lv += _level_product(qe_s, ke_s, zero, pos_r, pos_c, lvl, OP16)
         return lv
 
     @gluon.jit
@@ -339,15 +377,11 @@ if IMPORT_ERROR is None:
                 inv_s.index(1).store(k_inv)
             qq = q_s.load(L).to(gl.float32)
             kk = k_s.load(L).to(gl.float32)
-            B = gl.associative_scan(gg, 0, _add)
-            Bl = gl.sum(gg, axis=0)
-            # qd and kd leave through shared memory in the row-major layout, read back after the
-            # levels, whose barriers publish them (no barriers of their own)
-            qd_s.store((qq * _exp_flush(B)).to(qd.dtype.element_ty))
-            kd_s.store((kk * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty))
-            gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, Bl)
-            # the six levels of BT = 64; fp16 ones at the rows' scales, undone once (exact: powers of two)
-            scores = _level_scores(zero, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero, L, BT, KD, OP16)
+            gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, gl.sum(gg, axis=0))
+            # the six levels of BT = 64, at the rows' scales, undone once (exact: powers of two); qd and
+            # kd leave through shared memory in the row-major layout, read back after the levels
+            scores = _level_scores(zero, gg, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, qd_s, kd_s, zero, L, BT, KD,
+                                   OP16)
             # the diagonal pairs (weight Σ_d q·k, at the rows' scales like the levels' products), where
             # the levels give exact zeros (a level pairs a row only with rows of the other half)
             scores = gl.where(diag, inv_s.index(2).load(gl.SliceLayout(1, MMA))[:, None], scores)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ...common.gluon_compat import IMPORT_ERROR, cta_barrier, gl, gluon
 
 if IMPORT_ERROR is None:
-    from .prep import (_add, _chunk_start, _exp_flush, _level_buffers, _level_scores, _row_scales, _sequence,
+    from .prep import (_chunk_start, _level_buffers, _level_scores, _row_scales, _sequence,
                        _store_decayed)
 
     @gluon.jit
@@ -139,12 +139,11 @@ if IMPORT_ERROR is None:
             for c0 in range(0, KD, KS):
                 x_base = row0 * (H * KD) + i_h * KD
                 k_base = row0 * (HKV * KD) + i_hk * KD
-                # offsets made in the slice, of its channels: held across the levels they would cost
-                # a register an element
-                x_off = off_ld[:, None] * (H * KD) + (c0 + col_ld)[None, :]
-                k_off = off_ld[:, None] * (HKV * KD) + (c0 + col_ld)[None, :]
-                own = _stage_slice(g, q, k, x_base, k_base, x_off, k_off, m, g_s, q_s, k_s, q_sc, k_sc, own,
-                                   SCALED, not SCALED)
+                # offsets made where they are used, of the slice's channels: held across the levels they
+                # would cost a register an element
+                own = _stage_slice(g, q, k, x_base, k_base, off_ld[:, None] * (H * KD) + (c0 + col_ld)[None, :],
+                                   off_ld[:, None] * (HKV * KD) + (c0 + col_ld)[None, :], m, g_s, q_s, k_s, q_sc, k_sc,
+                                   own, SCALED, not SCALED)
                 if SCALED and c0 == 0:
                     # the inverse scales and the diagonal wait in shared memory, not in registers across
                     # the slices' levels (the last chunk's readers are past the staging's barriers)
@@ -154,18 +153,13 @@ if IMPORT_ERROR is None:
                 gg = g_s.load(L)
                 qq = q_s.load(L).to(gl.float32)
                 kk = k_s.load(L).to(gl.float32)
-                B = gl.associative_scan(gg, 0, _add)
-                Bl = gl.sum(gg, axis=0)
-                # qd and kd leave row-major through shared memory behind one barrier, before the levels:
-                # read back after them, their offsets would hold registers across the levels
-                qd_s.store((qq * _exp_flush(B)).to(qd.dtype.element_ty))
-                kd_s.store((kk * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty))
-                cta_barrier()
-                _store_decayed(qd + x_base, kd + x_base, qd_s, kd_s, inv_s, x_off, m, LD, SCALED)
-                gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + c0 + col, Bl)
-                # the six levels of BT = 64, into the chunk's scores
-                scores = _level_scores(scores, B, qq, kk, q_s, k_s, pos, pos_r, pos_c, qe_s, ke_s, zero,
+                gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + c0 + col, gl.sum(gg, axis=0))
+                # the six levels of BT = 64, into the chunk's scores; qd and kd leave row-major through
+                # shared memory, published by the last level's barrier
+                scores = _level_scores(scores, gg, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, qd_s, kd_s, zero,
                                        L, BT, KS, OP16)
+                _store_decayed(qd + x_base, kd + x_base, qd_s, kd_s, inv_s,
+                               off_ld[:, None] * (H * KD) + (c0 + col_ld)[None, :], m, LD, SCALED)
             # the levels pair no position with itself
             if SCALED:
                 scores = gl.where(diag, inv_s.index(2).load(gl.SliceLayout(1, MMA))[:, None], scores)

@@ -1,17 +1,17 @@
-"""The GLA prep launch in Gluon, warp-specialized: each level's exponentials beside the last one's product.
+"""The GLA prep launch in Gluon, warp-specialized: each level's operands beside the last one's product.
 
 Why: ``prep.gla_prep_gluon_kernel`` runs a chunk's six levels as one chain that stops all of its
-warps at every step (the exponentials, the operands' stores, a barrier, the wgmma, a barrier, the
+warps at every step (the level factors, the operands' stores, a barrier, the wgmma, a barrier, the
 masked sum), one program an SM, so nothing overlaps the product or the exponentials. Here the
 work splits into two partitions joined by a two-slot ring of operand buffers:
 
-    levels   (default, KD·ROW_LANES / 32 warps)  the loads, the cumulative gate, qd, kd and the
-             totals; per level the exponents and the fp16 operands into a free slot of the ring
+    levels   (default, KD·ROW_LANES / 32 warps)  the loads, the totals, qd and kd; per level the
+             factors and the fp16 operands into a free slot of the ring
     products (4 warps, one warpgroup)            per level the wgmma of a full slot, masked to the
              level's groups and summed into the chunk's scores; at the chunk's end the diagonal,
              the rows' scales and the store of A
 
-so level l + 1's exponentials run while level l's product does, and a chunk's loads and qd / kd
+so level l + 1's factors are made while level l's product runs, and a chunk's loads and qd / kd
 stores while the last chunk's products finish. The levels partition keeps two barriers a chunk of
 its own warps (the layout changes through shared memory), where the whole-D kernel stops every
 warp twice a level.
@@ -34,19 +34,10 @@ from ...common.gluon_compat import (IMPORT_ERROR, WS_LIST_FORM, copy_wait, cta_b
                                     mbarrier, warpgroup_mma)
 
 if IMPORT_ERROR is None:
-    from .prep import (_add, _chunk_start, _chunk_tile, _exp_flush, _issue_chunk, _level, _own_from_ring, _sequence,
-                       _stage_gqk, _store_decayed)
+    from .prep import (_chain_step, _chunk_start, _chunk_tile, _exp_flush, _issue_chunk, _level_operands,
+                       _own_from_ring, _sequence, _stage_gqk, _store_decayed)
 
-    LEVELS: gl.constexpr = gl.constexpr(6)  # BT = 64: groups of 64 down to 2 positions
-
-    @gluon.jit
-    def _level_operands(B, qq, kk, pos, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr, SPAN: gl.constexpr):
-        """The fp16 operands [BT, KD] of the level with groups of SPAN positions: q⊙E on the later
-        halves' rows, k⊙E on the earlier ones' (``prep._level``), zeros elsewhere."""
-        E = _level(B, L, BT, KD, SPAN)
-        later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
-        return (gl.where(later, qq.to(gl.float32) * E, 0.0).to(gl.float16),
-                gl.where(later, 0.0, kk.to(gl.float32) * E).to(gl.float16))
+    LEVELS: gl.constexpr = gl.constexpr(6)  # BT = 64: groups of 2 up to 64 positions
 
     @gluon.jit
     def _levels_partition(ptrs, bufs, bars, geo, flags):
@@ -103,16 +94,15 @@ if IMPORT_ERROR is None:
                                                SCALED, False)
                 g_c, q_c, k_c, qd_c = g_s, q_s, k_s, qd_s
             gg = g_c.load(L).to(gl.float32)
-            # q and k stay 16-bit across the levels (half the registers), widened per use
-            qq = q_c.load(L)
-            kk = k_c.load(L)
-            B = gl.associative_scan(gg, 0, _add)
-            Bl = gl.sum(gg, axis=0)
-            qd_c.store((qq.to(gl.float32) * _exp_flush(B)).to(qd_c.dtype))
-            kd_s.store((kk.to(gl.float32) * _exp_flush(Bl[None, :] - B)).to(kd.dtype.element_ty))
-            gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, Bl)
+            gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, gl.sum(gg, axis=0))
+            # the level factors as products (``prep._level_scores``): after the widest level they are
+            # qd and kd
+            F = _exp_flush(gg)
+            Qc = q_c.load(L).to(gl.float32) * F
+            Kc = k_c.load(L).to(gl.float32)
             for lvl in gl.static_range(LEVELS):
-                qe, ke = _level_operands(B, qq, kk, pos, L, BT, KD, BT >> lvl)
+                qe, ke = _level_operands(Qc, Kc, pos, lvl, True)  # groups of 2 << lvl positions
+                F, Qc, Kc = _chain_step(F, Qc, Kc, L, BT, KD, lvl)
                 mbarrier.wait(op_free.index(lvl % 2), ((uses + lvl // 2) & 1) ^ 1)
                 if lvl == 0:  # the products partition reads these after this level's op_ready
                     info.index(2).store(own)
@@ -123,6 +113,9 @@ if IMPORT_ERROR is None:
                 ke_r.index(lvl % 2).store(gl.permute(ke, (1, 0)))
                 fence_async_shared()
                 mbarrier.arrive(op_ready.index(lvl % 2), count=1)
+            # the compiler's barrier pass orders these stores before the reads of ``_store_decayed``
+            qd_c.store(Qc.to(qd_c.dtype))
+            kd_s.store(Kc.to(kd.dtype.element_ty))
             _store_decayed(qd + x_base, kd + x_base, qd_c, kd_s, info, x_off, m, LD, SCALED)
         if RING:  # the last issue (of a chunk past the end: zeros) lands before the program's memory is freed
             copy_wait(0)
@@ -169,7 +162,7 @@ if IMPORT_ERROR is None:
                 mbarrier.wait(op_ready.index(slot), (uses + lvl // 2) & 1)
                 s = warpgroup_mma(qe_r.index(slot).permute((1, 0)), ke_r.index(slot), zero, use_acc=False)
                 mbarrier.arrive(op_free.index(slot), count=1)
-                group = LEVELS - lvl  # log2 of the level's group span
+                group = lvl + 1  # log2 of the level's group span
                 scores += gl.where((pos_r[:, None] >> group) == (pos_c[None, :] >> group), s, 0.0)
             # the diagonal pairs (weight Σ_d q·k at the rows' scales), where the levels give exact zeros
             scores = gl.where(diag, own[:, None], scores)
