@@ -2,7 +2,7 @@
 
 Why: ``prep.gla_prep_gluon_kernel`` runs a chunk's six levels as one chain that stops all of its
 warps at every step (the level factors, the operands' stores, a barrier, the wgmma, a barrier, the
-masked sum), one program an SM, so nothing overlaps the product or the exponentials. Here the
+masked sum), one program an SM, so nothing overlaps the product or the factors. Here the
 work splits into two partitions joined by a two-slot ring of operand buffers:
 
     levels   (default, KD·ROW_LANES / 32 warps)  the loads, the totals, qd and kd; per level the
