@@ -144,6 +144,13 @@ if IMPORT_ERROR is None:
         return gl.convert_layout(gl.reshape(E, [BT, KD]), L)
 
     @gluon.jit
+    def _chain_start(gg, qq, kk):
+        """F, Qc and Kc of the level with groups of 2 positions (``_level_scores``): a later row's
+        half-group is itself, so F = e^g and Qc = q⊙e^g; an earlier row's ends at itself, so Kc = k."""
+        F = _exp_flush(gg)
+        return F, qq * F, kk
+
+    @gluon.jit
     def _chain_step(F, Qc, Kc, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr, LVL: gl.constexpr):
         """F, Qc and Kc of the level with groups of 4 << LVL positions from those of 2 << LVL
         (``_level_scores``): in each group of 2 << LVL, the later half's rows take the decay of the
@@ -275,9 +282,7 @@ if IMPORT_ERROR is None:
         G = e^{Bl − B}: Qc and Kc are qd and kd. Operands are fp16 (of qq, kk at the rows' scales),
         or fp32 for tf32 products.
         """
-        F = _exp_flush(gg)
-        Qc = qq * F
-        Kc = kk
+        F, Qc, Kc = _chain_start(gg, qq, kk)
         for lvl in gl.static_range(6):  # groups of 2 << lvl positions
             qe, ke = _level_operands(Qc, Kc, pos, lvl, OP16)
             F, Qc, Kc = _chain_step(F, Qc, Kc, L, BT, KD, lvl)

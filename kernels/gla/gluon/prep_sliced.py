@@ -139,11 +139,10 @@ if IMPORT_ERROR is None:
             for c0 in range(0, KD, KS):
                 x_base = row0 * (H * KD) + i_h * KD
                 k_base = row0 * (HKV * KD) + i_hk * KD
-                # offsets made where they are used, of the slice's channels: held across the levels they
-                # would cost a register an element
-                own = _stage_slice(g, q, k, x_base, k_base, off_ld[:, None] * (H * KD) + (c0 + col_ld)[None, :],
-                                   off_ld[:, None] * (HKV * KD) + (c0 + col_ld)[None, :], m, g_s, q_s, k_s, q_sc, k_sc,
-                                   own, SCALED, not SCALED)
+                x_off = off_ld[:, None] * (H * KD) + (c0 + col_ld)[None, :]
+                k_off = off_ld[:, None] * (HKV * KD) + (c0 + col_ld)[None, :]
+                own = _stage_slice(g, q, k, x_base, k_base, x_off, k_off, m, g_s, q_s, k_s, q_sc, k_sc, own,
+                                   SCALED, not SCALED)
                 if SCALED and c0 == 0:
                     # the inverse scales and the diagonal wait in shared memory, not in registers across
                     # the slices' levels (the last chunk's readers are past the staging's barriers)
@@ -158,8 +157,7 @@ if IMPORT_ERROR is None:
                 # shared memory, published by the last level's barrier
                 scores = _level_scores(scores, gg, qq, kk, pos, pos_r, pos_c, qe_s, ke_s, qd_s, kd_s, zero,
                                        L, BT, KS, OP16)
-                _store_decayed(qd + x_base, kd + x_base, qd_s, kd_s, inv_s,
-                               off_ld[:, None] * (H * KD) + (c0 + col_ld)[None, :], m, LD, SCALED)
+                _store_decayed(qd + x_base, kd + x_base, qd_s, kd_s, inv_s, x_off, m, LD, SCALED)
             # the levels pair no position with itself
             if SCALED:
                 scores = gl.where(diag, inv_s.index(2).load(gl.SliceLayout(1, MMA))[:, None], scores)

@@ -34,7 +34,7 @@ from ...common.gluon_compat import (IMPORT_ERROR, WS_LIST_FORM, copy_wait, cta_b
                                     mbarrier, warpgroup_mma)
 
 if IMPORT_ERROR is None:
-    from .prep import (_chain_step, _chunk_start, _chunk_tile, _exp_flush, _issue_chunk, _level_operands,
+    from .prep import (_chain_start, _chain_step, _chunk_start, _chunk_tile, _issue_chunk, _level_operands,
                        _own_from_ring, _sequence, _stage_gqk, _store_decayed)
 
     LEVELS: gl.constexpr = gl.constexpr(6)  # BT = 64: groups of 2 up to 64 positions
@@ -97,9 +97,7 @@ if IMPORT_ERROR is None:
             gl.store(bl + ((slot0 + i_c) * H + i_h) * KD + col, gl.sum(gg, axis=0))
             # the level factors as products (``prep._level_scores``): after the widest level they are
             # qd and kd
-            F = _exp_flush(gg)
-            Qc = q_c.load(L).to(gl.float32) * F
-            Kc = k_c.load(L).to(gl.float32)
+            F, Qc, Kc = _chain_start(gg, q_c.load(L).to(gl.float32), k_c.load(L).to(gl.float32))
             for lvl in gl.static_range(LEVELS):
                 qe, ke = _level_operands(Qc, Kc, pos, lvl, True)  # groups of 2 << lvl positions
                 F, Qc, Kc = _chain_step(F, Qc, Kc, L, BT, KD, lvl)
