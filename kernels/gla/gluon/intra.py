@@ -1,10 +1,13 @@
-"""The GLA in-chunk backward launch in Gluon for sm_90: the binary tree's exponents in registers.
+"""The GLA in-chunk backward launch in Gluon for sm_90: the binary tree's factors in registers.
 
 Why: ``gla_bwd_intra_kernel`` (Triton) is the backward's largest launch. Like the Triton prep
 launch, it moves a chunk's cumulative gate between threads for every level's boundary value R,
 through shared memory with a barrier, per level and key slice. Here a key slice's [BT, KDS] tiles
-use the prep launch's column layout (ROW_LANES adjacent lanes hold one key channel's rows), so the
-cumulative gate, every level's R and its exponents are register arithmetic (``prep._level``).
+use the prep launch's column layout (ROW_LANES adjacent lanes hold one key channel's rows), so
+every level's factors are register arithmetic and a shuffle or two. They are products of the last
+level's, as the prep launch's are (``_chain_step``): the levels run from groups of 2 up to BT, e^g
+is a slice's one exponential, and the chain's last step leaves e^B and e^{Bl − B}, the factors of
+the entry and exit states' terms, with no cumulative sum of the gates.
 
 Same arguments, outputs and numerics as ``triton.kernels.gla_bwd_intra_kernel``. With
 W = scale·do·vᵀ (s ≤ t), per level the two products P = W_L·k_L and Q = W_Lᵀ·q_L are tf32 wgmmas
@@ -31,7 +34,7 @@ from ...common.gluon_compat import warpgroup_mma_wait
 if IMPORT_ERROR is None:
     from triton import constexpr_function
 
-    from .prep import _add, _chunk_start, _exp_flush, _level, _sequence
+    from .prep import _add, _chain_decays, _chunk_start, _exp_flush, _sequence
 
     @gluon.jit
     def _tf32(x):
@@ -42,7 +45,7 @@ if IMPORT_ERROR is None:
     @gluon.jit
     def _stage_tiles(v, do, v_base, do_base, v_off, do_off, m, v_s, do_s):
         """A chunk's v and do tiles into shared memory for the W products, behind one barrier: the
-        last chunk's products read the buffers before its last slice's levels, whose barriers order
+        last chunk's products read the buffers before its last slice's outputs' barrier, which orders
         them before these stores."""
         v_in = gl.load(v + v_base + v_off, mask=m, other=0.0)
         do_in = gl.load(do + do_base + do_off, mask=m, other=0.0)
@@ -52,19 +55,17 @@ if IMPORT_ERROR is None:
         cta_barrier()
 
     @gluon.jit
-    def _pair_products(B, qq, kk, pos, pos_w, pos_wc, ql_t, kl_t, w_all, wt_all, w_s, wt_s, L: gl.constexpr,
-                       MW: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr, SPAN: gl.constexpr,
-                       FIRST: gl.constexpr):
+    def _pair_products(F, G, qq, kk, pos, pos_w, pos_wc, ql_t, kl_t, w_all, wt_all, w_s, wt_s, MW: gl.constexpr,
+                       SPAN: gl.constexpr, FIRST: gl.constexpr):
         """One tree level of a key slice staged for its two products, P = W_L·k_L and Q = W_Lᵀ·q_L
         (W_L: W, from w_all / wt_all, kept to the pairs of one group): q_L / k_L, the tf32 operands
-        (q⊙E on the later halves' rows, k⊙E on the earlier ones'), into ql_t / kl_t, W_L and W_Lᵀ
-        into w_s / wt_s. Returns (E, q_L, k_L, the later halves' rows) in L. FIRST: the slice's first
-        level, whose buffers' last readers (the last slice's final products) are behind the slice
-        staging's barrier already."""
-        E = _level(B, L, BT, KDS, SPAN)
+        (q⊙F on the later halves' rows, k⊙G on the earlier ones', ``_chain_step``), into ql_t / kl_t,
+        W_L and W_Lᵀ into w_s / wt_s. Returns (q_L, k_L, the later halves' rows) in F's layout.
+        FIRST: the slice's first product level, whose buffers' last readers (the last slice's final
+        products) are behind the slice staging's barrier already."""
         later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
-        ql = _tf32(gl.where(later, qq * E, 0.0))
-        kl = _tf32(gl.where(later, 0.0, kk * E))
+        ql = _tf32(gl.where(later, qq * F, 0.0))
+        kl = _tf32(gl.where(later, 0.0, kk * G))
         group = (pos_w[:, None] // SPAN) == (pos_wc[None, :] // SPAN)
         wl = gl.where(group, w_all.load(MW), 0.0)
         wtl = gl.where(group, wt_all.load(MW), 0.0)
@@ -76,7 +77,7 @@ if IMPORT_ERROR is None:
         wt_s.store(wtl)
         fence_async_shared()
         cta_barrier()
-        return E, ql, kl, later
+        return ql, kl, later
 
     @gluon.jit
     def _pow2_scale(amax, TOP: gl.constexpr):
@@ -87,25 +88,25 @@ if IMPORT_ERROR is None:
         return ((254 + TOP - e) << 23).to(gl.float32, bitcast=True), ((e - TOP) << 23).to(gl.float32, bitcast=True)
 
     @gluon.jit
-    def _operands16(B, qq, kk, sq, sk, pos, L: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr,
-                    SPAN: gl.constexpr):
-        """A tree level's fp16 operands: (E, the later halves' rows, q_L and k_L) with q_L = q⊙E on the
-        later halves' rows and k_L = k⊙E on the earlier ones', scaled per key channel by sq, sk."""
-        E = _level(B, L, BT, KDS, SPAN)
+    def _operands16(F, G, qq, kk, sq, sk, pos, SPAN: gl.constexpr):
+        """A tree level's fp16 operands: (the later halves' rows, q_L and k_L) with q_L = q⊙F on the
+        later halves' rows and k_L = k⊙G on the earlier ones' (``_chain_step``), scaled per key
+        channel by sq, sk."""
         later = ((pos // (SPAN // 2)) % 2 == 1)[:, None]
-        ql16 = (gl.where(later, qq * E, 0.0) * sq[None, :]).to(gl.float16)
-        kl16 = (gl.where(later, 0.0, kk * E) * sk[None, :]).to(gl.float16)
-        return E, later, ql16, kl16
+        ql16 = (gl.where(later, qq * F, 0.0) * sq[None, :]).to(gl.float16)
+        kl16 = (gl.where(later, 0.0, kk * G) * sk[None, :]).to(gl.float16)
+        return later, ql16, kl16
 
     @gluon.jit
-    def _stage_level16(B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, ql_t, kl_t, w_s, L: gl.constexpr,
-                       BT: gl.constexpr, KDS: gl.constexpr, SPAN: gl.constexpr, FIRST: gl.constexpr):
+    def _stage_level16(F, G, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, ql_t, kl_t, w_s, SPAN: gl.constexpr,
+                       FIRST: gl.constexpr):
         """``_pair_products`` with fp16 operands: q_L and k_L scaled per key channel (sq, sk) and W
         per chunk (W16, already scaled and rounded) by powers of two, so that fp16's range holds them
         at any input scale; fp16 keeps tf32's 10 mantissa bits. Q reads W_L transposed from w_s
         (16-bit operands may be M-major), so both copies of a pair take the same W value. Returns
-        (E, q_L, k_L as fp16 values, the later halves' rows) in L. FIRST: as ``_pair_products``'."""
-        E, later, ql16, kl16 = _operands16(B, qq, kk, sq, sk, pos, L, BT, KDS, SPAN)
+        (q_L, k_L as fp16 values, the later halves' rows) in F's layout. FIRST: as
+        ``_pair_products``'."""
+        later, ql16, kl16 = _operands16(F, G, qq, kk, sq, sk, pos, SPAN)
         group = (pos_w[:, None] // SPAN) == (pos_wc[None, :] // SPAN)
         if not FIRST:
             cta_barrier()  # every warpgroup's products of the last level have read the buffers
@@ -114,23 +115,23 @@ if IMPORT_ERROR is None:
         w_s.store(gl.where(group, W16, 0.0))
         fence_async_shared()
         cta_barrier()
-        return E, ql16.to(gl.float32), kl16.to(gl.float32), later
+        return ql16.to(gl.float32), kl16.to(gl.float32), later
 
     @gluon.jit
-    def _level16_in_mma_layout(B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, pos_m, ql_t, kl_t, w_s, e_t, q_inv, k_inv,
-                               w_inv, dq_acc, dk_acc, terms, zero16, L: gl.constexpr, MP16: gl.constexpr,
-                               BT: gl.constexpr, KDS: gl.constexpr, SPAN: gl.constexpr):
+    def _level16_in_mma_layout(F, G, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, pos_m, ql_t, kl_t, w_s, e_t, q_inv,
+                               k_inv, w_inv, dq_acc, dk_acc, terms, zero16, MP16: gl.constexpr, SPAN: gl.constexpr):
         """One tree level with fp16 operands whose results stay in the MMA layout: q_L, k_L, W_L and E
         go to this level's buffers (the previous level's are the other set, so no barrier waits for
         its products), both products run at once, and the accumulators (dq, dk and dg's terms, in the
         MMA layout) take them with q_L, k_L and E read back from shared memory: no product changes
-        layout. q_inv, k_inv: the channels' undoing scales in the MMA layout's columns; w_inv W's."""
-        E, later, ql16, kl16 = _operands16(B, qq, kk, sq, sk, pos, L, BT, KDS, SPAN)
+        layout. q_inv, k_inv: the channels' undoing scales in the MMA layout's columns; w_inv W's.
+        E is the level's factor of each row: F on the later halves' rows, G on the earlier ones'."""
+        later, ql16, kl16 = _operands16(F, G, qq, kk, sq, sk, pos, SPAN)
         group = (pos_w[:, None] // SPAN) == (pos_wc[None, :] // SPAN)
         ql_t.store(gl.permute(ql16, (1, 0)))
         kl_t.store(gl.permute(kl16, (1, 0)))
         w_s.store(gl.where(group, W16, 0.0))
-        e_t.store(gl.permute(E, (1, 0)))
+        e_t.store(gl.permute(gl.where(later, F, G), (1, 0)))
         fence_async_shared()
         cta_barrier()
         P = warpgroup_mma(w_s, kl_t.permute((1, 0)), zero16, use_acc=False, is_async=True)
@@ -149,10 +150,32 @@ if IMPORT_ERROR is None:
         return dq_acc, dk_acc, terms
 
     @constexpr_function
-    def _tree_levels(bt, pairs):
-        """The tree's levels that run as products: all log2(bt), or with pairs inside blocks of
-        ``pairs`` rows taken in registers only those whose groups span more than a block."""
-        return (bt // (pairs or 1)).bit_length() - 1
+    def _levels(bt):
+        """The tree's levels over a chunk of bt positions: log2(bt)."""
+        return bt.bit_length() - 1
+
+    @constexpr_function
+    def _first_product_level(pairs):
+        """The chain level (groups of 2 << level positions) of the tree's first product: 0, or with
+        pairs inside blocks of ``pairs`` rows taken in registers the first whose groups span more
+        than a block."""
+        return (pairs or 1).bit_length() - 1
+
+    @gluon.jit
+    def _chain_step(F, G, L: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr, LVL: gl.constexpr):
+        """F and G of the level with groups of 4 << LVL positions from those of 2 << LVL: F_t is
+        e^{B_t − B⁻}, B⁻ the cumulative gate before t's half-group, and G_s is e^{B⁺ − B_s}, B⁺ the
+        cumulative gate at the end of s's half-group, so a level's factor is F on the later halves'
+        rows and G on the earlier ones'. In each group of 2 << LVL the later half's F takes the
+        earlier half's decay and the earlier half's G the later half's (``prep._chain_decays``, as
+        the prep launch's chain); every factor stays ≤ 1. They start at (e^g, 1), and after the
+        step of groups of BT they are (e^B, e^{Bl − B}), the state terms' factors."""
+        SPAN: gl.constexpr = 2 << LVL
+        F3, later, d_earlier, d_later = _chain_decays(F, BT, KDS, LVL)
+        F3 = gl.where(later, F3 * d_earlier, F3)
+        G3 = gl.reshape(G, [BT // SPAN, SPAN, KDS])
+        G3 = gl.where(later, G3, G3 * d_later)
+        return gl.convert_layout(gl.reshape(F3, [BT, KDS]), L), gl.convert_layout(gl.reshape(G3, [BT, KDS]), L)
 
     @gluon.jit
     def _store_block_pairs(W, wslot, pos_w, pos_wc, C: gl.constexpr):
@@ -189,16 +212,16 @@ if IMPORT_ERROR is None:
         return gl.convert_layout(gl.reshape(X3, [BT, KDS]), L)
 
     @gluon.jit
-    def _block_pairs(gg, qq, kk, wslot, L: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr, C: gl.constexpr):
+    def _block_pairs(eg, qq, kk, wslot, L: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr, C: gl.constexpr):
         """dq and dk [BT, KDS] in L of the pairs s < t inside each block of C rows, in fp32 registers,
         as ``triton.kernels._block_pairs`` takes them (the same operations in the same order): a
         thread holds one channel's C rows of one block, and walking s down from t, e^{B_t − B_s} is
-        a running product of the gate factors a = e^{g} of the rows after s up to t, so no exponent
+        a running product of the gate factors a = e^{g} (eg) of the rows after s up to t, so no exponent
         is positive and no difference of cumulative gates is formed. Each pair's weight W_ts·f feeds
         dq_t and dk_s at once; W_ts, the same for every channel, is one load a pair from the block's
         row of ``wslot`` (``_store_block_pairs``), a broadcast over the channels."""
         NB: gl.constexpr = BT // C
-        a = _block_rows(_exp_flush(gg), BT, KDS, C)
+        a = _block_rows(eg, BT, KDS, C)
         q = _block_rows(qq, BT, KDS, C)
         k = _block_rows(kk, BT, KDS, C)
         LR: gl.constexpr = q[0].type.layout
@@ -233,8 +256,9 @@ if IMPORT_ERROR is None:
         gradient over scale (dhc, the same slot) into shared memory for their products, and the
         slice's gates (fp32), q and k (loaded row-major) for the column layout to read back, behind
         one barrier that makes the stores (and W's copies) visible to every warpgroup. None is
-        needed before them: the last slice read the states' buffers and ki_s before its levels'
-        barriers, and gi_s and qi_s last as its outputs, row-major, the layout these stores take.
+        needed before them: the last slice read the states' buffers before its outputs' barrier, ki_s
+        before its levels' barriers, and gi_s and qi_s last as its outputs, row-major, the layout
+        these stores take.
         The tiles' layout change rides on the barrier the states need anyway, where a
         ``convert_layout`` of each takes its own."""
         h_in = _state_slice(hc, slot, i_d, hrow, col, KD, VD, KDS)
@@ -250,39 +274,12 @@ if IMPORT_ERROR is None:
         cta_barrier()
 
     @gluon.jit
-    def _after_rows(gg, L: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr, C: gl.constexpr):
-        """Bl − B [BT, KDS] in L: the sum of the gates after each row (processing order), as sums of
-        gates only, so that at gates ≤ 0 every exponent is ≤ 0 as rounded and no difference of two
-        cumulative gates is formed. A thread's C rows of a key channel are one block: inside it a
-        running sum from the block's end (register arithmetic, ``_block_rows``), then the totals of
-        the later blocks, one masked sum over the ROW_LANES lanes per block. No reversed scan: a
-        reversed ``associative_scan`` moves every element across the lanes twice."""
-        NB: gl.constexpr = BT // C
-        g = _block_rows(gg, BT, KDS, C)
-        LR: gl.constexpr = g[0].type.layout
-        acc = gl.zeros([NB, KDS], gl.float32, LR)
-        after = (acc,)  # nothing after a block's last row inside it
-        for r in gl.static_range(C - 1, 0, -1):
-            acc = acc + g[r]
-            after = (acc,) + after
-        total = acc + g[0]
-        blk = gl.arange(0, NB, layout=gl.SliceLayout(1, LR))[:, None]
-        later = gl.zeros([NB, KDS], gl.float32, LR)  # the last block has none after it
-        for b in gl.static_range(NB - 1):
-            later = gl.where(blk == b, gl.sum(gl.where(blk > b, total, 0.0), axis=0)[None, :], later)
-        rows = ()
-        for r in gl.static_range(C):
-            rows = rows + (after[r] + later,)
-        return _block_tile(rows, L, BT, KDS, C)
-
-    @gluon.jit
-    def _exit_dk(gg, v_s, dhc_s, zero_x, scale, L: gl.constexpr, BT: gl.constexpr, KDS: gl.constexpr,
-                 C: gl.constexpr):
+    def _exit_dk(G, v_s, dhc_s, zero_x, scale, L: gl.constexpr):
         """What the state leaving the chunk adds to dk, dk_x = scale·e^{Bl − B}⊙(v·Yᵀ) [BT, KDS] in L,
         Y the key slice of dS_out/scale in dhc_s: one wgmma against the chunk's v, already staged for
-        W, and the factor e^{Bl − B} ≤ 1 from the gates after each row (``_after_rows``)."""
+        W, and the factor G = e^{Bl − B} ≤ 1 that the levels' chain leaves (``_chain_step``)."""
         y = gl.convert_layout(warpgroup_mma(v_s, dhc_s.permute((1, 0)), zero_x, use_acc=False), L)
-        return y * _exp_flush(_after_rows(gg, L, BT, KDS, C)) * scale
+        return y * G * scale
 
     @gluon.jit
     def _before_rows(x):
@@ -305,6 +302,8 @@ if IMPORT_ERROR is None:
         same binary as before they existed. Without EXIT, dk and dg receive dk's in-chunk part and
         dg's in-chunk suffix sum (fp32), and dhc and thr are placeholders."""
         gl.static_assert(PAIRS == 0 or PAIRS * ROW_LANES == BT, "PAIRS: 0 or a thread's rows, BT / ROW_LANES")
+        LEVELS: gl.constexpr = _levels(BT)
+        LVL0: gl.constexpr = _first_product_level(PAIRS)
         WARPS: gl.constexpr = KDS * ROW_LANES // 32
         # a thread holds BT / ROW_LANES rows of one key channel; ROW_LANES lanes a column
         L: gl.constexpr = gl.BlockedLayout([BT // ROW_LANES, 1], [ROW_LANES, 32 // ROW_LANES], [1, WARPS], [0, 1])
@@ -427,74 +426,85 @@ if IMPORT_ERROR is None:
                 gg = gi_s.load(L)
                 qq = qi_s.load(L).to(gl.float32)
                 kk = ki_s.load(L).to(gl.float32)
+                # the levels' factors from e^g by the chain (``_chain_step``): the slice's one exponential
+                F = _exp_flush(gg)
+                G = gl.full([BT, KDS], 1.0, gl.float32, L)
+                # the diagonal pairs (weight 1) go straight into dq and dk, never into dg's terms
+                dq_acc = w_diag[:, None] * kk
+                dk_acc = w_diag[:, None] * qq
                 if PAIRS > 0:
                     # the pairs inside blocks, fp32 from registers, while few accumulators are live
-                    dq_in, dk_in = _block_pairs(gg, qq, kk, wslot, L, BT, KDS, PAIRS)
-                # dq's state part: scale·e^{B}⊙(do·S_inᵀ)
-                x = gl.convert_layout(warpgroup_mma(do_s, hc_s.permute((1, 0)), zero_x, use_acc=False), L)
-                B = gl.associative_scan(gg, 0, _add)
-                dq_acc = x * _exp_flush(B) * scale
-                terms = qq * dq_acc  # dg's terms: q⊙dq_x, then q_L⊙P − k_L⊙Q of the strict pairs
-                # the diagonal pairs (weight 1) go straight into dq and dk, never into dg's terms
-                dq_acc += w_diag[:, None] * kk
-                dk_acc = w_diag[:, None] * qq
-                if EXIT:
-                    # the exit state's terms beside the entry state's, before the levels: across them only
-                    # dg's part stays live, in place of the gates
-                    dk_x = _exit_dk(gg, v_s, dhc_s, zero_x, scale, L, BT, KDS, BT // ROW_LANES)
-                    dk_acc += dk_x
-                    col = i_d * KDS + gl.arange(0, KDS, layout=gl.SliceLayout(0, L))
-                    exits = _before_rows(kk * dk_x) + gl.load(thr + hc_base * KD + col)[None, :]
-                if PAIRS > 0:  # then the levels above the blocks
+                    dq_in, dk_in = _block_pairs(F, qq, kk, wslot, L, BT, KDS, PAIRS)
                     dq_acc += dq_in
                     dk_acc += dk_in
-                    terms += qq * dq_in - kk * dk_in
+                    terms = qq * dq_in - kk * dk_in  # dg's terms: q_L⊙P − k_L⊙Q of the strict pairs, then q⊙dq_x
+                else:
+                    terms = gl.zeros([BT, KDS], gl.float32, L)
                 if OP16:
-                    # per key channel powers of two: |q⊙E|, |k⊙E| ≤ |q|, |k| (E ≤ 1) go below 2^15
+                    # per key channel powers of two: |q⊙F|, |k⊙G| ≤ |q|, |k| (factors ≤ 1) go below 2^15
                     sq, q_inv = _pow2_scale(gl.max(gl.abs(qq), axis=0), 14)
                     sk, k_inv = _pow2_scale(gl.max(gl.abs(kk), axis=0), 14)
+                # the chain runs up from groups of 2; a level's products (groups of 2 << lvl) take its
+                # factors before the step to the next
                 if OP16 and EPI:
                     q_inv_m = gl.convert_layout(q_inv, gl.SliceLayout(0, MP16))
                     k_inv_m = gl.convert_layout(k_inv, gl.SliceLayout(0, MP16))
                     dq_m = gl.convert_layout(dq_acc, MP16)
                     dk_m = gl.convert_layout(dk_acc, MP16)
                     terms_m = gl.convert_layout(terms, MP16)
-                    for lvl in gl.static_range(_tree_levels(BT, PAIRS)):
-                        if lvl % 2 == 0:
-                            dq_m, dk_m, terms_m = _level16_in_mma_layout(
-                                B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, pos_m, ql_t, kl_t, w_s, e_t, q_inv_m,
-                                k_inv_m, w_inv, dq_m, dk_m, terms_m, zero16, L, MP16, BT, KDS, BT >> lvl)
-                        else:
-                            dq_m, dk_m, terms_m = _level16_in_mma_layout(
-                                B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, pos_m, ql2_t, kl2_t, w2_s, e2_t, q_inv_m,
-                                k_inv_m, w_inv, dq_m, dk_m, terms_m, zero16, L, MP16, BT, KDS, BT >> lvl)
+                    for lvl in gl.static_range(LEVELS):
+                        if lvl >= LVL0:
+                            if (lvl - LVL0) % 2 == 0:
+                                dq_m, dk_m, terms_m = _level16_in_mma_layout(
+                                    F, G, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, pos_m, ql_t, kl_t, w_s, e_t, q_inv_m,
+                                    k_inv_m, w_inv, dq_m, dk_m, terms_m, zero16, MP16, 2 << lvl)
+                            else:
+                                dq_m, dk_m, terms_m = _level16_in_mma_layout(
+                                    F, G, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, pos_m, ql2_t, kl2_t, w2_s, e2_t,
+                                    q_inv_m, k_inv_m, w_inv, dq_m, dk_m, terms_m, zero16, MP16, 2 << lvl)
+                        F, G = _chain_step(F, G, L, BT, KDS, lvl)
                     dq_acc = gl.convert_layout(dq_m, L)
                     dk_acc = gl.convert_layout(dk_m, L)
                     terms = gl.convert_layout(terms_m, L)
                 elif OP16:
-                    for lvl in gl.static_range(_tree_levels(BT, PAIRS)):
-                        E, ql, kl, later = _stage_level16(B, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, ql_t, kl_t, w_s,
-                                                          L, BT, KDS, BT >> lvl, lvl == 0)
-                        # P = W_L·k_L and Q = W_Lᵀ·q_L in the operands' scales, then the scales undone (exact)
-                        P = gl.convert_layout(warpgroup_mma(w_s, kl_t.permute((1, 0)), zero16, use_acc=False), L)
-                        P = P * (k_inv * w_inv)[None, :]
-                        dq_acc += gl.where(later, E, 0.0) * P
-                        terms += ql * (P * q_inv[None, :])
-                        Q = gl.convert_layout(warpgroup_mma(w_s.permute((1, 0)), ql_t.permute((1, 0)), zero16,
-                                                            use_acc=False), L)
-                        Q = Q * (q_inv * w_inv)[None, :]
-                        dk_acc += gl.where(later, 0.0, E) * Q
-                        terms -= kl * (Q * k_inv[None, :])
+                    for lvl in gl.static_range(LEVELS):
+                        if lvl >= LVL0:
+                            ql, kl, later = _stage_level16(F, G, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, ql_t, kl_t,
+                                                           w_s, 2 << lvl, lvl == LVL0)
+                            # P = W_L·k_L and Q = W_Lᵀ·q_L in the operands' scales, then the scales undone (exact)
+                            P = gl.convert_layout(warpgroup_mma(w_s, kl_t.permute((1, 0)), zero16, use_acc=False), L)
+                            P = P * (k_inv * w_inv)[None, :]
+                            dq_acc += gl.where(later, F, 0.0) * P
+                            terms += ql * (P * q_inv[None, :])
+                            Q = gl.convert_layout(warpgroup_mma(w_s.permute((1, 0)), ql_t.permute((1, 0)), zero16,
+                                                                use_acc=False), L)
+                            Q = Q * (q_inv * w_inv)[None, :]
+                            dk_acc += gl.where(later, 0.0, G) * Q
+                            terms -= kl * (Q * k_inv[None, :])
+                        F, G = _chain_step(F, G, L, BT, KDS, lvl)
                 else:
-                    for lvl in gl.static_range(_tree_levels(BT, PAIRS)):
-                        E, ql, kl, later = _pair_products(B, qq, kk, pos, pos_w, pos_wc, ql_t, kl_t, w_all, wt_all,
-                                                          w_s, wt_s, L, MW, BT, KDS, BT >> lvl, lvl == 0)
-                        P = gl.convert_layout(warpgroup_mma(w_s, kl_t.permute((1, 0)), zero, use_acc=False), L)
-                        dq_acc += gl.where(later, E, 0.0) * P
-                        terms += ql * P
-                        Q = gl.convert_layout(warpgroup_mma(wt_s, ql_t.permute((1, 0)), zero, use_acc=False), L)
-                        dk_acc += gl.where(later, 0.0, E) * Q
-                        terms -= kl * Q
+                    for lvl in gl.static_range(LEVELS):
+                        if lvl >= LVL0:
+                            ql, kl, later = _pair_products(F, G, qq, kk, pos, pos_w, pos_wc, ql_t, kl_t, w_all, wt_all,
+                                                           w_s, wt_s, MW, 2 << lvl, lvl == LVL0)
+                            P = gl.convert_layout(warpgroup_mma(w_s, kl_t.permute((1, 0)), zero, use_acc=False), L)
+                            dq_acc += gl.where(later, F, 0.0) * P
+                            terms += ql * P
+                            Q = gl.convert_layout(warpgroup_mma(wt_s, ql_t.permute((1, 0)), zero, use_acc=False), L)
+                            dk_acc += gl.where(later, 0.0, G) * Q
+                            terms -= kl * Q
+                        F, G = _chain_step(F, G, L, BT, KDS, lvl)
+                # the state terms, with the factors the chain leaves: F = e^B, G = e^{Bl − B}.
+                # dq's state part: scale·e^{B}⊙(do·S_inᵀ)
+                x = gl.convert_layout(warpgroup_mma(do_s, hc_s.permute((1, 0)), zero_x, use_acc=False), L)
+                dq_x = x * F * scale
+                dq_acc += dq_x
+                terms += qq * dq_x
+                if EXIT:
+                    dk_x = _exit_dk(G, v_s, dhc_s, zero_x, scale, L)
+                    dk_acc += dk_x
+                    col = i_d * KDS + gl.arange(0, KDS, layout=gl.SliceLayout(0, L))
+                    exits = _before_rows(kk * dk_x) + gl.load(thr + hc_base * KD + col)[None, :]
                 # the outputs leave row-major through the slice's input buffers (read into registers at
                 # its start, the levels' barriers since): one barrier for the three tiles
                 qi_s.store(dq_acc.to(dq.dtype.element_ty))

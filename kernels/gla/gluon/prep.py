@@ -130,20 +130,6 @@ if IMPORT_ERROR is None:
         return gl.exp2(x * 1.4426950408889634)
 
     @gluon.jit
-    def _level(B, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr, SPAN: gl.constexpr):
-        """E [BT, KD] of the tree level with groups of SPAN positions: e^{B − R} on the later halves'
-        rows and e^{R − B} on the earlier ones', R the cumulative gate at the group's boundary (its
-        earlier half's last row), found in registers by a reshape; every exponent ≤ 0. The Gluon
-        in-chunk backward's levels take it; the prep launch's are products (``_chain_step``)."""
-        B3 = gl.reshape(B, [BT // SPAN, SPAN, KD])
-        L3: gl.constexpr = B3.type.layout
-        i3 = gl.arange(0, SPAN, layout=gl.SliceLayout(0, gl.SliceLayout(2, L3)))
-        R = gl.sum(gl.where((i3 == SPAN // 2 - 1)[None, :, None], B3, 0.0), axis=1)
-        X3 = B3 - gl.expand_dims(R, 1)
-        E = _exp_flush(gl.where((i3 >= SPAN // 2)[None, :, None], X3, -X3))
-        return gl.convert_layout(gl.reshape(E, [BT, KD]), L)
-
-    @gluon.jit
     def _chain_start(gg, qq, kk):
         """F, Qc and Kc of the level with groups of 2 positions (``_level_scores``): a later row's
         half-group is itself, so F = e^g and Qc = q⊙e^g; an earlier row's ends at itself, so Kc = k."""
@@ -151,12 +137,11 @@ if IMPORT_ERROR is None:
         return F, qq * F, kk
 
     @gluon.jit
-    def _chain_step(F, Qc, Kc, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr, LVL: gl.constexpr):
-        """F, Qc and Kc of the level with groups of 4 << LVL positions from those of 2 << LVL
-        (``_level_scores``): in each group of 2 << LVL, the later half's rows take the decay of the
-        earlier half, the earlier half's rows that of the later half. Both decays are F at the halves'
-        last rows, found in registers by a reshape (a shuffle where a group spans two lanes); every
-        factor stays ≤ 1."""
+    def _chain_decays(F, BT: gl.constexpr, KD: gl.constexpr, LVL: gl.constexpr):
+        """F [BT, KD] as groups of 2 << LVL positions, [BT / (2 << LVL), 2 << LVL, KD], with what a
+        chain step takes from it: the later halves' rows, and each group's two decays, F at its
+        halves' last rows (the earlier half's decay, then the later half's), found in registers by a
+        reshape (a shuffle where a group spans two lanes)."""
         SPAN: gl.constexpr = 2 << LVL
         HALF: gl.constexpr = SPAN // 2
         F3 = gl.reshape(F, [BT // SPAN, SPAN, KD])
@@ -165,7 +150,16 @@ if IMPORT_ERROR is None:
         # -0.0 elsewhere: x + (-0.0) is x, so the sums fold to the one row
         d_earlier = gl.expand_dims(gl.sum(gl.where(i3 == HALF - 1, F3, -0.0), axis=1), 1)
         d_later = gl.expand_dims(gl.sum(gl.where(i3 == SPAN - 1, F3, -0.0), axis=1), 1)
-        later = i3 >= HALF
+        return F3, i3 >= HALF, d_earlier, d_later
+
+    @gluon.jit
+    def _chain_step(F, Qc, Kc, L: gl.constexpr, BT: gl.constexpr, KD: gl.constexpr, LVL: gl.constexpr):
+        """F, Qc and Kc of the level with groups of 4 << LVL positions from those of 2 << LVL
+        (``_level_scores``): in each group of 2 << LVL, the later half's rows take the decay of the
+        earlier half, the earlier half's rows that of the later half (``_chain_decays``); every
+        factor stays ≤ 1."""
+        SPAN: gl.constexpr = 2 << LVL
+        F3, later, d_earlier, d_later = _chain_decays(F, BT, KD, LVL)
         F3 = gl.where(later, F3 * d_earlier, F3)
         Q3 = gl.reshape(Qc, [BT // SPAN, SPAN, KD])
         Q3 = gl.where(later, Q3 * d_earlier, Q3)
