@@ -42,5 +42,8 @@ prep_ws_prefetch = _form("prep-ws-prefetch", PREP_WS=True, PREP_PREFETCH=True)
 #: with four lanes a key channel: 16 warps make the operands (96 registers a thread, as the products')
 prep_ws_rl4 = _form("prep-ws-rl4", PREP_WS=True, ROW_LANES=4)
 prep_ws_rl4_prefetch = _form("prep-ws-rl4-prefetch", PREP_WS=True, ROW_LANES=4, PREP_PREFETCH=True)
+#: the whole-D prep launch with four lanes a key channel: 16 warps a program at 128 registers a thread
+prep_rl4 = _form("prep-rl4", ROW_LANES=4)
+prep_rl4_intra16 = _form("prep-rl4-intra16", ROW_LANES=4, **_PAIRS_EXIT, INTRA_OP16=True, INTRA_KDS=64)
 #: the warp-specialized prep launch beside the candidate in-chunk backward
 prep_ws_intra16 = _form("prep-ws-intra16", PREP_WS=True, **_PAIRS_EXIT, INTRA_OP16=True, INTRA_KDS=64)
