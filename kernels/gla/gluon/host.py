@@ -169,10 +169,11 @@ def intra_pairs() -> int:
 
 
 def intra_scratch(grid: tuple[int, int]) -> int:
-    """fp32 elements of the in-chunk kernel's scratch for ``grid``: each program's copy of its chunk's
-    in-block pairs of W, [CHUNK / PAIRS, PAIRS, PAIRS] (one element when no pairs run in registers)."""
+    """fp32 elements of the in-chunk kernel's scratch for ``grid``: two slots a program, each a copy of
+    a chunk's in-block pairs of W, [CHUNK / PAIRS, PAIRS, PAIRS] (one element when no pairs run in
+    registers)."""
     pairs = intra_pairs()
-    return grid[0] * grid[1] * CHUNK * pairs if pairs else 1
+    return 2 * grid[0] * grid[1] * CHUNK * pairs if pairs else 1
 
 
 def intra_meta(d: int, e: int, reverse: bool, varlen: bool) -> dict:

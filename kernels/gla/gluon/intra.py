@@ -19,7 +19,7 @@ positions (reversed rows under REVERSE), so one code path serves both orders.
 With PAIRS = 16 (ROW_LANES = 4) a thread's 16 rows of a key channel are one block, so the pairs
 inside blocks are register arithmetic, as the Triton launch's register form takes them
 (``_block_pairs``): fp32, a running product of the gate factors, W_ts one broadcast load a pair
-from the program's slot of the scratch ``wsc``. Only the two levels above the blocks stay products.
+from the chunk's slot of the scratch ``wsc``. Only the two levels above the blocks stay products.
 
 ``gla_bwd_intra_exit_gluon_kernel`` adds ``triton.kernels.gla_bwd_exit_kernel``'s terms in the same
 launch: v is already in shared memory for W and the tiles' column layout keeps a chunk's prefix and
@@ -367,8 +367,9 @@ if IMPORT_ERROR is None:
 
         i_n, i_h, i_hk, bos, seq_len = _sequence(cu, T, H, HKV, IS_VARLEN)
         slot0 = bos // BT + i_n  # chunk slots of this sequence in hc (``tiles.chunk_slot``)
-        # the program's slot of the scratch: its chunk's in-block pairs of W [BT / PAIRS, PAIRS, PAIRS]
-        wslot = wsc + (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)).to(gl.int64) * (BT * PAIRS)
+        # the program's two slots of the scratch, each a chunk's in-block pairs of W
+        # [BT / PAIRS, PAIRS, PAIRS]
+        wslot0 = wsc + (gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)).to(gl.int64) * (2 * BT * PAIRS)
 
         pos = gl.arange(0, BT, layout=gl.SliceLayout(1, L))      # processing position of a tile row
         pos_ld = gl.arange(0, BT, layout=gl.SliceLayout(1, LD))
@@ -391,6 +392,9 @@ if IMPORT_ERROR is None:
         n_chunks = (seq_len + BT - 1) // BT
         for i_c in range(gl.program_id(0), n_chunks, gl.num_programs(0)):
             start = _chunk_start(seq_len, i_c, BT, REVERSE)
+            # a chunk's slot by its parity: the stores' addresses are then formed in the loop, where
+            # the compiler hoisted an invariant slot's 64-bit addresses and kept them live (spilled)
+            wslot = wslot0 + (i_c % 2) * (BT * PAIRS)
             row0 = bos + start
             m = (pos_ld < seq_len - i_c * BT)[:, None]
             mv = (pos_lv < seq_len - i_c * BT)[:, None]
@@ -532,8 +536,8 @@ if IMPORT_ERROR is None:
         of KDS key channels; KDS·ROW_LANES / 32 warps; BT = 64 (six levels), KD and VD 64 or 128.
         PAIRS = 0 takes every pair through the six levels. PAIRS = BT / ROW_LANES (a thread's rows,
         one block) takes the pairs inside blocks of PAIRS rows in fp32 registers (``_block_pairs``)
-        and only the levels above them (the pairs across blocks) as products. wsc: [P·N·H, BT·PAIRS]
-        fp32 scratch, each program's slot its chunk's in-block pairs of W (unused when PAIRS = 0).
+        and only the levels above them (the pairs across blocks) as products. wsc: [P·N·H, 2·BT·PAIRS]
+        fp32 scratch, two slots a program, each a chunk's in-block pairs of W (unused when PAIRS = 0).
         ``gla_bwd_intra_kernel``'s arguments, so the torch path and the JAX bridge launch either."""
         _intra_chunks(q, k, v, g, do, hc, hc, dgq, cu, T, H, HKV, scale, dq, dki, dgq, wsc,
                       KD, VD, REVERSE, IS_VARLEN, BT, KDS, ROW_LANES, OP16, EPI, PAIRS, False)

@@ -266,13 +266,13 @@ def test_the_intra_pairs_knob_takes_a_threads_rows_and_refuses_any_other_block(m
 
 
 def test_the_intra_scratch_holds_each_programs_in_block_pairs_of_w(monkeypatch):
-    """A program's slot is its chunk's [CHUNK / PAIRS, PAIRS, PAIRS] fp32 in-block pairs of W; one
-    element in all when no pairs run in registers."""
+    """A program has two slots, each a chunk's [CHUNK / PAIRS, PAIRS, PAIRS] fp32 in-block pairs of W;
+    one element in all when no pairs run in registers."""
     _intra_form(monkeypatch, 0)
     assert host.intra_scratch((7, 12)) == 1
     _intra_form(monkeypatch, 16)
-    assert host.intra_scratch((7, 12)) == 7 * 12 * 4 * 16 * 16
-    assert host.intra_scratch((1, 1)) == 64 * 16
+    assert host.intra_scratch((7, 12)) == 2 * 7 * 12 * 4 * 16 * 16
+    assert host.intra_scratch((1, 1)) == 2 * 64 * 16
 
 
 def test_the_intra_launch_keys_and_passes_the_pairs_knob(monkeypatch):
@@ -311,7 +311,7 @@ def test_a_backward_gives_the_gluon_in_chunk_launch_the_scratch_of_its_form(monk
     torch.autograd.grad((o, s), (q, k, v, g), (torch.ones_like(o), torch.ones_like(s)))
     (wsc, grid), = seen
     assert grid == ops._cfg.prep_grid(40, 2) and wsc.dtype == torch.float32
-    assert wsc.numel() == (grid[0] * grid[1] * 64 * 16 if pairs else 1)
+    assert wsc.numel() == (2 * grid[0] * grid[1] * 64 * 16 if pairs else 1)
 
 
 def _jax_backward_launches(monkeypatch, pairs: int, exit_terms: bool) -> list:
@@ -356,7 +356,7 @@ def test_the_jax_bridge_gives_the_gluon_in_chunk_launch_the_scratch_of_its_form(
     launches = _jax_backward_launches(monkeypatch, 16, False)
     intra, = [launch for launch in launches if launch["name"] == "gla_bwd_intra_gluon_kernel"]
     assert intra["meta"]["PAIRS"] == 16
-    assert intra["outs"][-1] == (host.intra_scratch(intra["grid"]),) == (intra["grid"][0] * 2 * 64 * 16,)
+    assert intra["outs"][-1] == (host.intra_scratch(intra["grid"]),) == (2 * intra["grid"][0] * 2 * 64 * 16,)
     assert [launch["name"] for launch in launches].count("gla_bwd_exit_kernel") == 1
 
 
