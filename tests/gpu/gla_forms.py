@@ -45,5 +45,7 @@ prep_ws_rl4_prefetch = _form("prep-ws-rl4-prefetch", PREP_WS=True, ROW_LANES=4, 
 #: the whole-D prep launch with four lanes a key channel: 16 warps a program at 128 registers a thread
 prep_rl4 = _form("prep-rl4", ROW_LANES=4)
 prep_rl4_intra16 = _form("prep-rl4-intra16", ROW_LANES=4, **_PAIRS_EXIT, INTRA_OP16=True, INTRA_KDS=64)
+#: with eight lanes a key channel: 32 warps a program at 64 registers a thread
+prep_rl8 = _form("prep-rl8", ROW_LANES=8)
 #: the warp-specialized prep launch beside the candidate in-chunk backward
 prep_ws_intra16 = _form("prep-ws-intra16", PREP_WS=True, **_PAIRS_EXIT, INTRA_OP16=True, INTRA_KDS=64)

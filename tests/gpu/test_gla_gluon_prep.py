@@ -70,6 +70,7 @@ VARIANTS = {  # OP16, PREFETCH, key slice (0: all of D), lanes a key channel, wa
     "fp16-ks32": (True, False, 32, 4, False), "fp16-ks64": (True, False, 64, 2, False),
     "fp16-ws": (True, False, 0, 2, True), "fp16-ws-prefetch": (True, True, 0, 2, True),
     "fp16-ws-rl4-prefetch": (True, True, 0, 4, True), "fp16-rl4": (True, False, 0, 4, False),
+    "fp16-rl8": (True, False, 0, 8, False),
 }
 
 

@@ -84,6 +84,7 @@ PREP_FORMS = {  # OP16, PREFETCH, key slice (0: all of D), lanes a key channel, 
     "tf32-ks32": (False, False, 32, 4, False), "fp16-ws": (True, False, 0, 2, True),
     "fp16-ws-prefetch": (True, True, 0, 2, True), "fp16-ws-rl4-prefetch": (True, True, 0, 4, True),
     "fp16-rl4": (True, False, 0, 4, False),  # 16 rows a thread: 16 warps at D = 128, 128 registers
+    "fp16-rl8": (True, False, 0, 8, False),  # 8 rows a thread: 32 warps at D = 128, 64 registers
 }
 _PREP_SWITCHES = ("PREP_OP16", "PREP_PREFETCH", "PREP_KS", "ROW_LANES", "PREP_WS")
 
