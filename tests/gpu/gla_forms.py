@@ -30,6 +30,9 @@ _PAIRS_EXIT = dict(INTRA_ON=True, INTRA_PAIRS=16, INTRA_ROW_LANES=4, INTRA_EXIT=
 
 intra16 = _form("intra16", **_PAIRS_EXIT, INTRA_OP16=True, INTRA_KDS=64)
 intra16_kds32 = _form("intra16-kds32", **_PAIRS_EXIT, INTRA_OP16=True, INTRA_KDS=32)
+#: blocks of 8 rows at 8 lanes a key channel, slices of 32 channels: 8 warps, fewer spills than intra16
+intra8_kds32 = _form("intra8-kds32", **{**_PAIRS_EXIT, "INTRA_PAIRS": 8, "INTRA_ROW_LANES": 8}, INTRA_OP16=True,
+                     INTRA_KDS=32)
 intra32 = _form("intra32", **_PAIRS_EXIT, INTRA_OP16=False, INTRA_KDS=64)
 intra16_no_exit = _form("intra16-no-exit", **{**_PAIRS_EXIT, "INTRA_EXIT": False}, INTRA_OP16=True, INTRA_KDS=64)
 prep_ks64 = _form("prep-ks64", PREP_KS=64)

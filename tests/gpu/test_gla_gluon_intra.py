@@ -55,7 +55,9 @@ VARIANTS = {"gluon_tf32": (False, False, 0), "gluon_fp16": (True, False, 0), "gl
             "gluon_tf32_pairs": (False, False, 16), "gluon_fp16_pairs": (True, False, 16),
             "gluon_fp16_epi_pairs": (True, True, 16),
             # key slices of 32 channels at 4 lanes a channel: 4 warps, two programs an SM
-            "gluon_fp16_pairs_kds32": (True, False, 16)}
+            "gluon_fp16_pairs_kds32": (True, False, 16),
+            # blocks of 8 rows at 8 lanes a channel, key slices of 32: 8 warps
+            "gluon_fp16_pairs8_kds32": (True, False, 8)}
 
 
 def _backward(monkeypatch, on: bool, x: dict, reverse: bool, cu, n, variant: str = "gluon_tf32",
@@ -71,7 +73,7 @@ def _backward(monkeypatch, on: bool, x: dict, reverse: bool, cu, n, variant: str
     monkeypatch.setattr(host, "INTRA_OP16", op16)
     monkeypatch.setattr(host, "INTRA_EPI", epi)
     monkeypatch.setattr(host, "INTRA_PAIRS", pairs)
-    monkeypatch.setattr(host, "INTRA_ROW_LANES", 4)
+    monkeypatch.setattr(host, "INTRA_ROW_LANES", 64 // pairs if pairs else 4)  # a block is a thread's rows
     monkeypatch.setattr(host, "INTRA_KDS", 32 if variant.endswith("kds32") else 64)
     monkeypatch.setattr(host, "INTRA_EXIT", exit_terms)
     if pairs:  # the Triton launch's levels above blocks of ``pairs`` rows

@@ -191,10 +191,11 @@ def test_every_barrier_the_prep_launch_passes_is_needed(gluon_on_cpu, monkeypatc
             gops.gla_prep(q, k, g, False, None, 1)
 
 
-INTRA_FORMS = {  # OP16, EPI, PAIRS (ROW_LANES 4: a thread's 16 rows are one block)
+INTRA_FORMS = {  # OP16, EPI, PAIRS (ROW_LANES 64 / PAIRS, 4 without: a block is a thread's rows)
     "tf32": (False, False, 0), "fp16": (True, False, 0), "fp16-epi": (True, True, 0),
     "tf32-pairs": (False, False, 16), "fp16-pairs": (True, False, 16), "fp16-epi-pairs": (True, True, 16),
     "fp16-pairs-kds32": (True, False, 16),  # key slices of 32: 4 warps, two programs an SM
+    "fp16-pairs8-kds32": (True, False, 8),  # blocks of 8 rows, 8 lanes a channel: 8 warps
 }
 
 
@@ -202,7 +203,8 @@ INTRA_FORMS = {  # OP16, EPI, PAIRS (ROW_LANES 4: a thread's 16 rows are one blo
 # default (fp16 operands, pairs in registers) both ways; every other run reversed, so both values of
 # the operands, epilogue, pairs and exit switches meet both orders
 INTRA_RUNS = [("tf32", False), ("fp16-epi", False), ("fp16", True), ("tf32-pairs", True), ("fp16-pairs", False),
-              ("fp16-pairs", True), ("fp16-epi-pairs", True), ("fp16-pairs-kds32", False)]
+              ("fp16-pairs", True), ("fp16-epi-pairs", True), ("fp16-pairs-kds32", False),
+              ("fp16-pairs8-kds32", True)]
 
 
 @pytest.mark.parametrize("form,exit_terms", INTRA_RUNS, ids=[f"{f}-{'exit' if x else 'plain'}" for f, x in INTRA_RUNS])
@@ -216,7 +218,7 @@ def test_the_emulated_gluon_backward_meets_fp64(gluon_on_cpu, monkeypatch, form,
     monkeypatch.setattr(host, "INTRA_OP16", op16)
     monkeypatch.setattr(host, "INTRA_EPI", epi)
     monkeypatch.setattr(host, "INTRA_PAIRS", pairs)
-    monkeypatch.setattr(host, "INTRA_ROW_LANES", 4)
+    monkeypatch.setattr(host, "INTRA_ROW_LANES", 64 // pairs if pairs else 4)  # a block is a thread's rows
     monkeypatch.setattr(host, "INTRA_KDS", 32 if form.endswith("kds32") else 64)
     monkeypatch.setattr(host, "INTRA_EXIT", exit_terms)
     i = list(INTRA_FORMS).index(form)
@@ -237,7 +239,7 @@ def test_every_barrier_the_in_chunk_launch_passes_is_needed(gluon_on_cpu, monkey
     the chunk's staging, the slice's, the levels' and the outputs'."""
     op16, epi, pairs = INTRA_FORMS[form]
     for name, value in (("INTRA_ON", True), ("INTRA_OP16", op16), ("INTRA_EPI", epi), ("INTRA_PAIRS", pairs),
-                        ("INTRA_ROW_LANES", 4), ("INTRA_KDS", 32 if form.endswith("kds32") else 64),
+                        ("INTRA_ROW_LANES", 64 // pairs if pairs else 4), ("INTRA_KDS", 32 if form.endswith("kds32") else 64),
                         ("INTRA_EXIT", exit_terms)):
         monkeypatch.setattr(host, name, value)
     launch = gluon_on_cpu["intra_exit" if exit_terms else "intra"]
