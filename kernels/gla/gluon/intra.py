@@ -441,7 +441,8 @@ if IMPORT_ERROR is None:
                     dq_in, dk_in = _block_pairs(F, qq, kk, wslot, L, BT, KDS, PAIRS)
                     dq_acc += dq_in
                     dk_acc += dk_in
-                    terms = qq * dq_in - kk * dk_in  # dg's terms: q_L⊙P − k_L⊙Q of the strict pairs, then q⊙dq_x
+                    # dg's terms: q_L⊙P − k_L⊙Q of the strict pairs, then q⊙dq_x
+                    terms = qq * dq_in - kk * dk_in
                 else:
                     terms = gl.zeros([BT, KDS], gl.float32, L)
                 if OP16:

@@ -207,20 +207,23 @@ INTRA_RUNS = [("tf32", False), ("fp16-epi", False), ("fp16", True), ("tf32-pairs
               ("fp16-pairs8-kds32", True)]
 
 
+def _intra_form(monkeypatch, form: str, exit_terms: bool) -> None:
+    """The host's switches for the in-chunk launch in ``form`` (``INTRA_FORMS``): a block of pairs is
+    a thread's rows, so the lanes a channel follow PAIRS (4 without pairs); slices of 32 or 64."""
+    op16, epi, pairs = INTRA_FORMS[form]
+    for name, value in (("INTRA_ON", True), ("INTRA_OP16", op16), ("INTRA_EPI", epi), ("INTRA_PAIRS", pairs),
+                        ("INTRA_ROW_LANES", 64 // pairs if pairs else 4),
+                        ("INTRA_KDS", 32 if form.endswith("kds32") else 64), ("INTRA_EXIT", exit_terms)):
+        monkeypatch.setattr(host, name, value)
+
+
 @pytest.mark.parametrize("form,exit_terms", INTRA_RUNS, ids=[f"{f}-{'exit' if x else 'plain'}" for f, x in INTRA_RUNS])
 def test_the_emulated_gluon_backward_meets_fp64(gluon_on_cpu, monkeypatch, form, exit_terms):
     """The whole op with the Gluon prep and in-chunk launches, every gradient dg included within
     fp16's tolerance of fp64, or fla's 0.005 in bf16: packed sequences (one of a single row, one
     ending inside a block of 16), GQA, an initial state and dS_T, and per form another gate norm of
     fla's recipes, order and input dtype."""
-    op16, epi, pairs = INTRA_FORMS[form]
-    monkeypatch.setattr(host, "INTRA_ON", True)
-    monkeypatch.setattr(host, "INTRA_OP16", op16)
-    monkeypatch.setattr(host, "INTRA_EPI", epi)
-    monkeypatch.setattr(host, "INTRA_PAIRS", pairs)
-    monkeypatch.setattr(host, "INTRA_ROW_LANES", 64 // pairs if pairs else 4)  # a block is a thread's rows
-    monkeypatch.setattr(host, "INTRA_KDS", 32 if form.endswith("kds32") else 64)
-    monkeypatch.setattr(host, "INTRA_EXIT", exit_terms)
+    _intra_form(monkeypatch, form, exit_terms)
     i = list(INTRA_FORMS).index(form)
     j = INTRA_RUNS.index((form, exit_terms))  # every other run reversed
     norm, reverse = (16.0, 1.0, 0.1)[i % 3], bool(j % 2)
@@ -237,11 +240,7 @@ def test_every_barrier_the_in_chunk_launch_passes_is_needed(gluon_on_cpu, monkey
     """As for the prep launch: the in-chunk launch of one backward (two key slices a chunk at KDS 32),
     replayed with each of its barrier sites dropped, leaves a race the tracker names at every one:
     the chunk's staging, the slice's, the levels' and the outputs'."""
-    op16, epi, pairs = INTRA_FORMS[form]
-    for name, value in (("INTRA_ON", True), ("INTRA_OP16", op16), ("INTRA_EPI", epi), ("INTRA_PAIRS", pairs),
-                        ("INTRA_ROW_LANES", 64 // pairs if pairs else 4), ("INTRA_KDS", 32 if form.endswith("kds32") else 64),
-                        ("INTRA_EXIT", exit_terms)):
-        monkeypatch.setattr(host, name, value)
+    _intra_form(monkeypatch, form, exit_terms)
     launch = gluon_on_cpu["intra_exit" if exit_terms else "intra"]
     calls = []
 
