@@ -46,7 +46,6 @@ _SM90 = {
     "ring": ({}, "compile_gla_prep(d=128, dtype='bf16', op16=True, prefetch=True)"),
     "sliced": ({}, "compile_gla_prep(d=128, dtype='bf16', op16=True, ks=32, row_lanes=4)"),
     "specialized": ({}, "compile_gla_prep(d=128, dtype='bf16', specialized=True, product_regs=96, prefetch=True)"),
-    "intra": ({}, "compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True)"),
     "intra64": ({}, "compile_gla_intra(d=64, e=64, dtype='fp16', varlen=True)"),
     "pairs_tf32": ({**_PAIRS16, _HOST + "INTRA_OP16": False},
                    "compile_gla_intra(d=128, e=128, dtype='bf16', reverse=True, gqa=True)"),
@@ -219,10 +218,11 @@ def test_the_intra_launch_compiles_for_sm90_with_two_tf32_products_a_level(sm90)
     """The in-chunk backward: per key slice of 64 channels, six levels of two tf32 wgmma chains
     (k-steps of 8 over the chunk's 64 rows), the state product and W = do·vᵀ (k-steps of 16 over
     E), one copy of the slice loop; a bounded number of barriers; shared memory within the H200's
-    227 KB. At D = E = 64 the W and state products have half the k-steps."""
-    wide, narrow = sm90["intra"], sm90["intra64"]
-    assert wide["wgmma"] == 6 * 2 * 64 // 8 + 2 * 128 // 16
+    227 KB. The plain entry at D = E = 64 (fp16, packed sequences), whose W and state products have
+    half the k-steps; at D = E = 128 the fused entry, with its one more chain (v·Yᵀ) a key slice."""
+    narrow, wide = sm90["intra64"], sm90["fused_tf32"]
     assert narrow["wgmma"] == 6 * 2 * 64 // 8 + 2 * 64 // 16
+    assert wide["wgmma"] == 6 * 2 * 64 // 8 + 3 * 128 // 16
     for m in (wide, narrow):
         assert 12 <= m["barriers"] <= 80
         assert 0 < m["shared_bytes"] <= 227 * 1024
@@ -527,9 +527,7 @@ def test_the_fused_intra_launch_compiles_for_sm90_with_one_more_product_a_key_sl
     assert fused["wgmma"] == plain["wgmma"] + 128 // 16
     assert fused["shared_bytes"] == plain["shared_bytes"] + 64 * 128 * 2
     assert plain["barriers"] <= fused["barriers"] <= plain["barriers"] + 4
-    tf32 = sm90["fused_tf32"]
-    assert tf32["wgmma"] == 6 * 2 * 64 // 8 + 3 * 128 // 16
-    assert 0 < tf32["shared_bytes"] <= 227 * 1024
+    assert 0 < sm90["fused_tf32"]["shared_bytes"] <= 227 * 1024  # its wgmma: the tf32 test's
 
 
 def test_the_prep_slice_knob_picks_the_sliced_kernel_and_refuses_what_no_warpgroup_runs(monkeypatch):
