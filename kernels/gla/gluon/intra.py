@@ -450,15 +450,17 @@ if IMPORT_ERROR is None:
                     sq, q_inv = _pow2_scale(gl.max(gl.abs(qq), axis=0), 14)
                     sk, k_inv = _pow2_scale(gl.max(gl.abs(kk), axis=0), 14)
                 # the chain runs up from groups of 2; a level's products (groups of 2 << lvl) take its
-                # factors before the step to the next
+                # factors before the step to the next. With EPI the accumulators stay in the products'
+                # layout across the levels.
                 if OP16 and EPI:
                     q_inv_m = gl.convert_layout(q_inv, gl.SliceLayout(0, MP16))
                     k_inv_m = gl.convert_layout(k_inv, gl.SliceLayout(0, MP16))
                     dq_m = gl.convert_layout(dq_acc, MP16)
                     dk_m = gl.convert_layout(dk_acc, MP16)
                     terms_m = gl.convert_layout(terms, MP16)
-                    for lvl in gl.static_range(LEVELS):
-                        if lvl >= LVL0:
+                for lvl in gl.static_range(LEVELS):
+                    if lvl >= LVL0:
+                        if OP16 and EPI:
                             if (lvl - LVL0) % 2 == 0:
                                 dq_m, dk_m, terms_m = _level16_in_mma_layout(
                                     F, G, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, pos_m, ql_t, kl_t, w_s, e_t, q_inv_m,
@@ -467,13 +469,7 @@ if IMPORT_ERROR is None:
                                 dq_m, dk_m, terms_m = _level16_in_mma_layout(
                                     F, G, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, pos_m, ql2_t, kl2_t, w2_s, e2_t,
                                     q_inv_m, k_inv_m, w_inv, dq_m, dk_m, terms_m, zero16, MP16, 2 << lvl)
-                        F, G = _chain_step(F, G, L, BT, KDS, lvl)
-                    dq_acc = gl.convert_layout(dq_m, L)
-                    dk_acc = gl.convert_layout(dk_m, L)
-                    terms = gl.convert_layout(terms_m, L)
-                elif OP16:
-                    for lvl in gl.static_range(LEVELS):
-                        if lvl >= LVL0:
+                        elif OP16:
                             ql, kl, later = _stage_level16(F, G, qq, kk, sq, sk, W16, pos, pos_w, pos_wc, ql_t, kl_t,
                                                            w_s, 2 << lvl, lvl == LVL0)
                             # P = W_L·k_L and Q = W_Lᵀ·q_L in the operands' scales, then the scales undone (exact)
@@ -486,10 +482,7 @@ if IMPORT_ERROR is None:
                             Q = Q * (q_inv * w_inv)[None, :]
                             dk_acc += gl.where(later, 0.0, G) * Q
                             terms -= kl * (Q * k_inv[None, :])
-                        F, G = _chain_step(F, G, L, BT, KDS, lvl)
-                else:
-                    for lvl in gl.static_range(LEVELS):
-                        if lvl >= LVL0:
+                        else:
                             ql, kl, later = _pair_products(F, G, qq, kk, pos, pos_w, pos_wc, ql_t, kl_t, w_all, wt_all,
                                                            w_s, wt_s, MW, 2 << lvl, lvl == LVL0)
                             P = gl.convert_layout(warpgroup_mma(w_s, kl_t.permute((1, 0)), zero, use_acc=False), L)
@@ -498,7 +491,11 @@ if IMPORT_ERROR is None:
                             Q = gl.convert_layout(warpgroup_mma(wt_s, ql_t.permute((1, 0)), zero, use_acc=False), L)
                             dk_acc += gl.where(later, 0.0, G) * Q
                             terms -= kl * Q
-                        F, G = _chain_step(F, G, L, BT, KDS, lvl)
+                    F, G = _chain_step(F, G, L, BT, KDS, lvl)
+                if OP16 and EPI:
+                    dq_acc = gl.convert_layout(dq_m, L)
+                    dk_acc = gl.convert_layout(dk_m, L)
+                    terms = gl.convert_layout(terms_m, L)
                 # the state terms, with the factors the chain leaves: F = e^B, G = e^{Bl − B}.
                 # dq's state part: scale·e^{B}⊙(do·S_inᵀ)
                 x = gl.convert_layout(warpgroup_mma(do_s, hc_s.permute((1, 0)), zero_x, use_acc=False), L)
