@@ -33,7 +33,6 @@ def test_bundled_suites_parse(name):
     assert all(m.cases for m in suite.measurements)
 
 
-
 def test_the_gla_forms_suite_names_every_timing_form_and_only_those(monkeypatch):
     """suites/gla-forms.toml and the plugins it times (tests/gpu/gla_forms.py) stay in step: a form
     added to one and not the other would go untimed, or fail the run as an unknown kernel; the
@@ -46,9 +45,10 @@ def test_the_gla_forms_suite_names_every_timing_form_and_only_those(monkeypatch)
     suite = load_suite(ROOT / "suites" / "gla-forms.toml")
     named = {k for m in suite.measurements for k in m.kernels if k.startswith("form/")}
     assert named == set(forms), (named ^ set(forms))
-    header = "".join(ln for ln in (ROOT / "suites" / "gla-forms.toml").read_text().splitlines()
-                     if ln.startswith("#   F="))
-    assert set(header.replace("#   F=$F,", ",").replace("#   F=", "").split(",")) == set(forms.values())
+    command = {name for ln in suite.path.read_text().splitlines() if ln.startswith("#   F=")
+               for name in ln.removeprefix("#   F=").removeprefix("$F,").split(",")}
+    assert command == set(forms.values()), (command ^ set(forms.values()))
+
 
 def test_sections_override_axes_and_kernels(tmp_path):
     path = tmp_path / "s.toml"
