@@ -3,6 +3,7 @@ torch.profiler after the point's timers, kept in its row and printed by report."
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -25,19 +26,24 @@ def _sync(_):
 def test_each_operator_is_counted_per_call_and_sorted_by_time():
     gen = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ())))
     a, b = torch.randn(256, 256, generator=gen), torch.randn(256, 256, generator=gen)
+    wait_s = 0.03
 
     def call():
+        with torch.profiler.record_function("wait"):  # a range with no operator inside: all self time
+            time.sleep(wait_s)
         return torch.exp(torch.mm(torch.mm(a, b), b) * 1e-3)
 
     got = bd.kernel_breakdown(call, _sync, calls=3, cuda=False)
     by_name = {k["name"]: k for k in got["kernels"]}
     assert by_name["aten::mm"]["launches"] == 2.0 and by_name["aten::exp"]["launches"] == 1.0
+    assert by_name["wait"]["launches"] == 1.0
     assert got["calls"] == 3 and "over 3 calls" in got["method"]
     times = [k["ms"] for k in got["kernels"]]
     assert times == sorted(times, reverse=True) and all(t > 0 for t in times)
     assert got["total_ms"] == pytest.approx(sum(times))
-    # two 256³ products outweigh an elementwise exp over 256²
-    assert by_name["aten::mm"]["ms"] > by_name["aten::exp"]["ms"]
+    # per call, not summed over the calls: a sleep is never shorter than asked (load only lengthens
+    # it), and three calls' worth would be 90 ms
+    assert wait_s * 1e3 <= by_name["wait"]["ms"] < 3 * wait_s * 1e3
 
 
 def test_past_the_top_kernels_the_rest_is_one_other_entry():
