@@ -201,7 +201,7 @@ def test_cpu_speed_tables_name_the_host_clock_not_do_bench(tmp_path):
     (doc,) = load_docs(["results/cpu/ci.json"])
     text = render([doc])
     assert "speed ·" in text and "do_bench" not in text and "L2" not in text and "host clock" in text
-    (gpu,) = load_docs(["results/h200/default-speed.json"])
+    (gpu,) = load_docs(["results/h200/default-speed.json.gz"])
     assert "as triton.testing.do_bench" in render([gpu])
 
 
