@@ -12,11 +12,15 @@ GLA (data-dependent ``g [B,T,H,D] ≤ 0``), two passes, all big work in batched 
 Every exponent stays ≤ 0: cumulative sums are relative to the chunk start; inside a chunk, blocks
 of ``sub`` tokens use the key block's last position as reference (both factors
 ``exp(G_t − G_ref)`` and ``exp(G_ref − G_s)`` are ≤ 1), and the diagonal blocks are computed
-exactly, elementwise (fla's scheme).
+exactly, elementwise (fla's scheme). Every exponent is also right to ~ε·|itself|, not ~ε·|G|
+(fp32 cumulative sums reach hundreds at fla's strong test gates): cumulative sums carry their
+rounding error beside them (``_cumsum_split``), and the diagonal blocks' gate gradient is summed
+from the pairs each gate is inside (``_pair_sums``), so dg stays near fp32's rounding at any gate.
 
-Gradients by autodiff; residuals are the chunk states (T/C · D·E per head) and per-chunk
-intermediates (O(T·C)), so memory is O(T). bf16/fp16 inputs: einsums on that dtype with fp32
-accumulation; fp32 inputs: ``Precision.HIGHEST`` (the GPU default would be TF32).
+Gradients by autodiff (``_pair_sums`` has its own VJP); residuals are the chunk states
+(T/C · D·E per head) and per-chunk intermediates (O(T·C)), so memory is O(T). bf16/fp16 inputs:
+einsums on that dtype with fp32 accumulation; fp32 inputs: ``Precision.HIGHEST`` (the GPU default
+would be TF32).
 Packed varlen: sequences are laid out chunk-aligned (each starts a new chunk, padding tokens
 are identities), states restart per sequence. ``cu_seqlens`` must be concrete.
 
@@ -53,6 +57,30 @@ def _mm(spec, a, b, cdt):
         a, b = a.astype(cdt).astype(F32), b.astype(cdt).astype(F32)
         return jnp.einsum(spec, a, b, precision=HIGHEST)
     return jnp.einsum(spec, a.astype(cdt), b.astype(cdt), preferred_element_type=F32)
+
+
+def _shift(x, axis):
+    """``x`` one step along ``axis``: 0 first, then x[0..n-2]."""
+    first = jnp.zeros_like(lax.slice_in_dim(x, 0, 1, axis=axis))
+    return jnp.concatenate([first, lax.slice_in_dim(x, 0, x.shape[axis] - 1, axis=axis)], axis=axis)
+
+
+def _cumsum_split(x, axis):
+    """The inclusive cumulative sum of ``x`` along ``axis`` as (hi, lo), hi + lo to about twice fp32's
+    precision: hi = cumsum(x), lo the running sum of each step's rounding error (TwoSum against
+    the step before). ``lo`` carries no gradient: d(hi + lo) = d hi exactly.
+
+    At strong gates a chunk's cumulative gate reaches hundreds, and fp32 rounds it by ~ε·|G|; a
+    factor exp(G_t − G_s) formed from two such sums then misses by that much relative, in every
+    output and most in dg. With lo beside hi the difference is right to ~ε·|G_t − G_s|."""
+    hi = jnp.cumsum(x, axis=axis)
+    prev = _shift(hi, axis)
+    step = prev + x
+    back = step - prev
+    err = (prev - (step - back)) + (x - back)    # prev + x = step + err, exactly
+    # step and hi are the same sum added in another order: their difference is exact
+    lo = jnp.cumsum((step - hi) + err, axis=axis)
+    return hi, lax.stop_gradient(lo)
 
 
 def _chunks(x, c):
@@ -113,9 +141,13 @@ def _state_scan(ll, u, h0, resets, scan, out_dtype, group=16):
         llb = llb.reshape((llb.shape[0], ng, el) + llb.shape[2:])             # [Bx, G, L, H, Dl]
         ub = ub.reshape((b, ng, el) + u.shape[2:])                            # [B, G, L, H, D, E]
         cl = jnp.cumsum(llb, axis=2)
-        cl_ex = cl - llb
+        cl_ex = _shift(cl, 2)
         lower = jnp.tril(jnp.ones((el, el), bool), -1)[:, :, None, None]
-        diff = cl_ex[:, :, :, None] - cl[:, :, None, :]                       # [Bx, G, L(i), L(j), H, Dl]
+        # Σ_{j<m<i} ll_m summed from the chunks it spans, not as a difference of cumulative sums
+        # (``_gla_intra``'s diagonal blocks say why)
+        i_, j_, m_ = np.ogrid[:el, :el, :el]
+        span = jnp.asarray((j_ < m_) & (m_ < i_), F32)                     # [i, j, m]
+        diff = jnp.einsum("ijm,bgmhd->bgijhd", span, llb, precision=HIGHEST)  # [Bx, G, L(i), L(j), H, Dl]
         w = jnp.where(lower, jnp.exp(jnp.where(lower, diff, 0.0)), 0.0)
         w = jnp.broadcast_to(w, (b,) + w.shape[1:])
         local = jnp.einsum("bgijhd,bgjhde->bgihde", w, ub, precision=HIGHEST)
@@ -146,8 +178,58 @@ def _state_scan(ll, u, h0, resets, scan, out_dtype, group=16):
 # GLA: per-(token, key-channel) log decay g ≤ 0
 # ----------------------------------------------------------------------------------------------
 
-def _gla_intra(qc, kc, gc, sub, cdt):
-    """Intra-chunk scores A[b, n, h, t, s] = Σ_d q_t k_s exp(G_t − G_s) (s ≤ t), all exponents ≤ 0.
+@jax.custom_vjp
+def _pair_sums(g, hi, lo):
+    """Σ_{s<u≤t} g_u [P, ns, t, s, H, D] (for s ≤ t; other entries unspecified) of each sub-block's
+    log gates ``g`` [P, ns, sub, H, D], from their split cumulative sums ``hi``, ``lo``
+    (``_cumsum_split``, along the same axis, from any start).
+
+    The gradient goes to ``g`` alone, summed from the pairs that span each u (s < u ≤ t). Autodiff of
+    the difference would give dg_u as the rest of two sums over every pair after u, whose rounding
+    at strong gates is 10x fp32's."""
+    return (hi[:, :, :, None] - hi[:, :, None, :]) + (lo[:, :, :, None] - lo[:, :, None, :])
+
+
+def _pair_sums_fwd(g, hi, lo):
+    return _pair_sums(g, hi, lo), hi.shape  # no arrays kept: the VJP needs the shape alone
+
+
+def _pair_sums_bwd(shape, cot):
+    zero = jnp.zeros(shape, F32)
+    n = shape[2]
+    before = _shift(jnp.cumsum(cot, axis=3), 3)            # [P, ns, t, u, H, D]: Σ_{s<u} cot[t, s]
+    upper = (np.arange(n)[:, None] >= np.arange(n)[None, :])[:, :, None, None]   # [t, u]: t ≥ u
+    return jnp.sum(jnp.where(upper, before, 0.0), axis=2), zero, zero
+
+
+_pair_sums.defvjp(_pair_sums_fwd, _pair_sums_bwd)
+
+
+@jax.custom_vjp
+def _after_sums(g, hi, lo):
+    """Σ_{u>t} g_u [B, NC, C, H, D] of the log gates ``g``, from their split cumulative sums from the
+    chunk start: hi + lo at the chunk's end less at t.
+
+    The gradient goes to ``g`` alone, as dg_u = Σ_{t<u} of the cotangent: summed directly, not
+    the small rest of two sums over the chunk that autodiff of the difference would give."""
+    return (hi[:, :, -1:] - hi) + (lo[:, :, -1:] - lo)
+
+
+def _after_sums_fwd(g, hi, lo):
+    return _after_sums(g, hi, lo), hi.shape
+
+
+def _after_sums_bwd(shape, cot):
+    zero = jnp.zeros(shape, F32)
+    return _shift(jnp.cumsum(cot, axis=2), 2), zero, zero
+
+
+_after_sums.defvjp(_after_sums_fwd, _after_sums_bwd)
+
+
+def _gla_intra(qc, kc, gc, gc_lo, lgc, sub, cdt):
+    """Intra-chunk scores A[b, n, h, t, s] = Σ_d q_t k_s exp(G_t − G_s) (s ≤ t), all exponents ≤ 0;
+    G = gc + gc_lo (``_cumsum_split``) of the log gates ``lgc``.
 
     Batch and chunk axes are merged into one (rank ≤ 6 everywhere): XLA:CPU's YNNPACK fusion
     (jax 0.10.2) segfaults in a transpose of the rank-7 / batch-1 form of the same gradient.
@@ -158,20 +240,23 @@ def _gla_intra(qc, kc, gc, sub, cdt):
     qs = qc.reshape(p, ns, sub, h, d).astype(F32)
     ks = kc.reshape(p, ns, sub, h, d).astype(F32)
     gs = gc.reshape(p, ns, sub, h, d)
+    gl = gc_lo.reshape(p, ns, sub, h, d)
     # off-diagonal blocks (query block i > key block j): reference = last position of block j,
     # so both factors exp(G_t − ref) and exp(ref − G_s) are ≤ 1; one einsum per key block j.
     rows = []
     for j in range(ns - 1):
-        ref = gs[:, j, -1]                                             # [P, H, D]
-        q_j = qs[:, j + 1:] * jnp.exp(gs[:, j + 1:] - ref[:, None, None])   # ≤ |q|
-        k_j = ks[:, j] * jnp.exp(ref[:, None] - gs[:, j])                   # ≤ |k|
+        ref, ref_lo = gs[:, j, -1], gl[:, j, -1]                      # [P, H, D]
+        up = (gs[:, j + 1:] - ref[:, None, None]) + (gl[:, j + 1:] - ref_lo[:, None, None])
+        down = (ref[:, None] - gs[:, j]) + (ref_lo[:, None] - gl[:, j])
+        q_j = qs[:, j + 1:] * jnp.exp(up)                             # ≤ |q|
+        k_j = ks[:, j] * jnp.exp(down)                                # ≤ |k|
         a = _mm("pithd,pshd->phits", q_j, k_j, cdt)                   # [P, H, i > j, sub, sub]
         rows.append(jnp.pad(a, [(0, 0), (0, 0), (j + 1, 0), (0, 0), (0, 0)]))
     rows.append(jnp.zeros((p, h, ns, sub, sub), F32))
     off = jnp.stack(rows, axis=4)                                       # [P, H, i, t, j, s]
     # diagonal blocks, exactly (exponents G_t − G_s ≤ 0 for s ≤ t)
     causal = jnp.tril(jnp.ones((sub, sub), bool))[:, :, None, None]
-    gd = gs[:, :, :, None] - gs[:, :, None, :]                          # [P, ns, t, s, H, D]
+    gd = _pair_sums(lgc.reshape(p, ns, sub, h, d), gs, gl)             # [P, ns, t, s, H, D]
     w = jnp.where(causal, jnp.exp(jnp.where(causal, gd, 0.0)), 0.0)
     diag = jnp.einsum("pithd,pishd,pitshd->phits", qs, ks, w, precision=HIGHEST)
     eye = jnp.eye(ns, dtype=F32)
@@ -183,13 +268,13 @@ def _gla_chunks(q, k, v, lg, h0, scale, c, sub, resets, scan, group=16):
     b, tp, h, d = q.shape
     cdt = q.dtype if q.dtype in (jnp.bfloat16, jnp.float16) else F32
     qc, kc, vc = _chunks(q, c), _chunks(k, c), _chunks(v, c)
-    g = jnp.cumsum(_chunks(lg.astype(F32), c), axis=2)     # [B, NC, C, H, D], ≤ 0, falling
-    g_last = g[:, :, -1:]
-    u = _mm("bnchd,bnche->bnhde", kc * jnp.exp(g_last - g), vc, cdt)
-    ll = g_last[:, :, 0][..., None]                        # [B, NC, H, D, 1]
+    lgc = _chunks(lg.astype(F32), c)                       # [B, NC, C, H, D], ≤ 0
+    g, g_lo = _cumsum_split(lgc, 2)                        # G_t from the chunk start, falling
+    u = _mm("bnchd,bnche->bnhde", kc * jnp.exp(_after_sums(lgc, g, g_lo)), vc, cdt)
+    ll = (g[:, :, -1] + g_lo[:, :, -1])[..., None]         # [B, NC, H, D, 1]
     s_in, final = _state_scan(ll, u, h0, resets, scan, cdt, group)
-    o = _mm("bnchd,bnhde->bnche", qc * jnp.exp(g), s_in, cdt)
-    scores = jax.checkpoint(partial(_gla_intra, sub=sub, cdt=cdt))(qc, kc, g)
+    o = _mm("bnchd,bnhde->bnche", qc * jnp.exp(g + g_lo), s_in, cdt)
+    scores = jax.checkpoint(partial(_gla_intra, sub=sub, cdt=cdt))(qc, kc, g, g_lo, lgc)
     o = o + _mm("bnhts,bnshe->bnthe", scores, vc, cdt)
     o = (scale * o).reshape(b, tp, h, v.shape[-1])
     return o, final
