@@ -86,7 +86,7 @@ def parse_range(text: str | int, what: str = "value") -> list[int]:
     return sorted(values)
 
 
-def parse_floats(text: str | float | Sequence[float], what: str) -> list[float]:
+def parse_floats(text: str | float | Sequence[float], what: str, example: str = "16,1,0.1") -> list[float]:
     """A comma list (or list) of positive finite numbers such as ``16,1,0.1``; order kept, duplicates dropped."""
     items = (text.split(",") if isinstance(text, str)
              else [text] if isinstance(text, (int, float)) and not isinstance(text, bool) else list(text))
@@ -95,9 +95,9 @@ def parse_floats(text: str | float | Sequence[float], what: str) -> list[float]:
         try:
             value = float(raw.strip() if isinstance(raw, str) else raw)
         except (TypeError, ValueError):
-            raise SpecError(f"bad {what} {raw!r}: give positive numbers such as 16,1,0.1") from None
+            raise SpecError(f"bad {what} {raw!r}: give positive numbers such as {example}") from None
         if isinstance(raw, bool) or not math.isfinite(value) or value <= 0:
-            raise SpecError(f"bad {what} {raw!r}: give positive numbers such as 16,1,0.1")
+            raise SpecError(f"bad {what} {raw!r}: give positive numbers such as {example}")
         if value not in out:
             out.append(value)
     if not out:
@@ -215,10 +215,10 @@ class Case:
 def expand(ns: Sequence[int], batches: Sequence[int], heads: Sequence[int], kv_heads: Sequence[int] | None,
            dims: Sequence[int], dim_vs: Sequence[int] | None, dtypes: Sequence[str], decay: str | Sequence[str],
            initial_states: Sequence[bool] = (False,), reverse: bool = False,
-           varlen: Sequence[int] | None = None, input_scale: float = 1.0,
+           varlen: Sequence[int] | None = None, input_scales: float | Sequence[float] = (1.0,),
            gate_norms: Sequence[float] = (DEFAULT_GATE_NORM,), g_dtypes: Sequence[str] = (DEFAULT_G_DTYPE,)) -> list[Case]:
-    """Every case of a sweep: the input distribution (decay, gate norm, g dtype) outermost, then dtype,
-    batch, heads, kv heads, dims and initial state, n innermost.
+    """Every case of a sweep: the input distribution (input scale, decay, gate norm, g dtype) outermost,
+    then dtype, batch, heads, kv heads, dims and initial state, n innermost.
 
     ``kv_heads`` / ``dim_vs`` of None follow heads / dim. With ``varlen`` (packed sequence lengths)
     each shape is one batch-1 case of the lengths' sum, and ``ns`` / ``batches`` do not apply.
@@ -227,12 +227,14 @@ def expand(ns: Sequence[int], batches: Sequence[int], heads: Sequence[int], kv_h
     for d in decays:
         if d not in DECAYS:
             raise SpecError(f"unknown decay {d!r}: choose from {', '.join(DECAYS)}")
+    scales = [input_scales] if isinstance(input_scales, (int, float)) else list(input_scales)
     out: list[Case] = []
-    for dec in decays:
-        for gn in gate_norms:
-            for gd in g_dtypes:
-                out.extend(_expand_shapes(ns, batches, heads, kv_heads, dims, dim_vs, dtypes, dec, initial_states,
-                                          reverse, varlen, input_scale, gn, gd))
+    for scale in scales:
+        for dec in decays:
+            for gn in gate_norms:
+                for gd in g_dtypes:
+                    out.extend(_expand_shapes(ns, batches, heads, kv_heads, dims, dim_vs, dtypes, dec,
+                                              initial_states, reverse, varlen, float(scale), gn, gd))
     return out
 
 

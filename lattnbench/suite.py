@@ -18,6 +18,7 @@
     decay = ["alibi", "strong"]           # Lightning's per-head decay (a name or a list)
     gate_norm = [16, 1, 0.1]              # GLA gates g = log σ(x)/gate_norm (a number or a list)
     g_dtype = ["fp32", "bf16"]            # the dtype g is drawn in (a name or a list)
+    input_scale = [1, 10]                 # q, k, v ~ N(0, s²) (a number or a list)
 
     [speed]                               # each section present is one measurement
     modes = ["fwd", "bwd"]
@@ -148,8 +149,13 @@ def cases_from_axes(axes: dict, where: str) -> list[Case]:
                   "a positive number or a list of them")
     for x in norm if isinstance(norm, list) else [norm]:
         _typed(x, (int, float), _where(where, "axes.gate_norm"), "a list of positive numbers")
+    scale = _typed(axes.get("input_scale", 1.0), (int, float, list), _where(where, "axes.input_scale"),
+                   "a positive number or a list of them")
+    for x in scale if isinstance(scale, list) else [scale]:
+        _typed(x, (int, float), _where(where, "axes.input_scale"), "a list of positive numbers")
     try:
         norms = parse_floats(norm, "gate norm")
+        scales = parse_floats(scale, "input scale", "1,10")
         g_dtypes = parse_choices(_str_list(axes.get("g_dtype", "fp32"), _where(where, "axes.g_dtype")), G_DTYPES,
                                  "g dtype")
     except SpecError as exc:
@@ -163,9 +169,8 @@ def cases_from_axes(axes: dict, where: str) -> list[Case]:
         _typed(varlen, (list,), _where(where, "axes.varlen"), "a list of sequence lengths")
         for x in varlen:
             _typed(x, (int,), _where(where, "axes.varlen"), "a list of positive integers")
-    scale = _typed(axes.get("input_scale", 1.0), (int, float), _where(where, "axes.input_scale"), "a positive number")
     worlds = _range(axes.get("world_size", 1), _where(where, "axes.world_size"))
-    return with_world_sizes(expand(ns, bs, hs, kvs, ds, dvs, dts, decays, h0s, reverse, varlen or None, float(scale),
+    return with_world_sizes(expand(ns, bs, hs, kvs, ds, dvs, dts, decays, h0s, reverse, varlen or None, scales,
                                    norms, g_dtypes),
                             worlds)
 

@@ -52,6 +52,9 @@ GATE_NORM = Annotated[str | None, typer.Option(
     "--gate-norm", metavar="NORMS", help=f"GLA gates g = logsigmoid(x)/NORM, x ~ N(0,1); a comma list such as "
     f"16,1,0.1 (default {DEFAULT_GATE_NORM:g}, the GLA paper's; 1 and 0.1 are fla's test recipes' strong "
     "gates). Lightning and softmax kernels run once whatever it is.", show_default=False)]
+INPUT_SCALE = Annotated[str | None, typer.Option(
+    "--input-scale", metavar="SCALES", help="Draw q, k, v ~N(0, s²): magnitude stress, a comma list such as "
+    "1,10 (default 1; with --decay zero sums grow most).", show_default=False)]
 G_DTYPE = Annotated[str | None, typer.Option(
     "--g-dtype", help=f"The dtype GLA gates are drawn in and handed to the kernel: a comma list of "
     f"{', '.join(G_DTYPES)} (default fp32).", show_default=False)]
@@ -122,7 +125,7 @@ CHECK_CPU = Defaults(n="64,100", batch="2", heads="4", dim="32", dtype="fp32")
 
 def cases(defaults: Defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, decay: str,
           initial_state: tuple[bool, ...] = (False,), reverse: bool = False,
-          varlen: str | None = None, input_scale: float = 1.0, world_size: str | None = None,
+          varlen: str | None = None, input_scale: str | None = None, world_size: str | None = None,
           gate_norm: str | None = None, g_dtype: str | None = None) -> list[Case]:
     """Every case of the sweep, world size outermost, then shape, then n; raises SpecError on bad input."""
     pick = lambda given, default: default if given is None else given  # noqa: E731 - "" is an error
@@ -137,7 +140,8 @@ def cases(defaults: Defaults, n, batch, heads, kv_heads, dim, dim_v, dtype, deca
     decays = parse_choices(decay, DECAYS, "decay")
     norms = parse_floats(gate_norm, "--gate-norm") if gate_norm is not None else [DEFAULT_GATE_NORM]
     g_dtypes = parse_choices(g_dtype, G_DTYPES, "g dtype") if g_dtype is not None else [DEFAULT_G_DTYPE]
-    return with_world_sizes(expand(ns, bs, hs, kvs, ds, dvs, dts, decays, initial_state, reverse, lengths, input_scale,
+    scales = parse_floats(input_scale, "--input-scale", "1,10") if input_scale is not None else [1.0]
+    return with_world_sizes(expand(ns, bs, hs, kvs, ds, dvs, dts, decays, initial_state, reverse, lengths, scales,
                                    norms, g_dtypes),
                             world_sizes(world_size))
 

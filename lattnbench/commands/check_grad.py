@@ -30,8 +30,7 @@ def register(app: typer.Typer) -> None:
         initial_state: str = typer.Option("both", help="Run with an initial state: off, on or both."),
         reverse: bool = typer.Option(False, "--reverse", help="Run the recurrence backwards in time."),
         varlen: str | None = typer.Option(None, help="Packed sequences (batch 1), e.g. 60,1,37."),
-        input_scale: float = typer.Option(1.0, "--input-scale", min=1e-6, help="Draw q, k, v ~N(0, s²): "
-                                          "magnitude stress (e.g. 10; with --decay zero sums grow most)."),
+        input_scale: axes.INPUT_SCALE = None,
         batch_rows: bool = typer.Option(False, "--batch-rows", help="Instead of the fp64 reference, check "
                                         "the first and last batch rows against themselves computed alone "
                                         "(no reference needed: sizes past 2^31 elements, offset overflow)."),
@@ -86,7 +85,7 @@ def register(app: typer.Typer) -> None:
                          ("--seed", seed or None),
                          ("--initial-state", None if initial_state == "both" else initial_state),
                          ("--reverse", reverse), ("--varlen", varlen),
-                         ("--input-scale", None if input_scale == 1.0 else input_scale), ("--batch-rows", batch_rows),
+                         ("--input-scale", input_scale), ("--batch-rows", batch_rows),
                          ("--isolate", None if isolate == "auto" else isolate),
                          ("--point-timeout", None if str(point_timeout) == "0" else point_timeout),
                          ("--jobs", None if jobs == 1 else jobs), ("--world-size", world_size)])

@@ -72,11 +72,32 @@ def test_input_scale_scales_the_inputs_and_labels_the_rows(tmp_path):
     assert np.allclose(loud["q"], 10 * plain["q"]) and np.allclose(loud["do"], plain["do"])
     assert "input_scale" not in Case(1, 16, 2, 2, 8, 8).fields()  # old rows keep their identity
     out = tmp_path / "s.json"
-    res = invoke("check-grad", "-k", "lightning/jax-chunked", "--decay", "zero", "--input-scale", "10",
+    res = invoke("check-grad", "-k", "lightning/jax-chunked", "--decay", "zero", "--input-scale", "1,10",
                  "--n", "64", "--heads", "2", "--dim", "8", "--initial-state", "off", "--out", out)
     assert res.exit_code == 0, res.output
     rows = json.loads(out.read_text())["rows"]
-    assert rows and all(r["input_scale"] == 10 and r["status"] == "ok" for r in rows) and "x10" in res.output
+    assert all(r["status"] == "ok" for r in rows)
+    scaled = [r for r in rows if r.get("input_scale") == 10]
+    plain = [r for r in rows if "input_scale" not in r]
+    assert scaled and len(scaled) == len(plain) == len(rows) / 2 and "x10" in res.output
+    for bad in ("0", "1,-2", "ten"):
+        res = invoke("check-grad", "-k", "lightning/jax-chunked", "--input-scale", bad, "--n", "64")
+        assert res.exit_code == 2 and "bad --input-scale" in res.output and "1,10" in res.output, res.output
+        assert "Traceback" not in res.output
+
+
+def test_a_suite_takes_a_list_of_input_scales_and_refuses_a_bad_one(tmp_path):
+    from lattnbench.spec import SpecError
+    from lattnbench.suite import load_suite
+
+    path = tmp_path / "s.toml"
+    path.write_text('[axes]\nn = 64\ninput_scale = [1, 10]\n[check-grad]\n')
+    cases = load_suite(str(path)).measurements[0].cases
+    assert sorted({c.input_scale for c in cases}) == [1.0, 10.0] and len(cases) % 2 == 0
+    for bad in ("[1, -1]", '"x"', "[1, true]"):
+        path.write_text(f"[axes]\nn = 64\ninput_scale = {bad}\n[check-grad]\n")
+        with pytest.raises(SpecError, match="input.scale"):
+            load_suite(str(path))
 
 
 def test_check_jobs_run_kernels_at_once_and_keep_every_row(plugins, tmp_path, monkeypatch):
