@@ -215,7 +215,7 @@ class Case:
 def expand(ns: Sequence[int], batches: Sequence[int], heads: Sequence[int], kv_heads: Sequence[int] | None,
            dims: Sequence[int], dim_vs: Sequence[int] | None, dtypes: Sequence[str], decay: str | Sequence[str],
            initial_states: Sequence[bool] = (False,), reverse: bool = False,
-           varlen: Sequence[int] | None = None, input_scales: float | Sequence[float] = (1.0,),
+           varlen: Sequence[int] | None = None, input_scales: Sequence[float] = (1.0,),
            gate_norms: Sequence[float] = (DEFAULT_GATE_NORM,), g_dtypes: Sequence[str] = (DEFAULT_G_DTYPE,)) -> list[Case]:
     """Every case of a sweep: the input distribution (input scale, decay, gate norm, g dtype) outermost,
     then dtype, batch, heads, kv heads, dims and initial state, n innermost.
@@ -227,9 +227,8 @@ def expand(ns: Sequence[int], batches: Sequence[int], heads: Sequence[int], kv_h
     for d in decays:
         if d not in DECAYS:
             raise SpecError(f"unknown decay {d!r}: choose from {', '.join(DECAYS)}")
-    scales = [input_scales] if isinstance(input_scales, (int, float)) else list(input_scales)
     out: list[Case] = []
-    for scale in scales:
+    for scale in input_scales:
         for dec in decays:
             for gn in gate_norms:
                 for gd in g_dtypes:

@@ -124,6 +124,14 @@ def _range(value: Any, where: str) -> list[int]:
         raise SpecError(f"{where}: {exc}") from None
 
 
+def _numbers(value, where: str):
+    """``value`` if it is a number or a list of numbers (``parse_floats`` then checks their values)."""
+    _typed(value, (int, float, list), where, "a positive number or a list of them")
+    for x in value if isinstance(value, list) else [value]:
+        _typed(x, (int, float), where, "a list of positive numbers")
+    return value
+
+
 def cases_from_axes(axes: dict, where: str) -> list[Case]:
     """Expand an ``[axes]`` table into cases (n innermost)."""
     _check_keys(axes, AXIS_KEYS, f"{where} [axes]")
@@ -145,14 +153,8 @@ def cases_from_axes(axes: dict, where: str) -> list[Case]:
     for d in decays:
         if d not in DECAYS:
             raise SpecError(f"{_where(where, 'axes.decay')}: unknown decay {d!r} ({', '.join(DECAYS)})")
-    norm = _typed(axes.get("gate_norm", DEFAULT_GATE_NORM), (int, float, list), _where(where, "axes.gate_norm"),
-                  "a positive number or a list of them")
-    for x in norm if isinstance(norm, list) else [norm]:
-        _typed(x, (int, float), _where(where, "axes.gate_norm"), "a list of positive numbers")
-    scale = _typed(axes.get("input_scale", 1.0), (int, float, list), _where(where, "axes.input_scale"),
-                   "a positive number or a list of them")
-    for x in scale if isinstance(scale, list) else [scale]:
-        _typed(x, (int, float), _where(where, "axes.input_scale"), "a list of positive numbers")
+    norm = _numbers(axes.get("gate_norm", DEFAULT_GATE_NORM), _where(where, "axes.gate_norm"))
+    scale = _numbers(axes.get("input_scale", 1.0), _where(where, "axes.input_scale"))
     try:
         norms = parse_floats(norm, "gate norm")
         scales = parse_floats(scale, "input scale", "1,10")

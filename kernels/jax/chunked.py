@@ -17,10 +17,10 @@ exactly, elementwise (fla's scheme). Every exponent is also right to ~ε·|itsel
 rounding error beside them (``_cumsum_split``), and the diagonal blocks' gate gradient is summed
 from the pairs each gate is inside (``_pair_sums``), so dg stays near fp32's rounding at any gate.
 
-Gradients by autodiff (``_pair_sums`` has its own VJP); residuals are the chunk states
-(T/C · D·E per head) and per-chunk intermediates (O(T·C)), so memory is O(T). bf16/fp16 inputs:
-einsums on that dtype with fp32 accumulation; fp32 inputs: ``Precision.HIGHEST`` (the GPU default
-would be TF32).
+Gradients by autodiff (``_pair_sums`` and ``_after_sums`` have their own VJPs); residuals are
+the chunk states (T/C · D·E per head) and per-chunk intermediates (O(T·C)), so memory is O(T).
+bf16/fp16 inputs: einsums on that dtype with fp32 accumulation; fp32 inputs: ``Precision.HIGHEST``
+(the GPU default would be TF32).
 Packed varlen: sequences are laid out chunk-aligned (each starts a new chunk, padding tokens
 are identities), states restart per sequence. ``cu_seqlens`` must be concrete.
 
