@@ -1,8 +1,9 @@
 """Plugins that time ``lightning/gluon`` in forms that stay off by default until timed, beside the
 default form in one run, each kernel in its own worker process: a form sets the Gluon configs'
 switches (read at each call) before it calls ``lightning_attn_gluon``; the process holds no other
-form. Put ``tests/gpu`` on ``PYTHONPATH`` and name the forms with ``--kernel``, e.g.
-``lattnbench speed --kernel lightning_forms:pdl -k lightning/gluon,form/lightning-pdl``."""
+form. Put ``tests/gpu`` on ``PYTHONPATH`` and name the forms with ``--kernel``;
+``suites/lightning-floor.toml`` times every form here beside the default and ``lightning/triton``
+at the lengths of its targets."""
 from __future__ import annotations
 
 from lattnbench.kernels.lightning.gluon import configs

@@ -33,16 +33,17 @@ def test_bundled_suites_parse(name):
     assert all(m.cases for m in suite.measurements)
 
 
-def test_the_gla_forms_suite_names_every_timing_form_and_only_those(monkeypatch):
-    """suites/gla-forms.toml and the plugins it times (tests/gpu/gla_forms.py) stay in step: a form
-    added to one and not the other would go untimed, or fail the run as an unknown kernel; the
-    command in its header names every form too."""
+@pytest.mark.parametrize("suite_name,module", [("gla-forms", "gla_forms"), ("lightning-floor", "lightning_forms")])
+def test_a_forms_suite_names_every_timing_form_and_only_those(monkeypatch, suite_name, module):
+    """A suite that times a kernel's forms (suites/gla-forms.toml, suites/lightning-floor.toml) and the
+    plugins it times (tests/gpu/) stay in step: a form added to one and not the other would go
+    untimed, or fail the run as an unknown kernel; the command in its header names every form too."""
     monkeypatch.syspath_prepend(str(ROOT / "tests" / "gpu"))
-    import gla_forms
+    plugins = __import__(module)
 
-    forms = {obj.lattnbench_name: name for name, obj in vars(gla_forms).items()
+    forms = {obj.lattnbench_name: name for name, obj in vars(plugins).items()
              if callable(obj) and hasattr(obj, "lattnbench_name")}
-    suite = load_suite(ROOT / "suites" / "gla-forms.toml")
+    suite = load_suite(ROOT / "suites" / f"{suite_name}.toml")
     named = {k for m in suite.measurements for k in m.kernels if k.startswith("form/")}
     assert named == set(forms), (named ^ set(forms))
     command = {name for ln in suite.path.read_text().splitlines() if ln.startswith("#   F=")
