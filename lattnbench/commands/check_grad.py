@@ -47,8 +47,8 @@ def register(app: typer.Typer) -> None:
         (the Triton kernel in the interpreter). Exit 1 when anything fails.
         """
         from lattnbench.commands.common import die
-        from lattnbench.commands.sweep import (execute, finish, glob_note, guarded, open_writer, resolve_isolation,
-                                               setup)
+        from lattnbench.commands.sweep import (execute, finish, glob_note, guarded, open_writer, report_left_out,
+                                               resolve_isolation, setup)
         from lattnbench.runner.select import distinct, family_applies, family_case, pick_kernels, runs_at
         from lattnbench.measure.tolerance import TOLERANCE_TABLES
         from lattnbench.views.tables import check_tables
@@ -75,6 +75,7 @@ def register(app: typer.Typer) -> None:
         tasks = distinct([Task(kind, e.name, family_case(e, c), seed=seed, tolerance=tolerance)
                           for c in cases for e in chosen
                           if family_applies(e, c) and runs_at(e, c)], reg)
+        report_left_out(reg, chosen, cases, tasks)
         from lattnbench.runner.invocation import cli_args, resume_command
 
         args = cli_args([("--n", n), ("--batch", batch), ("--heads", heads), ("--kv-heads", kv_heads),

@@ -231,12 +231,28 @@ def sweep_command(o: SweepOptions) -> None:
                            settle_c=o.settle if speed else None, breakdown=o.breakdown and speed)
                       for c in cases for e in chosen
                       if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))], reg)
+    report_left_out(reg, chosen, cases, tasks)
     args = sweep_args(o)
     writer = open_writer(o.out, o.command, collect(), o.resume, args)
     execute(o.command, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s,
             repeat=o.repeat if speed else 1, plugins=o.plugins, resume=o.resume,
             again=resume_command(o.command, args, writer.path))
     finish(writer, o.as_json, speed_tables if speed else memory_tables)
+
+
+def report_left_out(reg, chosen, cases, tasks) -> None:
+    """A selection with no point is a usage error that says why; kernels that lose the points of a
+    world size above 1 (not sequence parallel) are named in a note."""
+    from lattnbench.runner.select import nothing_to_run, single_rank
+
+    if not tasks:
+        die(nothing_to_run(reg, chosen, cases))
+    worlds = sorted({c.world_size for c in cases} - {1})
+    left = single_rank(chosen, cases)
+    if left and worlds:
+        glob_note(f"{', '.join(left)} {'runs' if len(left) == 1 else 'run'} at world size 1 only (not sequence "
+                  f"parallel): {'its' if len(left) == 1 else 'their'} --world-size "
+                  f"{','.join(map(str, worlds))} points are left out")
 
 
 def sweep_args(o: SweepOptions) -> list[str]:

@@ -90,6 +90,27 @@ def runs_at(entry: KernelEntry, case) -> bool:
     return case.world_size == 1 or entry.sequence_parallel
 
 
+def single_rank(chosen: list[KernelEntry], cases) -> list[str]:
+    """The chosen kernels that lose points to a world size above 1 (not sequence parallel)."""
+    worlds = {c.world_size for c in cases}
+    return [e.name for e in chosen if not e.sequence_parallel and max(worlds, default=1) > 1]
+
+
+def nothing_to_run(reg: Registry, chosen: list[KernelEntry], cases) -> str:
+    """Why a selection of kernels and cases has no point to run, for a one-line usage error."""
+    worlds = sorted({c.world_size for c in cases})
+    if not chosen:
+        return "no kernel to run: `lattnbench list` shows them all"
+    if worlds and worlds[0] > 1:
+        names = [e.name for e in chosen if not e.sequence_parallel]
+        parallel = [e.name for e in reg if e.sequence_parallel]
+        return (f"nothing to run: --world-size {','.join(map(str, worlds))} splits the sequence over ranks, and "
+                f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} not sequence parallel "
+                f"(those that are: {', '.join(parallel) or 'none'})")
+    return (f"nothing to run: {', '.join(e.name for e in chosen)} "
+            f"{'has' if len(chosen) == 1 else 'have'} nothing to measure at the cases asked for")
+
+
 def only_kernels(tasks: list[Task], patterns: list[str], suite: str) -> list[Task]:
     """The tasks whose kernel matches one of ``patterns`` (names or shell globs); a pattern that
     matches none of the suite's kernels is a SpecError."""

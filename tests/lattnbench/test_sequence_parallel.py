@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lattnbench.registry import default_registry
 from lattnbench.results import row_key
+from lattnbench.runner.select import single_rank
 from lattnbench.spec import Case
 
 HERE = Path(__file__).parent
@@ -59,3 +60,29 @@ def test_world_size_is_part_of_a_points_identity_and_old_rows_are_world_size_1()
     assert "not sequence parallel" in reg["lightning/triton"].supports(two, "cpu")
     assert reg["lightning/triton-sp"].supports(two, "cpu") is None
     assert "cannot give each" in reg["lightning/triton-sp"].supports(two.with_(seqlen=1, world_size=2), "cpu")
+
+
+def test_a_world_size_no_chosen_kernel_can_split_is_a_usage_error_naming_those_that_can(tmp_path):
+    """Only sequence-parallel kernels have points above world size 1: a selection left with none is
+    a one-line usage error (exit 2) that names the kernels that can, and writes no results file;
+    a kernel that loses some of its points to the world size is named (in a note)."""
+    from typer.testing import CliRunner
+
+    from lattnbench.cli import app
+
+    runner = CliRunner()
+    out = tmp_path / "r.json"
+    for command in ("speed", "memory", "check-grad"):
+        res = runner.invoke(app, [command, "--world-size", "2", "-k", "lightning/triton,gla/triton", "--device", "cpu",
+                                  "--out", str(out)])
+        assert res.exit_code == 2, (command, res.output)
+        line = res.output.strip().splitlines()[-1]
+        assert line.startswith("error: nothing to run: --world-size 2") and "lightning/triton-sp" in line, line
+        assert "lightning/triton, gla/triton are not sequence parallel" in line, line
+        assert not out.exists()
+    # a selection that keeps points names the kernels that lose those above world size 1
+    reg = default_registry()
+    chosen = [reg["lightning/triton"], reg["lightning/triton-sp"]]
+    one, two = Case(1, 64, 2, 2, 16, 16, "fp32"), Case(1, 64, 2, 2, 16, 16, "fp32", world_size=2)
+    assert single_rank(chosen, [one, two]) == ["lightning/triton"]
+    assert single_rank(chosen, [one]) == []
