@@ -107,8 +107,13 @@ def nothing_to_run(reg: Registry, chosen: list[KernelEntry], cases) -> str:
         return (f"nothing to run: --world-size {','.join(map(str, worlds))} splits the sequence over ranks, and "
                 f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} not sequence parallel "
                 f"(those that are: {', '.join(parallel) or 'none'})")
-    return (f"nothing to run: {', '.join(e.name for e in chosen)} "
-            f"{'has' if len(chosen) == 1 else 'have'} nothing to measure at the cases asked for")
+    from lattnbench.operators import family
+
+    names = ", ".join(e.name for e in chosen)
+    if all(c.initial_state for c in cases) and not any(family(e.family).has_state for e in chosen):
+        return (f"nothing to run: {names} {'keeps' if len(chosen) == 1 else 'keep'} no state, so an initial "
+                f"state leaves nothing to check; use --initial-state off or both")
+    return f"nothing to run: {names} {'has' if len(chosen) == 1 else 'have'} nothing to measure at the cases asked for"
 
 
 def only_kernels(tasks: list[Task], patterns: list[str], suite: str) -> list[Task]:

@@ -221,3 +221,15 @@ def test_progress_without_a_terminal_is_a_line_per_point_and_the_summary_counts_
     steps = [line for line in res.output.splitlines() if line.startswith("[")]
     assert [s.split("]")[0] for s in steps] == [f"[{i}/4" for i in range(1, 5)]  # 2 kernels x 2 runs
     assert "— 4 points, 4 rows" in res.output.replace("\n", " ")  # a row per mode, runs merged
+
+
+def test_check_grad_of_stateless_kernels_with_an_initial_state_only_is_a_usage_error(tmp_path):
+    """Softmax kernels keep no state: with --initial-state on alone nothing is left to check, and the
+    run says so in one line (exit 2) instead of writing an empty results file."""
+    out = tmp_path / "c.json"
+    res = invoke("check-grad", "-k", "softmax/naive-torch", "--initial-state", "on", "--n", "64", "--device", "cpu",
+                 "--out", out)
+    assert res.exit_code == 2 and not out.exists(), res.output
+    assert res.output.strip().splitlines()[-1] == (
+        "error: nothing to run: softmax/naive-torch keeps no state, so an initial state leaves nothing to "
+        "check; use --initial-state off or both")
