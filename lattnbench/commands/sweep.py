@@ -232,6 +232,8 @@ def sweep_command(o: SweepOptions) -> None:
                       for c in cases for e in chosen
                       if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))], reg)
     report_left_out(reg, chosen, cases, tasks)
+    if o.settle is not None and dev != "cuda":
+        glob_note(f"--settle waits for a GPU's temperature (NVML); on the {dev} it waits for nothing")
     args = sweep_args(o)
     writer = open_writer(o.out, o.command, collect(), o.resume, args)
     execute(o.command, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s,

@@ -233,3 +233,11 @@ def test_check_grad_of_stateless_kernels_with_an_initial_state_only_is_a_usage_e
     assert res.output.strip().splitlines()[-1] == (
         "error: nothing to run: softmax/naive-torch keeps no state, so an initial state leaves nothing to "
         "check; use --initial-state off or both")
+
+
+def test_settle_on_a_cpu_says_it_waits_for_nothing(tmp_path):
+    """--settle reads a GPU's temperature through NVML; a CPU run says it does nothing there."""
+    res = invoke("speed", "--settle", "30", "-k", "lightning/naive-torch", "--n", "32", "--heads", "2", "--dim", "16",
+                 "--mode", "fwd", "--budget", "0.02", "--device", "cpu", "--out", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output
+    assert "note: --settle waits for a GPU's temperature (NVML); on the cpu it waits for nothing" in res.output
