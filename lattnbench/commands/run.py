@@ -98,6 +98,8 @@ def register(app: typer.Typer) -> None:
         except SpecError as exc:
             die(str(exc))
         tasks = distinct(tasks, reg)
+        if dev != "cuda" and any(t.settle_c is not None for t in tasks):
+            glob_note(f"settle waits for a GPU's temperature (NVML); on the {dev} it waits for nothing")
         env = collect()
         target = Path(out) if out else results_root() / machine_name(env)
         writer = open_writer(target / f"{spec.name}.json", spec.name, env, resume)

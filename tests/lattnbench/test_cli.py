@@ -236,8 +236,14 @@ def test_check_grad_of_stateless_kernels_with_an_initial_state_only_is_a_usage_e
 
 
 def test_settle_on_a_cpu_says_it_waits_for_nothing(tmp_path):
-    """--settle reads a GPU's temperature through NVML; a CPU run says it does nothing there."""
+    """--settle (and a suite's settle) reads a GPU's temperature through NVML; a CPU run says it does nothing there."""
     res = invoke("speed", "--settle", "30", "-k", "lightning/naive-torch", "--n", "32", "--heads", "2", "--dim", "16",
                  "--mode", "fwd", "--budget", "0.02", "--device", "cpu", "--out", tmp_path / "r.json")
     assert res.exit_code == 0, res.output
     assert "note: --settle waits for a GPU's temperature (NVML); on the cpu it waits for nothing" in res.output
+    suite = tmp_path / "s.toml"
+    suite.write_text('kernels = ["lightning/naive-torch"]\ndevice = "cpu"\n[axes]\nn = 32\nheads = 2\ndim = 16\n'
+                     'dtype = "fp32"\n[speed]\nmodes = ["fwd"]\nbudget = 0.02\nsettle = 40\n')
+    res = invoke("run", str(suite), "--out", str(tmp_path / "run"))
+    assert res.exit_code == 0, res.output
+    assert "note: settle waits for a GPU's temperature (NVML); on the cpu it waits for nothing" in res.output
