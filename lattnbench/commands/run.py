@@ -49,8 +49,8 @@ def register(app: typer.Typer) -> None:
         from lattnbench.commands.common import die
         from lattnbench.commands.sweep import execute, finish, glob_note, open_writer, resolve_isolation, setup
         from lattnbench.runner.drive import results_root
-        from lattnbench.runner.select import (distinct, family_applies, family_case, only_kernels, pick_kernels,
-                                              runs_at, with_plugins)
+        from lattnbench.runner.select import (distinct, family_applies, family_case, nothing_to_run, only_kernels,
+                                              pick_kernels, runs_at, with_plugins)
         from lattnbench.views.tables import check_tables, memory_tables, speed_tables
         from lattnbench.env import collect, machine_name
         from lattnbench.runner.plan import Task
@@ -76,12 +76,16 @@ def register(app: typer.Typer) -> None:
         dev, reg = setup(device or spec.device, kernel)
         where = resolve_isolation(isolate, dev)
         tasks: list[Task] = []
+        picked: dict[str, object] = {}  # every kernel the suite's measurements chose, for a run with no point
+        cases_seen: list = []
         try:
             for m in (m for m in spec.measurements if m.kind in kinds):
                 for case in m.cases:
                     chosen = pick_kernels(reg, m.kernels or None, dev, plugins=kernel,
                                           timing=m.kind not in ("check-grad", "check-rows"), note=glob_note)
+                    cases_seen.append(case)
                     for entry in [*chosen, *with_plugins(reg, chosen, kernel)]:
+                        picked.setdefault(entry.name, entry)
                         if not runs_at(entry, case):  # a single-GPU kernel beside the sequence-parallel ones
                             continue
                         seen = family_case(entry, case)
@@ -98,6 +102,8 @@ def register(app: typer.Typer) -> None:
         except SpecError as exc:
             die(str(exc))
         tasks = distinct(tasks, reg)
+        if not tasks:
+            die(f"suite {spec.name!r}: {nothing_to_run(reg, list(picked.values()), cases_seen, 'world_size =')}")
         if dev != "cuda" and any(t.settle_c is not None for t in tasks):
             glob_note(f"settle waits for a GPU's temperature (NVML); on the {dev} it waits for nothing")
         env = collect()

@@ -96,15 +96,16 @@ def single_rank(chosen: list[KernelEntry], cases) -> list[str]:
     return [e.name for e in chosen if not e.sequence_parallel and max(worlds, default=1) > 1]
 
 
-def nothing_to_run(reg: Registry, chosen: list[KernelEntry], cases) -> str:
-    """Why a selection of kernels and cases has no point to run, for a one-line usage error."""
+def nothing_to_run(reg: Registry, chosen: list[KernelEntry], cases, world: str = "--world-size") -> str:
+    """Why a selection of kernels and cases has no point to run, for a one-line usage error
+    (``world`` names where the world size was asked for: the option, or a suite's axis)."""
     worlds = sorted({c.world_size for c in cases})
     if not chosen:
         return "no kernel to run: `lattnbench list` shows them all"
     if worlds and worlds[0] > 1:
         names = [e.name for e in chosen if not e.sequence_parallel]
         parallel = [e.name for e in reg if e.sequence_parallel]
-        return (f"nothing to run: --world-size {','.join(map(str, worlds))} splits the sequence over ranks, and "
+        return (f"nothing to run: {world} {','.join(map(str, worlds))} splits the sequence over ranks, and "
                 f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} not sequence parallel "
                 f"(those that are: {', '.join(parallel) or 'none'})")
     from lattnbench.operators import family

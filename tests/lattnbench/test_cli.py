@@ -247,3 +247,16 @@ def test_settle_on_a_cpu_says_it_waits_for_nothing(tmp_path):
     res = invoke("run", str(suite), "--out", str(tmp_path / "run"))
     assert res.exit_code == 0, res.output
     assert "note: settle waits for a GPU's temperature (NVML); on the cpu it waits for nothing" in res.output
+
+
+def test_a_suite_with_no_point_to_run_is_a_usage_error_that_says_why(tmp_path):
+    """A suite whose world size leaves none of its kernels a point writes no empty results file: one
+    line (exit 2) names the suite, its world_size axis and the kernels that could run there."""
+    suite = tmp_path / "s.toml"
+    suite.write_text('kernels = ["lightning/naive-torch"]\ndevice = "cpu"\n[axes]\nn = 32\nheads = 2\ndim = 16\n'
+                     'dtype = "fp32"\nworld_size = 2\n[speed]\nmodes = ["fwd"]\nbudget = 0.02\n')
+    res = invoke("run", str(suite), "--out", str(tmp_path / "run"))
+    assert res.exit_code == 2 and not (tmp_path / "run").exists(), res.output
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith("error: suite 's': nothing to run: world_size = 2 splits the sequence over ranks, "
+                           "and lightning/naive-torch is not sequence parallel (those that are: "), line
