@@ -217,6 +217,9 @@ def _measurement(kind: str, sec: Any, label: str, where: str, top_axes: dict, to
     if kind in ("speed", "memory"):
         modes = _str_list(sec.get("modes", ["fwd", "fwdbwd"]), _where(where, f"{label}.modes"))
         m.modes = parse_choices(modes, MODES, "mode")
+        if kind == "memory" and "bwd" in m.modes:
+            raise SpecError(f"{_where(where, f'{label}.modes')}: memory measures fwd and fwdbwd "
+                            f"(a backward's peak is inside fwd+bwd's), got bwd")
     if kind == "speed":
         m.budget = float(_typed(sec.get("budget", 0.5), (int, float), _where(where, f"{label}.budget"), "seconds"))
         if not m.budget > 0:

@@ -40,6 +40,8 @@ PLUGIN = Annotated[list[str] | None, typer.Option(
     "--kernel", help="Add your own kernel: package.module:function, repeated or comma-separated "
     "(see docs/plugins.md).", show_default=False, callback=plugin_specs)]
 MODE = Annotated[str, typer.Option("--mode", "-m", help=f"Comma list of {', '.join(MODES)}.")]
+MEMORY_MODE = Annotated[str, typer.Option(
+    "--mode", "-m", help="Comma list of fwd, fwdbwd (a backward's peak is inside fwd+bwd's).")]
 DEVICE = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cuda or cpu.")]
 OUT = Annotated[str | None, typer.Option(
     "--out", "-o", help="Results JSON path (default: ~/.cache/lattnbench/results/<machine>/<command>-<time>.json, "

@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
     def memory(
         n: axes.N = None, batch: axes.BATCH = None, heads: axes.HEADS = None, kv_heads: axes.KV_HEADS = None,
         dim: axes.DIM = None, dim_v: axes.DIM_V = None, dtype: axes.DTYPE = None,
-        kernels: axes.KERNELS = None, kernel: axes.PLUGIN = None, mode: axes.MODE = "fwd,fwdbwd",
+        kernels: axes.KERNELS = None, kernel: axes.PLUGIN = None, mode: axes.MEMORY_MODE = "fwd,fwdbwd",
         device: axes.DEVICE = "auto", out: axes.OUT = None, json_: axes.JSON = False,
         decay: axes.DECAY = "alibi", gate_norm: axes.GATE_NORM = None, g_dtype: axes.G_DTYPE = None,
         resume: axes.RESUME = False, isolate: axes.ISOLATE = "auto",

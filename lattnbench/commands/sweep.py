@@ -221,8 +221,8 @@ def sweep_command(o: SweepOptions) -> None:
     chosen = guarded(lambda: pick_kernels(reg, o.kernels, dev, ("lightning", "softmax"), o.plugins, parallel=parallel,
                                           note=glob_note))
     want = guarded(lambda: axes.modes(o.mode))
-    if not speed:
-        want = [m for m in want if m != "bwd"] or ["fwd"]
+    if not speed and "bwd" in want:
+        die(f"bad --mode {o.mode!r}: memory measures fwd and fwdbwd (a backward's peak is inside fwd+bwd's)")
     budget = o.budget
     if budget is None:  # a GPU's samples vary less and its main job has two minutes; a CPU's need more
         budget = GPU_BUDGET if dev == "cuda" else CPU_BUDGET

@@ -46,6 +46,7 @@ def test_command_help_paragraphs_flow_to_the_terminal_width():
     (["speed", "--heads", "6", "--kv-heads", "4"], "not a multiple"),
     (["speed", "--mode", "sideways"], "unknown mode"),
     (["memory", "--device", "tpu"], "unknown device"),
+    (["memory", "--mode", "fwd,bwd"], "memory measures fwd and fwdbwd"),
     (["check-grad", "--varlen", "3,x"], "bad --varlen"),
     (["check-grad", "--initial-state", "maybe"], "bad --initial-state"),
     (["speed", "--kernel", "nocolon"], "package.module:function"),

@@ -162,7 +162,7 @@ SECTION = {
                         bad(["sideways"], "mode"), bad([1], "speed.modes"), bad("fwd,bwd", "mode")],
               "budget": [ABSENT, ok(0.2), ok(1, 1.0), bad("fast", "speed.budget"), bad(True, "speed.budget")],
               "repeat": [ABSENT, bad(2, "unknown key 'repeat'")]},
-    "memory": {"modes": [ABSENT, ok(["fwdbwd"]), bad(["up"], "mode")]},
+    "memory": {"modes": [ABSENT, ok(["fwdbwd"]), bad(["up"], "mode"), bad(["fwd", "bwd"], "memory.modes")]},
     "check-grad": {"seed": [ABSENT, ok(0), ok(7), bad("s", "check-grad.seed"), bad(1.5, "check-grad.seed")]},
 }
 TOP = {
