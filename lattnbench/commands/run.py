@@ -76,8 +76,8 @@ def register(app: typer.Typer) -> None:
         dev, reg = setup(device or spec.device, kernel)
         where = resolve_isolation(isolate, dev)
         tasks: list[Task] = []
-        picked: dict[str, object] = {}  # every kernel the suite's measurements chose, for a run with no point
-        cases_seen: list = []
+        picked: dict = {}  # every kernel the suite's measurements chose, for a run with no point
+        cases_seen: list = []  # and every case they were chosen for
         try:
             for m in (m for m in spec.measurements if m.kind in kinds):
                 for case in m.cases:

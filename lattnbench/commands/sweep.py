@@ -18,8 +18,9 @@ from lattnbench.results import ResultsWriter
 from lattnbench.runner import drive
 from lattnbench.runner.invocation import cli_args, resume_command
 from lattnbench.runner.plan import Task
-from lattnbench.runner.select import distinct, family_case, pick_kernels, runs_at
-from lattnbench.spec import SpecError
+from lattnbench.registry import KernelEntry, Registry
+from lattnbench.runner.select import distinct, family_case, nothing_to_run, pick_kernels, runs_at, single_rank
+from lattnbench.spec import Case, SpecError
 
 #: seconds of device-timer samples per speed point when --budget is not given
 GPU_BUDGET, CPU_BUDGET = 0.25, 0.5
@@ -242,11 +243,9 @@ def sweep_command(o: SweepOptions) -> None:
     finish(writer, o.as_json, speed_tables if speed else memory_tables)
 
 
-def report_left_out(reg, chosen, cases, tasks) -> None:
+def report_left_out(reg: Registry, chosen: list[KernelEntry], cases: list[Case], tasks: list[Task]) -> None:
     """A selection with no point is a usage error that says why; kernels that lose the points of a
     world size above 1 (not sequence parallel) are named in a note."""
-    from lattnbench.runner.select import nothing_to_run, single_rank
-
     if not tasks:
         die(nothing_to_run(reg, chosen, cases))
     worlds = sorted({c.world_size for c in cases} - {1})
