@@ -120,6 +120,14 @@ def parse_choices(text: str | Sequence[str], allowed: Sequence[str], what: str) 
     return out
 
 
+def memory_modes(modes: Sequence[str]) -> list[str]:
+    """``modes`` for a memory measurement: fwd and fwdbwd only, as a backward's peak is inside
+    fwd+bwd's (the CLI's --mode and a suite's [memory] modes alike)."""
+    if "bwd" in modes:
+        raise SpecError("memory measures fwd and fwdbwd (a backward's peak is inside fwd+bwd's), not bwd")
+    return list(modes)
+
+
 @dataclass(frozen=True)
 class Case:
     """One problem shape: q [batch, seqlen, heads, dim_qk], k/v with kv_heads, v with dim_v."""

@@ -46,7 +46,7 @@ from typing import Any
 
 from lattnbench.env import KNOB_PREFIXES
 from lattnbench.spec import (DECAYS, DEFAULT_GATE_NORM, DTYPES, G_DTYPES, MODES, Case, SpecError, expand,
-                             parse_choices, parse_floats, parse_range, with_world_sizes)
+                             memory_modes, parse_choices, parse_floats, parse_range, with_world_sizes)
 
 AXIS_KEYS = ("n", "batch", "heads", "kv_heads", "dim", "dim_v", "dtype", "decay", "initial_state",
              "reverse", "varlen", "input_scale", "world_size", "gate_norm", "g_dtype")
@@ -217,9 +217,11 @@ def _measurement(kind: str, sec: Any, label: str, where: str, top_axes: dict, to
     if kind in ("speed", "memory"):
         modes = _str_list(sec.get("modes", ["fwd", "fwdbwd"]), _where(where, f"{label}.modes"))
         m.modes = parse_choices(modes, MODES, "mode")
-        if kind == "memory" and "bwd" in m.modes:
-            raise SpecError(f"{_where(where, f'{label}.modes')}: memory measures fwd and fwdbwd "
-                            f"(a backward's peak is inside fwd+bwd's), got bwd")
+        if kind == "memory":
+            try:
+                memory_modes(m.modes)
+            except SpecError as exc:
+                raise SpecError(f"{_where(where, f'{label}.modes')}: {exc}") from None
     if kind == "speed":
         m.budget = float(_typed(sec.get("budget", 0.5), (int, float), _where(where, f"{label}.budget"), "seconds"))
         if not m.budget > 0:

@@ -47,7 +47,8 @@ def register(app: typer.Typer) -> None:
         process and the gradient checks run after all timing. Exit 1 when a point fails or errors.
         """
         from lattnbench.commands.common import die
-        from lattnbench.commands.sweep import execute, finish, glob_note, open_writer, resolve_isolation, setup
+        from lattnbench.commands.sweep import (execute, finish, glob_note, open_writer, resolve_isolation, settle_note,
+                                               setup)
         from lattnbench.runner.drive import results_root
         from lattnbench.runner.select import (distinct, family_applies, family_case, nothing_to_run, only_kernels,
                                               pick_kernels, runs_at, with_plugins)
@@ -104,8 +105,8 @@ def register(app: typer.Typer) -> None:
         tasks = distinct(tasks, reg)
         if not tasks:
             die(f"suite {spec.name!r}: {nothing_to_run(reg, list(picked.values()), cases_seen, 'world_size =')}")
-        if dev != "cuda" and any(t.settle_c is not None for t in tasks):
-            glob_note(f"settle waits for a GPU's temperature (NVML); on the {dev} it waits for nothing")
+        if any(t.settle_c is not None for t in tasks):
+            settle_note(dev, "settle")
         env = collect()
         target = Path(out) if out else results_root() / machine_name(env)
         writer = open_writer(target / f"{spec.name}.json", spec.name, env, resume)

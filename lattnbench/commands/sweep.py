@@ -20,7 +20,7 @@ from lattnbench.runner.invocation import cli_args, resume_command
 from lattnbench.runner.plan import Task
 from lattnbench.registry import KernelEntry, Registry
 from lattnbench.runner.select import distinct, family_case, nothing_to_run, pick_kernels, runs_at, single_rank
-from lattnbench.spec import Case, SpecError
+from lattnbench.spec import Case, SpecError, memory_modes
 
 #: seconds of device-timer samples per speed point when --budget is not given
 GPU_BUDGET, CPU_BUDGET = 0.25, 0.5
@@ -222,8 +222,11 @@ def sweep_command(o: SweepOptions) -> None:
     chosen = guarded(lambda: pick_kernels(reg, o.kernels, dev, ("lightning", "softmax"), o.plugins, parallel=parallel,
                                           note=glob_note))
     want = guarded(lambda: axes.modes(o.mode))
-    if not speed and "bwd" in want:
-        die(f"bad --mode {o.mode!r}: memory measures fwd and fwdbwd (a backward's peak is inside fwd+bwd's)")
+    if not speed:
+        try:
+            memory_modes(want)
+        except SpecError as exc:
+            die(f"bad --mode {o.mode!r}: {exc}")
     budget = o.budget
     if budget is None:  # a GPU's samples vary less and its main job has two minutes; a CPU's need more
         budget = GPU_BUDGET if dev == "cuda" else CPU_BUDGET
@@ -233,8 +236,8 @@ def sweep_command(o: SweepOptions) -> None:
                       for c in cases for e in chosen
                       if runs_at(e, c) and not (main_job and e.caps(dev, c.seqlen))], reg)
     report_left_out(reg, chosen, cases, tasks)
-    if o.settle is not None and dev != "cuda":
-        glob_note(f"--settle waits for a GPU's temperature (NVML); on the {dev} it waits for nothing")
+    if o.settle is not None:
+        settle_note(dev, "--settle")
     args = sweep_args(o)
     writer = open_writer(o.out, o.command, collect(), o.resume, args)
     execute(o.command, tasks, writer, reg, dev, isolate=where, point_timeout=timeout_s,
@@ -248,12 +251,18 @@ def report_left_out(reg: Registry, chosen: list[KernelEntry], cases: list[Case],
     world size above 1 (not sequence parallel) are named in a note."""
     if not tasks:
         die(nothing_to_run(reg, chosen, cases))
-    worlds = sorted({c.world_size for c in cases} - {1})
     left = single_rank(chosen, cases)
-    if left and worlds:
+    if left:
+        worlds = sorted({c.world_size for c in cases} - {1})
         glob_note(f"{', '.join(left)} {'runs' if len(left) == 1 else 'run'} at world size 1 only (not sequence "
                   f"parallel): {'its' if len(left) == 1 else 'their'} --world-size "
                   f"{','.join(map(str, worlds))} points are left out")
+
+
+def settle_note(dev: str, what: str) -> None:
+    """Waiting for a temperature reads the GPU's (NVML): off one, say that it waits for nothing."""
+    if dev != "cuda":
+        glob_note(f"{what} waits for a GPU's temperature (NVML); on the {dev} it waits for nothing")
 
 
 def sweep_args(o: SweepOptions) -> list[str]:

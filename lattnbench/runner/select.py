@@ -92,8 +92,9 @@ def runs_at(entry: KernelEntry, case) -> bool:
 
 def single_rank(chosen: list[KernelEntry], cases) -> list[str]:
     """The chosen kernels that lose points to a world size above 1 (not sequence parallel)."""
-    worlds = {c.world_size for c in cases}
-    return [e.name for e in chosen if not e.sequence_parallel and max(worlds, default=1) > 1]
+    if max((c.world_size for c in cases), default=1) == 1:
+        return []
+    return [e.name for e in chosen if not e.sequence_parallel]
 
 
 def nothing_to_run(reg: Registry, chosen: list[KernelEntry], cases, world: str = "--world-size") -> str:
@@ -103,7 +104,7 @@ def nothing_to_run(reg: Registry, chosen: list[KernelEntry], cases, world: str =
     if not chosen:
         return "no kernel to run: `lattnbench list` shows them all"
     if worlds and worlds[0] > 1:
-        names = [e.name for e in chosen if not e.sequence_parallel]
+        names = single_rank(chosen, cases)
         parallel = [e.name for e in reg if e.sequence_parallel]
         return (f"nothing to run: {world} {','.join(map(str, worlds))} splits the sequence over ranks, and "
                 f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} not sequence parallel "
